@@ -1,0 +1,31 @@
+# Two commands do all the set-up on a fresh clone:
+#   make run    compile + run the main job with its per-layer profile
+#   make test   the default test suite
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+
+.PHONY: install run test test-all bench clean
+
+$(STAMP): requirements-dev.txt pyproject.toml $(wildcard backends/*/pyproject.toml)
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -r requirements-dev.txt
+	touch $(STAMP)
+
+install: $(STAMP)
+
+run: $(STAMP)
+	$(PY) -m xrt run resnet18 --backends Host --profile
+
+test: $(STAMP)
+	$(PY) -m pytest -q -n 0 2>/dev/null || $(PY) -m pytest -q
+
+test-all: $(STAMP)
+	$(PY) -m pytest -q -m "slow or not slow"
+
+bench: $(STAMP)
+	$(PY) -m pytest benchmarks -q --benchmark-only
+
+clean:
+	rm -rf $(VENV) .pytest_cache .benchmarks
