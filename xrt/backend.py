@@ -1,0 +1,189 @@
+"""Backend: what executes a network view's ops on one device (seed 002's `xrt.Backend`).
+
+A backend class lists the op types it can run in `FORWARDS` (op type -> forward function with
+the vendor signature `fn(op, inputs, outputs, backend) -> outputs`) and may narrow that per op by
+overriding `isOpSupported`. Lifecycle: `Init()` -> `init(view, device)` -> configure ->
+`apply()` (once) -> forwards -> `deinit()`.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Optional
+
+from .errors import CallOrderError, XrtError
+
+if TYPE_CHECKING:
+    import xir
+
+    from .device import Device
+    from .tensor import Tensor
+
+ForwardFunc = Callable[["xir.Operation", list["Tensor"], list["Tensor"], "Backend"], list["Tensor"]]
+InitFunc = Callable[["xir.Operation", "Backend"], None]
+
+
+class Backend:
+    """Base of every backend; subclasses fill `name`, `FORWARDS` and optionally `INITS`."""
+
+    name: ClassVar[str] = ""
+    FORWARDS: ClassVar[dict[str, ForwardFunc]] = {}
+    INITS: ClassVar[dict[str, InitFunc]] = {}
+    supports_user_outputs: ClassVar[bool] = True
+
+    def __new__(cls, other: Any = None, *args: Any, **kwargs: Any) -> Backend:
+        # Vendor cast: `ZG330Backend(sess.backends[0])` returns that backend as a ZG330Backend.
+        if isinstance(other, Backend):
+            if not isinstance(other, cls):
+                raise XrtError(f"cannot cast a {type(other).__name__} to {cls.__name__}")
+            return other
+        return super().__new__(cls)
+
+    def __init__(self, other: Any = None) -> None:
+        if isinstance(other, Backend):
+            return  # a cast: the object is already initialised
+        if other is not None:
+            raise XrtError(f"{type(self).__name__}() takes no argument or a Backend to cast, "
+                           f"not {type(other).__name__}")
+        self._view = None
+        self._device = None
+        self._applied = False
+        self._deinited = False
+        self._snapshot = False
+        self._time_profile = False
+        self._times: dict[int, tuple[float, float]] = {}
+
+    # --- construction -------------------------------------------------------------------
+    @classmethod
+    def Init(cls) -> Backend:
+        """An initialised, unbound backend object (call `init` next)."""
+        return cls()
+
+    @staticmethod
+    def Create(backend_type: type, network_view: Any, device: Any) -> Backend:
+        """Create a backend of `backend_type` bound to a network view and a device."""
+        if not (isinstance(backend_type, type) and issubclass(backend_type, Backend)):
+            raise XrtError(f"Backend.Create needs a Backend subclass, not {backend_type!r}")
+        backend = backend_type.Init()
+        backend.init(network_view, device)
+        return backend
+
+    def init(self, network_view: Any, device: Any) -> None:
+        """Bind the network view and device, then run every op's init function."""
+        if self._applied:
+            raise CallOrderError(f"{self._label()}: init after apply; create a new backend")
+        self._view = network_view
+        self._device = device
+        for op in network_view.ops:
+            if self.isOpSupported(op):
+                self.initOp(op)
+
+    def apply(self) -> None:
+        """Deploy the configured options (once)."""
+        self._require_init("apply")
+        if self._applied:
+            raise CallOrderError(f"{self._label()}: apply() was already called; a backend "
+                                 f"is applied once")
+        self._applied = True
+
+    def deinit(self) -> None:
+        """Release what the backend holds on its device. Idempotent."""
+        self._deinited = True
+
+    def fork(self) -> Backend:
+        """A copy for another thread: shares read-only state, owns its work memory."""
+        self._require_init("fork")
+        other = copy.copy(self)
+        other._times = {}
+        return other
+
+    def clone(self, depth: int = 1) -> Backend:
+        return copy.copy(self) if depth <= 1 else copy.deepcopy(self)
+
+    def setDevice(self, device: Any) -> Backend:
+        if self._applied:
+            raise CallOrderError(f"{self._label()}: setDevice after apply")
+        self._device = device
+        return self
+
+    # --- ops ------------------------------------------------------------------------------
+    def getForwardFunc(self, op: Any) -> Optional[ForwardFunc]:
+        """The forward function of `op` on this backend, or None if it cannot run it."""
+        return type(self).FORWARDS.get(op.op_type)
+
+    def getInitFunc(self, op: Any) -> Optional[InitFunc]:
+        return type(self).INITS.get(op.op_type)
+
+    def isOpSupported(self, op: Any) -> bool:
+        return self.getForwardFunc(op) is not None
+
+    def initOp(self, op: Any) -> None:
+        fn = self.getInitFunc(op)
+        if fn is not None:
+            fn(op, self)
+
+    def forwardOp(self, op: Any, inputs: list[Tensor], outputs: list[Tensor] | None = None
+                  ) -> list[Tensor]:
+        """Run one op; `outputs` (optional) are caller-allocated result tensors."""
+        fn = self.getForwardFunc(op)
+        if fn is None:
+            from .errors import UnsupportedOpError
+
+            raise UnsupportedOpError(f"{self._label()} cannot run {op.op_type} "
+                                     f"(op {op.op_id})")
+        return fn(op, list(inputs), list(outputs or []), self)
+
+    def memRegion(self) -> Any:
+        """The memory region this backend's tensors live in."""
+        self._require_init("memRegion")
+        return self._device.defaultMemRegion()
+
+    # --- timing -------------------------------------------------------------------------
+    def enableTimeProfile(self, enable: bool) -> None:
+        self._time_profile = bool(enable)
+
+    def setTimeElapses(self, op_id: int, memcpy_time: float, hard_time: float) -> None:
+        """Record the memcpy and hardware time (ms) of an op's last forward."""
+        old = self._times.get(op_id, (0.0, 0.0))
+        self._times[op_id] = (old[0] + float(memcpy_time), old[1] + float(hard_time))
+
+    def takeTimeElapses(self) -> dict[int, tuple[float, float]]:
+        """The recorded (memcpy, hard) times since the last call, cleared."""
+        times, self._times = self._times, {}
+        return times
+
+    # --- properties -----------------------------------------------------------------------
+    @property
+    def device(self) -> Device:
+        return self._device
+
+    @property
+    def network_view(self) -> Any:
+        return self._view
+
+    @property
+    def snapshot(self) -> bool:
+        return self._snapshot
+
+    @property
+    def time_profile(self) -> bool:
+        return self._time_profile
+
+    @property
+    def is_applied(self) -> bool:
+        return self._applied
+
+    def _require_init(self, what: str) -> None:
+        if self._view is None or self._device is None:
+            raise CallOrderError(f"{self._label()}: {what}() before init(network_view, device)")
+
+    def _require_not_applied(self, what: str) -> None:
+        if self._applied:
+            raise CallOrderError(f"{self._label()}: {what}() must be called before apply()")
+
+    def _label(self) -> str:
+        return f"{type(self).__name__}"
+
+    def __repr__(self) -> str:
+        n = len(self._view.ops) if self._view is not None else 0
+        return f"<{type(self).__name__} ops={n} applied={self._applied}>"

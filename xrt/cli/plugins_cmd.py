@@ -1,0 +1,49 @@
+"""`xrt plugins`: what plugins were found, with their backends, URL schemes and targets."""
+
+from __future__ import annotations
+
+import argparse
+
+HELP = "list discovered plugins, backends, device URL schemes and compile targets"
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def run(args: argparse.Namespace) -> int:
+    import json
+
+    from rich.console import Console
+    from rich.table import Table
+
+    from .. import plugins
+
+    reg = plugins.registry()
+
+    def dist(plugin: str) -> str:
+        info = reg.plugins.get(plugin)
+        return f"{info.distribution} {info.version}".strip() if info else ""
+
+    rows = [("backend", name, plugin, dist(plugin)) for name, (_, plugin) in
+            sorted(reg.backends.items())]
+    rows += [("scheme", f"{s}://", plugin, dist(plugin)) for s, (_, plugin, _) in
+             sorted(reg.schemes.items())]
+    rows += [("target", t, plugin, dist(plugin)) for t, (_, plugin, _) in
+             sorted(reg.targets.items())]
+    broken = [(name, info.error) for name, info in sorted(reg.plugins.items()) if info.error]
+    if args.json:
+        print(json.dumps({"entries": [dict(zip(("kind", "name", "plugin", "distribution"), r))
+                                      for r in rows],
+                          "broken": dict(broken)}, indent=2))
+        return 0
+    table = Table(title="xrt plugins")
+    for col in ("kind", "name", "plugin", "distribution"):
+        table.add_column(col)
+    for r in rows:
+        table.add_row(*r)
+    console = Console()
+    console.print(table)
+    for name, err in broken:
+        console.print(f"[red]broken plugin {name}: {err}")
+    return 0

@@ -1,0 +1,116 @@
+"""`xrt run`: run a network (json+raw or a zoo name) in the manner of the vendor's `icraft run`."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from typing import Any
+
+HELP = "run a network on backends such as 'ZG330,sim://zg330;Host' and show its profile"
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("model", help="network json (raw beside it) or a zoo name (resnet18...)")
+    parser.add_argument("--raw", help="params file (default: the json's stem + .raw)")
+    parser.add_argument("--inputs", nargs="*", default=[], help=".npy files, one per input")
+    parser.add_argument("--backends", default="Host",
+                        help="';'-separated 'Backend[,device-url]' list in binding priority")
+    parser.add_argument("--profile", action="store_true", help="print the per-op time profile")
+    parser.add_argument("--profile-json", help="write the profile rows as json")
+    parser.add_argument("--trace", help="write a Chrome/Perfetto trace json")
+    parser.add_argument("--dump-outputs", metavar="DIR", help="dump every op's outputs")
+    parser.add_argument("--dump-format", default="SFB", help="three-letter dump format")
+    parser.add_argument("--log-time", action="store_true", help="print each op's times")
+    parser.add_argument("--log-io", action="store_true", help="print each op's outputs")
+    parser.add_argument("--repeat", type=int, default=1, help="forwards to run (last profiled)")
+    parser.add_argument("--strict", action="store_true",
+                        help="an op falling back to a later backend is an error")
+    parser.add_argument("--save-outputs", metavar="DIR", help="save outputs as .npy")
+
+
+def parse_backends(text: str) -> tuple[list[type], list[Any]]:
+    """'ZG330,sim://zg330;Host' -> backend classes and opened devices."""
+    from .. import plugins
+    from ..device import Device
+    from ..errors import XrtError
+
+    classes, devices = [], []
+    for entry in [e.strip() for e in text.split(";") if e.strip()]:
+        name, _, url = entry.partition(",")
+        cls = plugins.backend_class(name.strip())
+        url = url.strip() or getattr(cls, "default_url", "")
+        if not url:
+            raise XrtError(f"backend '{name}' needs a device URL: '{name},scheme://...'")
+        classes.append(cls)
+        devices.append(Device.Open(url))
+    if not classes:
+        raise XrtError("--backends is empty")
+    return classes, devices
+
+
+def load_model(model: str, raw: str | None) -> Any:
+    """A network from json(+raw) or the zoo."""
+    import xir
+
+    if os.path.exists(model) or model.endswith(".json"):
+        net = xir.Network.CreateFromJsonFile(model)
+        raw = raw or os.path.splitext(model)[0] + ".raw"
+        net.loadParamsFromFile(raw)
+        return net
+    from xir import zoo
+
+    return zoo.build(model)
+
+
+def default_inputs(model: str, net: Any) -> list[Any]:
+    import numpy as np
+
+    try:
+        from xir import zoo
+
+        if model in zoo.names():
+            return zoo.calibration_set(model, count=1)[0]
+    except ImportError:
+        pass
+    rng = np.random.default_rng(0)
+    return [rng.standard_normal(v.shape).astype(v.dtype.numpy_dtype) for v in net.inputs()]
+
+
+def run(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from ..profiling import print_profile, profile_rows, write_chrome_trace
+    from ..session import Session
+
+    net = load_model(args.model, args.raw)
+    classes, devices = parse_backends(args.backends)
+    inputs = [np.load(p) for p in args.inputs] if args.inputs else default_inputs(args.model, net)
+    sess = Session.Create(classes, net.view(0), devices, strict=args.strict)
+    sess.enableTimeProfile(True)
+    sess.setLogTime(args.log_time)
+    sess.setLogIO(args.log_io)
+    if args.dump_outputs:
+        sess.setDumpOutputs(True, args.dump_outputs, args.dump_format)
+    sess.apply()
+    outs = []
+    for _ in range(max(1, args.repeat)):
+        outs = sess.forward(inputs)
+    rows = profile_rows(sess)
+    if args.profile:
+        print_profile(rows, title=f"{net.name}: per-op time profile ({args.backends})")
+    if args.profile_json:
+        import json
+
+        with open(args.profile_json, "w") as fh:
+            json.dump(rows, fh, indent=1)
+    if args.trace:
+        write_chrome_trace(rows, args.trace)
+    for v, t in zip(net.outputs(), outs):
+        arr = np.asarray(t)
+        print(f"output v{v.v_id} {list(arr.shape)} {arr.dtype}: mean {arr.mean():.6g} "
+              f"std {arr.std():.6g}")
+        if args.save_outputs:
+            os.makedirs(args.save_outputs, exist_ok=True)
+            np.save(os.path.join(args.save_outputs, f"output_{v.v_id}.npy"), arr)
+    print(f"total {sess.totalTime():.3f} ms")
+    return 0

@@ -1,0 +1,66 @@
+"""Every extension point of xrt, declared with pluggy (project name "xrt").
+
+A plugin is a plain module with `@hookimpl` functions, found through the entry-point group
+`xrt.plugins`. Registration hooks receive a `register` callback (as llm's plugins do), so the
+core can validate what each plugin sends and blame the plugin that sent something bad.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import pluggy
+
+PROJECT = "xrt"
+hookspec = pluggy.HookspecMarker(PROJECT)
+hookimpl = pluggy.HookimplMarker(PROJECT)
+
+
+# --- backends -------------------------------------------------------------------------------
+
+@hookspec
+def xrt_register_backends(register: Callable) -> None:
+    """Register backend classes: `register(BackendClass)`.
+
+    The class must subclass `xrt.Backend` and carry a unique `name` (used in backend strings
+    such as "ZG330,sim://zg330;Host"). Registering makes it importable by name through
+    `xrt.plugins.backend_class(name)`; the vendor-style import (`from host_backend import *`)
+    works independently of this.
+    """
+
+
+# --- devices --------------------------------------------------------------------------------
+
+@hookspec
+def xrt_register_device_schemes(register: Callable) -> None:
+    """Claim device URL schemes: `register(scheme, opener, description="")`.
+
+    `opener(url: str) -> xrt.Device` opens a device for a URL of that scheme (`sim`, `mock`,
+    `axi`, `socket`, `host`...). A scheme may be claimed by one plugin only; a second claim is
+    reported as a plugin error. `Device.Open(url)` dispatches on the scheme.
+    """
+
+
+# --- compile path -----------------------------------------------------------------------------
+
+@hookspec
+def xrt_register_targets(register: Callable) -> None:
+    """Register compile targets: `register(name, lower, description="")`.
+
+    `lower(network: xir.Network, options: dict) -> xir.Network` turns a quantized (adapted)
+    network into the target's generated stage: HardOps with instructions and weights, plus the
+    Cast/AlignAxis/PruneAxis edges; ops the target cannot run stay host ops. The compile CLI
+    (`xrt compile --target NAME`) writes its result as `<name>_<SUFFIX>.json/.raw`; a target
+    declares SUFFIX as `lower.suffix` (e.g. "ZG", "BY").
+    """
+
+
+# --- command line -----------------------------------------------------------------------------
+
+@hookspec
+def xrt_register_commands(register: Callable) -> None:
+    """Add CLI subcommands: `register(name, configure, run, help="")`.
+
+    `configure(parser: argparse.ArgumentParser)` adds the command's arguments and
+    `run(args: argparse.Namespace) -> int` executes it and returns the exit code.
+    """

@@ -1,0 +1,76 @@
+"""Per-op time profiles of a session: rows, a rich table, a Chrome/Perfetto trace."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from xir.ops import conv_macs
+
+
+def profile_rows(session: Any) -> list[dict[str, Any]]:
+    """One row per profiled op of the session's last forward, in execution order."""
+    results = session.timeProfileResults()
+    bindings = session.backendBindings()
+    rows = []
+    for op in session.network_view.ops:
+        if op.op_id not in results:
+            continue
+        wall, memcpy, hard, other = results[op.op_id]
+        backend = bindings.get(op.op_id)
+        rows.append({
+            "op_id": op.op_id, "op_type": op.op_type, "name": op.name,
+            "backend": getattr(backend, "name", "") or type(backend).__name__,
+            "macs": conv_macs(op), "wall_ms": wall, "memcpy_ms": memcpy, "hard_ms": hard,
+            "other_ms": other,
+        })
+    known = {r["op_id"] for r in rows}
+    for op_id, (wall, memcpy, hard, other) in sorted(results.items()):
+        if op_id not in known:  # synthetic ids (merged HardOps)
+            rows.append({"op_id": op_id, "op_type": "HardOp(merged)", "name": "",
+                         "backend": "", "macs": 0, "wall_ms": wall, "memcpy_ms": memcpy,
+                         "hard_ms": hard, "other_ms": other})
+    return rows
+
+
+def print_profile(rows: list[dict[str, Any]], title: str = "per-op time profile",
+                  console: Any = None) -> None:
+    """Print the rows as a rich table with a total line."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = console or Console()
+    table = Table(title=title, show_lines=False)
+    for col, just in [("op", "right"), ("type", "left"), ("backend", "left"),
+                      ("MMACs", "right"), ("wall ms", "right"), ("memcpy ms", "right"),
+                      ("hard ms", "right"), ("other ms", "right")]:
+        table.add_column(col, justify=just)
+    tot = {k: 0.0 for k in ("macs", "wall_ms", "memcpy_ms", "hard_ms", "other_ms")}
+    for r in rows:
+        for k in tot:
+            tot[k] += r[k]
+        table.add_row(str(r["op_id"]), r["op_type"], r["backend"],
+                      f"{r['macs'] / 1e6:.1f}" if r["macs"] else "",
+                      f"{r['wall_ms']:.3f}", f"{r['memcpy_ms']:.3f}", f"{r['hard_ms']:.3f}",
+                      f"{r['other_ms']:.3f}")
+    table.add_section()
+    table.add_row("", "total", "", f"{tot['macs'] / 1e6:.1f}", f"{tot['wall_ms']:.3f}",
+                  f"{tot['memcpy_ms']:.3f}", f"{tot['hard_ms']:.3f}", f"{tot['other_ms']:.3f}")
+    console.print(table)
+
+
+def chrome_trace(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The rows as Chrome/Perfetto trace events (one track per backend, µs timestamps)."""
+    events, clock = [], 0.0
+    for r in rows:
+        dur = r["wall_ms"] * 1e3
+        events.append({"name": f"{r['op_type']} #{r['op_id']}", "ph": "X", "ts": clock,
+                       "dur": dur, "pid": 1, "tid": r["backend"] or "session",
+                       "args": {k: r[k] for k in ("macs", "memcpy_ms", "hard_ms", "other_ms")}})
+        clock += dur
+    return {"traceEvents": events, "displayTimeUnit": "ms"}
+
+
+def write_chrome_trace(rows: list[dict[str, Any]], path: str) -> None:
+    with open(path, "w") as fh:
+        json.dump(chrome_trace(rows), fh)

@@ -1,0 +1,357 @@
+"""Session: binds each op of a network view to a backend and runs the view forward.
+
+`Session.Create([B1, B2, ...], view, [d1, d2, ...])` gives each op to the first backend in the
+list that supports it. Tensors crossing from one backend's memory to another's move with
+`Tensor.to`, and that time is the op's memcpy time in `timeProfileResults()`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from typing import Any, Callable, Sequence
+
+from .backend import Backend
+from .errors import CallOrderError, TensorError, UnsupportedOpError, XrtError
+from .tensor import Tensor
+
+log = logging.getLogger(__name__)
+
+Callback = Callable[["Session", Any, Backend, list[Tensor]], None]
+
+
+class Session:
+    """A network view bound to backends, ready to forward."""
+
+    def __init__(self, other: Any = None) -> None:
+        if isinstance(other, Session):
+            self.__dict__ = other.__dict__
+            return
+        self._view = None
+        self._backends: list[Backend] = []
+        self._bindings: dict[int, Backend] = {}
+        self._applied = False
+        self._position = 0
+        self._values: dict[int, Tensor] = {}
+        self._pre: Callback | None = None
+        self._post: Callback | None = None
+        self._log_io = False
+        self._log_time = False
+        self._dump: tuple[bool, str, str] = (False, "", "")
+        self._time_profile = False
+        self._profile: dict[int, tuple[float, float, float, float]] = {}
+        self._total_ms = 0.0
+
+    # --- construction -------------------------------------------------------------------
+    @staticmethod
+    def Init() -> Session:
+        return Session()
+
+    @staticmethod
+    def Create(backend_types: Sequence[type], network: Any, devices: Sequence[Any], *,
+               strict: bool = False) -> Session:
+        """Create one backend per type on its device and bind ops by priority.
+
+        With `strict=True`, an op that the first backend cannot run is an error instead of a
+        fallback to a later backend (Input/Output ops excepted).
+        """
+        if len(backend_types) != len(devices):
+            raise XrtError(f"Session.Create: {len(backend_types)} backend types but "
+                           f"{len(devices)} devices; they pair up one to one")
+        backends = [t.Init() if isinstance(t, type) else t for t in backend_types]
+        for b in backends:
+            if not isinstance(b, Backend):
+                raise XrtError(f"Session.Create: {b!r} is not a Backend type")
+        return Session._bind(network, backends, list(devices), strict)
+
+    @staticmethod
+    def CreateByOrder(network: Any, backends: Sequence[Backend], devices: Sequence[Any]
+                      ) -> Session:
+        """Like Create, with backend objects made by the caller (not yet initialised)."""
+        if len(backends) != len(devices):
+            raise XrtError(f"Session.CreateByOrder: {len(backends)} backends but "
+                           f"{len(devices)} devices")
+        return Session._bind(network, list(backends), list(devices), False)
+
+    @staticmethod
+    def CreateWithBackends(network: Any, backends: Sequence[Backend]) -> Session:
+        """A session over backends already initialised with their views and devices."""
+        sess = Session()
+        sess._view = network
+        sess._backends = list(backends)
+        owner: dict[int, Backend] = {}
+        for b in backends:
+            if b.network_view is None:
+                raise CallOrderError(f"CreateWithBackends: {b!r} has not been init()ed")
+            for op in b.network_view.ops:
+                owner.setdefault(op.op_id, b)
+        for op in network.ops:
+            if op.op_id not in owner:
+                raise UnsupportedOpError(f"op {op.op_id} ({op.op_type}) is in no backend's "
+                                         f"network view")
+            sess._bindings[op.op_id] = owner[op.op_id]
+        return sess
+
+    @staticmethod
+    def _bind(network: Any, backends: list[Backend], devices: list[Any], strict: bool
+              ) -> Session:
+        sess = Session()
+        sess._view = network
+        sess._backends = backends
+        # The device must be known to answer isOpSupported (per-op constraints may ask it).
+        for b, d in zip(backends, devices):
+            b._device = d
+        chosen: dict[int, Backend] = {}
+        for op in network.ops:
+            tried = []
+            for i, b in enumerate(backends):
+                if b.isOpSupported(op):
+                    if strict and i > 0 and op.op_type not in ("Input", "Output"):
+                        raise UnsupportedOpError(
+                            f"strict session: op {op.op_id} ({op.op_type}) falls back from "
+                            f"{type(backends[0]).__name__} to {type(b).__name__}")
+                    chosen[op.op_id] = b
+                    break
+                tried.append(type(b).__name__)
+            else:
+                raise UnsupportedOpError(
+                    f"no backend supports op {op.op_id} ({op.op_type} '{op.name}'); tried "
+                    f"{', '.join(tried) or 'no backends'}")
+        for b, d in zip(backends, devices):
+            ops = [op for op in network.ops if chosen[op.op_id] is b]
+            b.init(network.network.view([op.op_id for op in ops]) if hasattr(network, "network")
+                   else network.view([op.op_id for op in ops]), d)
+        sess._bindings = chosen
+        return sess
+
+    # --- lifecycle ------------------------------------------------------------------------
+    def apply(self) -> None:
+        """Apply every backend (deploys networks on their devices)."""
+        if self._applied:
+            raise CallOrderError("Session.apply() was already called")
+        for b in self._backends:
+            if not b.is_applied:
+                b.apply()
+        self._applied = True
+
+    def close(self) -> None:
+        """Deinit every backend. Idempotent."""
+        for b in self._backends:
+            b.deinit()
+        self._values.clear()
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # --- queries --------------------------------------------------------------------------
+    @property
+    def backends(self) -> list[Backend]:
+        return list(self._backends)
+
+    @property
+    def network_view(self) -> Any:
+        return self._view
+
+    def backendBindings(self) -> dict[int, Backend]:
+        return dict(self._bindings)
+
+    def getForwards(self) -> list[tuple[Any, Backend, Any, list[int], list[int]]]:
+        """(op, backend, forward function, input v_ids, output v_ids) in execution order."""
+        out = []
+        for op in self._view.ops:
+            b = self._bindings[op.op_id]
+            out.append((op, b, b.getForwardFunc(op), [v.v_id for v in op.inputs],
+                        [v.v_id for v in op.outputs]))
+        return out
+
+    def sub(self, start_index: int, end_index: int | None = None) -> Session:
+        """A session over part of this one's view that shares its backends."""
+        view = self._view.view(start_index, end_index)
+        sess = Session()
+        sess._view = view
+        sess._backends = self._backends
+        sess._bindings = {op.op_id: self._bindings[op.op_id] for op in view.ops}
+        sess._applied = self._applied
+        sess._time_profile = self._time_profile
+        return sess
+
+    # --- options --------------------------------------------------------------------------
+    def setPreCallBack(self, func: Callback) -> None:
+        self._pre = func
+
+    def setPostCallBack(self, func: Callback) -> None:
+        self._post = func
+
+    def setLogIO(self, flag: bool) -> None:
+        self._log_io = bool(flag)
+
+    def setLogTime(self, flag: bool) -> None:
+        self._log_time = bool(flag)
+
+    def setDumpOutputs(self, flag: bool, path: str = "", format: str = "SFB") -> None:
+        """Dump every op's outputs after it runs to `path` as `<v_id>.<fmt>` files."""
+        from .tensor import check_dump_format
+
+        if flag:
+            check_dump_format(format)
+            os.makedirs(path or ".", exist_ok=True)
+        self._dump = (bool(flag), path or ".", format)
+
+    def enableTimeProfile(self, enable: bool) -> None:
+        self._time_profile = bool(enable)
+        for b in self._backends:
+            b.enableTimeProfile(enable)
+
+    def timeProfileResults(self) -> dict[int, tuple[float, float, float, float]]:
+        """{op_id: (wall, memcpy, hard, other)} in ms for the last forward."""
+        return dict(self._profile)
+
+    def totalTime(self) -> float:
+        """Wall time (ms) of the last forward."""
+        return self._total_ms
+
+    # --- running --------------------------------------------------------------------------
+    def forward(self, inputs: Sequence[Tensor | Any], outputs: Sequence[Tensor] | None = None
+                ) -> list[Tensor] | None:
+        """Run the whole view; returns its outputs, or fills the caller's `outputs`."""
+        self._require_applied("forward")
+        self._values = {}
+        self._bind_inputs(inputs)
+        user_out = self._bind_user_outputs(outputs) if outputs is not None else {}
+        self._profile = {}
+        t0 = time.perf_counter()
+        self._run(0, len(self._view.ops), user_out)
+        self._total_ms = (time.perf_counter() - t0) * 1e3
+        self._position = 0
+        results = [self._values[v.v_id] for v in self._view.outputs()]
+        if outputs is not None:
+            for dst, src in zip(outputs, results):
+                if dst is not src:
+                    dst.copyFrom(0, src, 0, src.dtype().storageBytes())
+            return None
+        return results
+
+    def stepTo(self, op_id: int, inputs: Sequence[Tensor | Any] = ()) -> list[Tensor]:
+        """Run from where the last step stopped up to and including op `op_id`.
+
+        Inputs are taken from `inputs` only for values produced outside the steps run so far.
+        """
+        self._require_applied("stepTo")
+        target = self._view.index(op_id)
+        if self._position == 0 or target < self._position:
+            self._values = {}
+            self._position = 0
+            self._profile = {}
+        if inputs:
+            self._bind_inputs(inputs, only_missing=True)
+        t0 = time.perf_counter()
+        self._run(self._position, target + 1, {})
+        self._total_ms = (time.perf_counter() - t0) * 1e3
+        self._position = target + 1 if target + 1 < len(self._view.ops) else 0
+        op = self._view.ops[target]
+        return [self._values[v.v_id] for v in op.outputs]
+
+    # --- internals ------------------------------------------------------------------------
+    def _require_applied(self, what: str) -> None:
+        if not self._applied:
+            raise CallOrderError(f"Session.{what}() before Session.apply()")
+
+    def _bind_inputs(self, inputs: Sequence[Any], only_missing: bool = False) -> None:
+        wanted = self._view.inputs()
+        given = [t if isinstance(t, Tensor) else Tensor(t) for t in inputs]
+        if not only_missing and len(given) != len(wanted):
+            raise TensorError(f"forward: the view takes {len(wanted)} inputs "
+                              f"({[v.v_id for v in wanted]}), got {len(given)}")
+        for value, tensor in zip(wanted, given):
+            if only_missing and value.v_id in self._values:
+                continue
+            _check_tensor(value, tensor, "input")
+            self._values[value.v_id] = tensor
+
+    def _bind_user_outputs(self, outputs: Sequence[Tensor]) -> dict[int, Tensor]:
+        wanted = self._view.outputs()
+        if len(outputs) != len(wanted):
+            raise TensorError(f"forward: the view has {len(wanted)} outputs, "
+                              f"{len(outputs)} output tensors were given")
+        bound = {}
+        for value, tensor in zip(wanted, outputs):
+            if not isinstance(tensor, Tensor) or not tensor.hasData():
+                raise TensorError(f"forward: output for v_id {value.v_id} must be an "
+                                  f"allocated Tensor")
+            _check_tensor(value, tensor, "output")
+            bound[value.v_id] = tensor
+        return bound
+
+    def _run(self, start: int, end: int, user_out: dict[int, Tensor]) -> None:
+        dump_on, dump_path, dump_fmt = self._dump
+        for op in self._view.ops[start:end]:
+            backend = self._bindings[op.op_id]
+            t_op = time.perf_counter()
+            ins, memcpy_ms = self._gather(op, backend)
+            outs_given = [user_out[v.v_id] for v in op.outputs if v.v_id in user_out]
+            if outs_given and (len(outs_given) != len(op.outputs)
+                               or not backend.supports_user_outputs):
+                outs_given = []
+            if self._pre is not None:
+                self._pre(self, op, backend, ins)
+            outs = backend.forwardOp(op, ins, outs_given)
+            if len(outs) != len(op.outputs):
+                raise XrtError(f"{type(backend).__name__} returned {len(outs)} tensors for op "
+                               f"{op.op_id} ({op.op_type}), which has {len(op.outputs)} outputs")
+            for v, t in zip(op.outputs, outs):
+                self._values[v.v_id] = t
+            if self._post is not None:
+                self._post(self, op, backend, outs)
+            wall = (time.perf_counter() - t_op) * 1e3
+            extra = backend.takeTimeElapses()
+            b_memcpy, hard = extra.pop(op.op_id, (0.0, 0.0))
+            memcpy_ms += b_memcpy
+            self._profile[op.op_id] = (wall, memcpy_ms, hard, max(0.0, wall - memcpy_ms - hard))
+            for sid, (mc, hd) in extra.items():  # synthetic ids of merged HardOps
+                self._profile[sid] = (mc + hd, mc, hd, 0.0)
+            if self._log_time:
+                print(f"[{op.op_id:>5}] {op.op_type:<16} wall {wall:9.3f} ms  memcpy "
+                      f"{memcpy_ms:8.3f}  hard {hard:8.3f}")
+            if self._log_io:
+                for v, t in zip(op.outputs, outs):
+                    print(f"[{op.op_id:>5}] {op.op_type:<16} out v{v.v_id} {t!r}")
+            if dump_on:
+                for v, t in zip(op.outputs, outs):
+                    name = f"{v.v_id}.{dump_fmt}"
+                    with open(os.path.join(dump_path, name), "wb") as fh:
+                        t.dump(fh, dump_fmt)
+
+    def _gather(self, op: Any, backend: Backend) -> tuple[list[Tensor], float]:
+        """The op's input tensors, moved to the backend's memory; returns the memcpy ms."""
+        region = backend.memRegion()
+        ins, memcpy_ms = [], 0.0
+        for k, v in enumerate(op.inputs):
+            if v.is_params:
+                ins.append(None)  # params are the backend's own business (see op.inputs[k])
+                continue
+            t = self._values.get(v.v_id)
+            if t is None:
+                raise XrtError(f"op {op.op_id} ({op.op_type}) input {k} (v_id {v.v_id}) has no "
+                               f"tensor: feed it in inputs or run its producer first")
+            if not t.isOn(region):
+                t0 = time.perf_counter()
+                t = t.to(region)
+                memcpy_ms += (time.perf_counter() - t0) * 1e3
+            ins.append(t)
+        return [t for t in ins if t is not None], memcpy_ms
+
+
+def _check_tensor(value: Any, tensor: Tensor, what: str) -> None:
+    if not isinstance(tensor, Tensor):
+        raise TensorError(f"{what} for v_id {value.v_id} must be an xrt.Tensor or array")
+    want, got = value.dtype, tensor.dtype()
+    if tuple(got.shape) != tuple(want.shape):
+        raise TensorError(f"{what} v_id {value.v_id} ('{value.name}') must have shape "
+                          f"{list(want.shape)}, got {list(got.shape)}")
+    if got.numpy_dtype != want.numpy_dtype:
+        raise TensorError(f"{what} v_id {value.v_id} ('{value.name}') must be "
+                          f"{want.element_dtype!r} ({want.numpy_dtype}), got {got.numpy_dtype}")
