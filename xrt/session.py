@@ -329,7 +329,9 @@ class Session:
         """The op's input tensors, moved to the backend's memory; returns the memcpy ms."""
         region = backend.memRegion()
         ins, memcpy_ms = [], 0.0
-        for k, v in enumerate(op.inputs):
+        # An Input op is fed the tensors given for its outputs; it passes them on.
+        sources = op.outputs if op.op_type == "Input" else op.inputs
+        for k, v in enumerate(sources):
             if v.is_params:
                 ins.append(None)  # params are the backend's own business (see op.inputs[k])
                 continue
