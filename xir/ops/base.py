@@ -100,6 +100,9 @@ class Operation:
                     raise MissingFieldError(f"{self.op_type} needs attribute '{key}'",
                                             op_id=self.op_id, field=key)
                 self.attrs[key] = list(default) if isinstance(default, list) else default
+        if self.attrs.get("act", "none") not in ("none", "relu"):
+            raise FieldTypeError(f"act must be 'none' or 'relu', not {self.attrs['act']!r}",
+                                 op_id=self.op_id, field="act")
 
     # --- identity -------------------------------------------------------------------------
     @property

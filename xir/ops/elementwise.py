@@ -16,9 +16,10 @@ class _Binary(Operation):
 
 @register_op
 class Add(_Binary):
-    """a + b with numpy broadcasting."""
+    """a + b with numpy broadcasting (optionally with a folded Relu-family activation)."""
 
     op_type = "Add"
+    ATTRS = {"act": (str, "none"), "act_alpha": (float, 0.0), "act_max": (float, float("inf"))}
 
 
 @register_op

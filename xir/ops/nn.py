@@ -6,11 +6,18 @@ import math
 
 from .base import REQUIRED, Operation, fail, need_rank, register_op
 
+FUSED_ACT_ATTRS = {
+    # An activation folded into the op (the optimize stage folds a following Relu here):
+    # act "relu" applies the Relu family with negative slope act_alpha and upper clip act_max.
+    "act": (str, "none"), "act_alpha": (float, 0.0), "act_max": (float, float("inf")),
+}
+
 _CONV_ATTRS = {
     "stride_height": (int, 1), "stride_width": (int, 1),
     "pad_top": (int, 0), "pad_bottom": (int, 0), "pad_left": (int, 0), "pad_right": (int, 0),
     "dilation_height": (int, 1), "dilation_width": (int, 1),
     "groups": (int, 1), "padding_mode": (str, "zeros"),
+    **FUSED_ACT_ATTRS,
 }
 
 
@@ -100,7 +107,7 @@ class Matmul(Operation):
     op_type = "Matmul"
     MIN_INPUTS = 2
     MAX_INPUTS = 3
-    ATTRS = {"transpose_a": (bool, False), "transpose_b": (bool, False)}
+    ATTRS = {"transpose_a": (bool, False), "transpose_b": (bool, False), **FUSED_ACT_ATTRS}
 
     def infer_shapes(self, shapes):
         a, b = list(shapes[0]), list(shapes[1])
