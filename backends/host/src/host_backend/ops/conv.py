@@ -1,0 +1,161 @@
+"""Conv2d and ConvTranspose2d, float32, NHWC feature maps and HWIO weights.
+
+Conv2d is im2col (a strided view copied once) plus one BLAS matmul per group, batched over
+groups; 1x1 convolutions skip im2col, and depthwise convolutions sum kh*kw shifted slices.
+ConvTranspose2d is one matmul to columns followed by a col2im scatter over the kernel taps.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numpy.lib.stride_tricks import as_strided
+
+from ._common import f32, fold_act, int_attr, out32, pad_hw, pads4, tap
+
+# Conv2d padding_mode -> np.pad mode (PyTorch names; "zeros" is the default).
+_PAD_MODES = {"zeros": "constant", "reflect": "reflect", "replicate": "edge", "circular": "wrap"}
+
+
+def _conv_attrs(attrs: dict) -> tuple[int, int, int, int, int]:
+    return (
+        int_attr(attrs, "stride_height", 1),
+        int_attr(attrs, "stride_width", 1),
+        int_attr(attrs, "dilation_height", 1),
+        int_attr(attrs, "dilation_width", 1),
+        int_attr(attrs, "groups", 1),
+    )
+
+
+def _out_size(padded: int, k: int, s: int, d: int, op: str) -> int:
+    size = (padded - d * (k - 1) - 1) // s + 1
+    if size <= 0:
+        raise ValueError(
+            f"{op}: kernel {k} (dilation {d}) is larger than the padded input {padded}"
+        )
+    return size
+
+
+def conv2d(inputs: list[np.ndarray], attrs: dict) -> list[np.ndarray]:
+    """Conv2d: x NHWC, w (kh, kw, cin/groups, cout), optional bias (cout,), folded act."""
+    x, w = f32(inputs[0]), f32(inputs[1])
+    bias = f32(inputs[2]) if len(inputs) > 2 else None
+    sh, sw, dh, dw, g = _conv_attrs(attrs)
+    pt, pb, pl, pr = pads4(attrs)
+    mode = str(attrs.get("padding_mode", "zeros"))
+    if mode not in _PAD_MODES:
+        raise ValueError(f"Conv2d: padding_mode {mode!r} is not one of {sorted(_PAD_MODES)}")
+    n, _, _, cin = x.shape
+    kh, kw, cig, cout = w.shape
+    if cig * g != cin or cout % g:
+        raise ValueError(
+            f"Conv2d: weights {w.shape} with groups={g} do not fit input channels {cin}"
+        )
+    og = cout // g
+    xp = pad_hw(x, pt, pb, pl, pr, mode=_PAD_MODES[mode])
+    hp, wp = xp.shape[1:3]
+    ho = _out_size(hp, kh, sh, dh, "Conv2d")
+    wo = _out_size(wp, kw, sw, dw, "Conv2d")
+    m = n * ho * wo
+
+    if g > 1 and cig == 1 and g == cin:
+        y = _depthwise(xp, w, og, sh, sw, dh, dw, ho, wo)
+    elif kh == 1 and kw == 1:
+        xs = tap(xp, 0, 0, sh, sw, ho, wo)
+        if g == 1:
+            y = np.matmul(xs.reshape(m, cin), w.reshape(cin, cout))
+        else:
+            cols = xs.reshape(m, g, cig).transpose(1, 0, 2)
+            y = _grouped_matmul(cols, w.reshape(cig, g, og).transpose(1, 0, 2), m, cout)
+    else:
+        s_n, s_h, s_w, s_c = xp.strides
+        if g == 1:
+            patches = as_strided(
+                xp,
+                shape=(n, ho, wo, kh, kw, cin),
+                strides=(s_n, s_h * sh, s_w * sw, s_h * dh, s_w * dw, s_c),
+                writeable=False,
+            )
+            k = kh * kw * cin
+            y = np.matmul(patches.reshape(m, k), w.reshape(k, cout))
+        else:
+            patches = as_strided(
+                xp,
+                shape=(g, n, ho, wo, kh, kw, cig),
+                strides=(s_c * cig, s_n, s_h * sh, s_w * sw, s_h * dh, s_w * dw, s_c),
+                writeable=False,
+            )
+            k = kh * kw * cig
+            wg = w.reshape(kh, kw, cig, g, og).transpose(3, 0, 1, 2, 4).reshape(g, k, og)
+            y = _grouped_matmul(patches.reshape(g, m, k), wg, m, cout)
+    y = out32(y.reshape(n, ho, wo, cout))
+    if bias is not None:
+        y += bias
+    return [fold_act(y, attrs, "Conv2d")]
+
+
+def _grouped_matmul(cols: np.ndarray, wg: np.ndarray, m: int, cout: int) -> np.ndarray:
+    """(g, m, k) @ (g, k, og) -> (m, g*og), output channels group-major as in HWIO."""
+    y = np.matmul(np.ascontiguousarray(cols), np.ascontiguousarray(wg))
+    return y.transpose(1, 0, 2).reshape(m, cout)
+
+
+def _depthwise(
+    xp: np.ndarray, w: np.ndarray, mult: int, sh: int, sw: int, dh: int, dw: int, ho: int, wo: int
+) -> np.ndarray:
+    """groups == cin: output channel o reads input channel o // mult; loop over taps only."""
+    kh, kw, _, cout = w.shape
+    if mult > 1:
+        xp = np.repeat(xp, mult, axis=-1)
+    y = np.zeros((xp.shape[0], ho, wo, cout), dtype=np.float32)
+    tmp = np.empty_like(y)
+    for i in range(kh):
+        for j in range(kw):
+            np.multiply(tap(xp, i * dh, j * dw, sh, sw, ho, wo), w[i, j, 0], out=tmp)
+            y += tmp
+    return y
+
+
+def conv_transpose2d(inputs: list[np.ndarray], attrs: dict) -> list[np.ndarray]:
+    """ConvTranspose2d: x NHWC, w (kh, kw, cin, cout/groups), optional bias, folded act."""
+    x, w = f32(inputs[0]), f32(inputs[1])
+    bias = f32(inputs[2]) if len(inputs) > 2 else None
+    sh, sw, dh, dw, g = _conv_attrs(attrs)
+    pt, pb, pl, pr = pads4(attrs)
+    oph = int_attr(attrs, "output_pad_height", 0)
+    opw = int_attr(attrs, "output_pad_width", 0)
+    mode = str(attrs.get("padding_mode", "zeros"))
+    if mode != "zeros":
+        raise ValueError(f"ConvTranspose2d: padding_mode {mode!r} is not supported, only 'zeros'")
+    if min(pt, pb, pl, pr, oph, opw) < 0:
+        raise ValueError("ConvTranspose2d: pads and output pads must be >= 0")
+    n, h, wd, cin = x.shape
+    kh, kw, wcin, og = w.shape
+    if wcin != cin or cin % g:
+        raise ValueError(
+            f"ConvTranspose2d: weights {w.shape} with groups={g} do not fit input channels {cin}"
+        )
+    cig, cout = cin // g, og * g
+    m = n * h * wd
+    # Columns: every input pixel times every tap, (m, kh, kw, cout).
+    if g == 1:
+        cols = np.matmul(x.reshape(m, cin), w.transpose(2, 0, 1, 3).reshape(cin, kh * kw * og))
+        cols = cols.reshape(n, h, wd, kh, kw, cout)
+    else:
+        xg = np.ascontiguousarray(x.reshape(m, g, cig).transpose(1, 0, 2))
+        wg = np.ascontiguousarray(
+            w.reshape(kh, kw, g, cig, og).transpose(2, 3, 0, 1, 4).reshape(g, cig, kh * kw * og)
+        )
+        cols = np.matmul(xg, wg).reshape(g, n, h, wd, kh, kw, og)
+        cols = cols.transpose(1, 2, 3, 4, 5, 0, 6).reshape(n, h, wd, kh, kw, cout)
+    hf = (h - 1) * sh + dh * (kh - 1) + 1 + oph
+    wf = (wd - 1) * sw + dw * (kw - 1) + 1 + opw
+    if hf - pt - pb <= 0 or wf - pl - pr <= 0:
+        raise ValueError(f"ConvTranspose2d: pads ({pt}, {pb}, {pl}, {pr}) leave an empty output")
+    full = np.zeros((n, hf, wf, cout), dtype=np.float32)
+    for i in range(kh):
+        for j in range(kw):
+            tap(full, i * dh, j * dw, sh, sw, h, wd)[...] += cols[:, :, :, i, j, :]
+    y = out32(full[:, pt : hf - pb, pl : wf - pr, :])
+    if bias is not None:
+        y += bias
+    return [fold_act(y, attrs, "ConvTranspose2d")]

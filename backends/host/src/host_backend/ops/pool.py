@@ -1,0 +1,84 @@
+"""MaxPool2d and AvgPool2d (incl. global, ceil_mode, count_include_pad), float32, NHWC.
+
+Vectorised over N, H, W, C; the only Python loop is over the pool taps.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ._common import f32, int_attr, out32, pad_hw, pads4, require, tap
+
+
+def _out_size(size: int, k: int, s: int, d: int, p0: int, p1: int, ceil_mode: bool) -> int:
+    """ONNX / PyTorch rule; in ceil mode the last window must start inside input or left pad."""
+    span = size + p0 + p1 - d * (k - 1) - 1
+    if span < 0:
+        raise ValueError(f"pool window {k} (dilation {d}) is larger than the padded input")
+    if not ceil_mode:
+        return span // s + 1
+    out = -(-span // s) + 1
+    if (out - 1) * s >= size + p0:
+        out -= 1
+    return out
+
+
+def _geometry(x: np.ndarray, attrs: dict, op: str, dilated: bool):
+    kh = int(require(attrs, "pool_height", op))
+    kw = int(require(attrs, "pool_width", op))
+    sh = int_attr(attrs, "stride_height", 1)
+    sw = int_attr(attrs, "stride_width", 1)
+    dh = int_attr(attrs, "dilation_height", 1) if dilated else 1
+    dw = int_attr(attrs, "dilation_width", 1) if dilated else 1
+    pt, pb, pl, pr = pads4(attrs)
+    ceil_mode = bool(attrs.get("ceil_mode", False))
+    _, h, w, _ = x.shape
+    ho = _out_size(h, kh, sh, dh, pt, pb, ceil_mode)
+    wo = _out_size(w, kw, sw, dw, pl, pr, ceil_mode)
+    # Extra bottom/right rows that ceil mode may read beyond the explicit pads.
+    eb = max(0, (ho - 1) * sh + dh * (kh - 1) + 1 - (h + pt + pb))
+    er = max(0, (wo - 1) * sw + dw * (kw - 1) + 1 - (w + pl + pr))
+    return kh, kw, sh, sw, dh, dw, pt, pb, pl, pr, eb, er, ho, wo
+
+
+def max_pool2d(inputs: list[np.ndarray], attrs: dict) -> list[np.ndarray]:
+    """Max over each window; padding (explicit and ceil-mode overhang) is -inf."""
+    x = f32(inputs[0])
+    kh, kw, sh, sw, dh, dw, pt, pb, pl, pr, eb, er, ho, wo = _geometry(x, attrs, "MaxPool2d", True)
+    xp = pad_hw(x, pt, pb + eb, pl, pr + er, value=-np.inf)
+    y = np.array(tap(xp, 0, 0, sh, sw, ho, wo), dtype=np.float32, order="C")
+    for i in range(kh):
+        for j in range(kw):
+            if i or j:
+                np.maximum(y, tap(xp, i * dh, j * dw, sh, sw, ho, wo), out=y)
+    return [y]
+
+
+def _counts(size: int, k: int, s: int, p0: int, p1: int, out: int, include_pad: bool) -> np.ndarray:
+    """Per output index, how many of the k window positions count toward the divisor."""
+    start = np.arange(out) * s - p0
+    end = np.minimum(start + k, size + p1) if include_pad else np.minimum(start + k, size)
+    if not include_pad:
+        start = np.maximum(start, 0)
+    # A window lying wholly in padding has nothing to average: divide its zero sum by 1.
+    return np.maximum(end - start, 1).astype(np.float32)
+
+
+def avg_pool2d(inputs: list[np.ndarray], attrs: dict) -> list[np.ndarray]:
+    """Mean over each window; count_include_pad counts explicit pads, never the ceil overhang."""
+    x = f32(inputs[0])
+    if attrs.get("is_global", False):
+        return [out32(x.mean(axis=(1, 2), keepdims=True, dtype=np.float32))]
+    kh, kw, sh, sw, _, _, pt, pb, pl, pr, eb, er, ho, wo = _geometry(x, attrs, "AvgPool2d", False)
+    include_pad = bool(attrs.get("count_include_pad", False))
+    _, h, w, _ = x.shape
+    xp = pad_hw(x, pt, pb + eb, pl, pr + er, value=0.0)
+    y = np.array(tap(xp, 0, 0, sh, sw, ho, wo), dtype=np.float32, order="C")
+    for i in range(kh):
+        for j in range(kw):
+            if i or j:
+                y += tap(xp, i, j, sh, sw, ho, wo)
+    ch = _counts(h, kh, sh, pt, pb, ho, include_pad)
+    cw = _counts(w, kw, sw, pl, pr, wo, include_pad)
+    y /= (ch[:, None] * cw[None, :])[None, :, :, None]
+    return [y]

@@ -1,0 +1,108 @@
+"""Concat, Split, Slice, Reshape, Transpose, Squeeze, Unsqueeze, Pad.
+
+Pure data movement: these keep the input dtype (float32 in, float32 out), so the integer
+kernels can share them. Outputs are fresh C-contiguous arrays, never views of an input.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ._common import fresh, require
+
+
+def _axis(axis: int, ndim: int, op: str) -> int:
+    if not -ndim <= axis < ndim:
+        raise ValueError(f"{op}: axis {axis} is out of range for rank {ndim}")
+    return axis % ndim
+
+
+def concat(inputs: list[np.ndarray], attrs: dict) -> list[np.ndarray]:
+    arrays = [np.asarray(x) for x in inputs]
+    axis = _axis(int(attrs.get("axis", -1)), arrays[0].ndim, "Concat")
+    return [np.concatenate(arrays, axis=axis)]
+
+
+def split(inputs: list[np.ndarray], attrs: dict) -> list[np.ndarray]:
+    x = np.asarray(inputs[0])
+    axis = _axis(int(attrs.get("axis", -1)), x.ndim, "Split")
+    sections = [int(s) for s in require(attrs, "sections", "Split")]
+    if sum(sections) != x.shape[axis] or min(sections, default=0) < 0:
+        raise ValueError(
+            f"Split: sections {sections} do not sum to the axis length {x.shape[axis]}"
+        )
+    cuts = np.cumsum(sections)[:-1]
+    return [fresh(part) for part in np.split(x, cuts, axis=axis)]
+
+
+def slice_(inputs: list[np.ndarray], attrs: dict) -> list[np.ndarray]:
+    """x[begin:end:step] per axis, with Python (= ONNX) clamping; missing axes are whole."""
+    x = np.asarray(inputs[0])
+    begin = list(require(attrs, "begin", "Slice"))
+    end = list(require(attrs, "end", "Slice"))
+    step = list(attrs.get("step") or [1] * len(begin))
+    if not len(begin) == len(end) == len(step) or len(begin) > x.ndim:
+        raise ValueError(
+            f"Slice: begin {begin}, end {end}, step {step} must have one entry per axis "
+            f"(rank {x.ndim})"
+        )
+    if 0 in step:
+        raise ValueError("Slice: step must not be 0")
+    index = tuple(slice(int(b), int(e), int(s)) for b, e, s in zip(begin, end, step))
+    return [fresh(x[index])]
+
+
+def reshape(inputs: list[np.ndarray], attrs: dict) -> list[np.ndarray]:
+    """shape may hold one -1 (inferred) and zeros (copy the input dim at that position)."""
+    x = np.asarray(inputs[0])
+    shape = [int(s) for s in require(attrs, "shape", "Reshape")]
+    shape = [x.shape[i] if s == 0 else s for i, s in enumerate(shape)]
+    return [fresh(x.reshape(shape))]
+
+
+def transpose(inputs: list[np.ndarray], attrs: dict) -> list[np.ndarray]:
+    """np.transpose(x, perm); no perm (or an empty one) reverses the axes."""
+    x = np.asarray(inputs[0])
+    perm = attrs.get("perm") or None
+    return [fresh(np.transpose(x, perm))]
+
+
+def squeeze(inputs: list[np.ndarray], attrs: dict) -> list[np.ndarray]:
+    x = np.asarray(inputs[0])
+    axes = attrs.get("axes") or None
+    return [fresh(np.squeeze(x, axis=None if axes is None else tuple(int(a) for a in axes)))]
+
+
+def unsqueeze(inputs: list[np.ndarray], attrs: dict) -> list[np.ndarray]:
+    """axes index the output (ONNX meaning; negative counts from the output's end)."""
+    x = np.asarray(inputs[0])
+    axes = tuple(int(a) for a in require(attrs, "axes", "Unsqueeze"))
+    return [fresh(np.expand_dims(x, axes))]
+
+
+_PAD_MODES = {"constant", "reflect", "edge"}
+
+
+def pad(inputs: list[np.ndarray], attrs: dict) -> list[np.ndarray]:
+    """np.pad per axis; missing trailing entries mean no padding, negative entries crop."""
+    x = np.asarray(inputs[0])
+    before = [int(p) for p in require(attrs, "pad_before", "Pad")]
+    after = [int(p) for p in require(attrs, "pad_after", "Pad")]
+    mode = str(attrs.get("mode", "constant"))
+    if mode not in _PAD_MODES:
+        raise ValueError(f"Pad: mode {mode!r} is not one of {sorted(_PAD_MODES)}")
+    if len(before) != len(after) or len(before) > x.ndim:
+        raise ValueError(f"Pad: pad_before {before} and pad_after {after} need one entry per axis")
+    before += [0] * (x.ndim - len(before))
+    after += [0] * (x.ndim - len(after))
+    # Negative pads crop first (as in ONNX), then the remaining pads grow the array.
+    crop = tuple(
+        slice(-min(b, 0), x.shape[i] + min(a, 0)) for i, (b, a) in enumerate(zip(before, after))
+    )
+    x = x[crop]
+    widths = [(max(b, 0), max(a, 0)) for b, a in zip(before, after)]
+    if mode == "constant":
+        y = np.pad(x, widths, mode="constant", constant_values=attrs.get("value", 0.0))
+    else:
+        y = np.pad(x, widths, mode=mode)
+    return [fresh(y) if y is x else np.ascontiguousarray(y)]
