@@ -19,7 +19,7 @@ run: $(STAMP)
 	$(PY) -m xrt run resnet18 --backends Host --profile
 
 test: $(STAMP)
-	$(PY) -m pytest -q -n 0 2>/dev/null || $(PY) -m pytest -q
+	$(PY) -m pytest -q -m "not slow"
 
 test-all: $(STAMP)
 	$(PY) -m pytest -q -m "slow or not slow"

@@ -9,7 +9,7 @@ from typing import Callable, Sequence
 
 from ..errors import XrtError
 
-BUILTIN = ("plugins", "run")
+BUILTIN = ("plugins", "run", "compile", "quant-report")
 
 
 def _builtin(name: str) -> tuple[Callable, Callable, str]:
