@@ -310,7 +310,7 @@ def parse_element(obj: Any) -> ScalarType | QuantizedType:
                 obj.get("zero_point", 0),
                 obj.get("axis"),
             )
-        except (TypeError, ValueError) as exc:
+        except (TypeError, ValueError, OverflowError) as exc:
             if isinstance(exc, FieldTypeError):
                 raise
             raise FieldTypeError(f"bad quantized element type: {exc}", field="element_dtype")
