@@ -83,6 +83,10 @@ class ShapeMismatchError(NetworkFormatError):
     """An op's declared output shape disagrees with what its inputs imply."""
 
 
+class NetworkFileNotFoundError(XirError, FileNotFoundError):
+    """A network json or raw file does not exist or cannot be read."""
+
+
 class RawFileError(XirError, ValueError):
     """A .raw parameter file is unusable."""
 
@@ -121,3 +125,33 @@ class OpAttributeError(XirError, AttributeError):
 
 class MissingDependencyError(XirError, ImportError):
     """An optional dependency of xir (such as onnx) is missing."""
+
+
+class OnnxImportError(NetworkFormatError):
+    """An ONNX model cannot be imported into an xir network."""
+
+
+class OnnxModelError(OnnxImportError):
+    """The ONNX file is corrupt, truncated or not an ONNX model at all."""
+
+
+class UnsupportedOnnxOpError(OnnxImportError):
+    """ONNX nodes with no xir equivalent; `nodes` lists every one as (name, op_type, reason)."""
+
+    def __init__(self, message: str, *, nodes: list[tuple[str, str, str]] | None = None,
+                 **kw) -> None:
+        super().__init__(message, **kw)
+        self.nodes = list(nodes or [])
+
+
+class DynamicShapeError(OnnxImportError):
+    """A graph input has symbolic or unknown dimensions and `input_shapes` does not fix them."""
+
+
+class CalibrationError(XirError, ValueError):
+    """A calibration sample set is unusable: empty, unreadable, or a sample whose shape or dtype
+    does not fit the network input; the message names the file (if any) and the input."""
+
+
+class QuantizationError(XirError, ValueError):
+    """A network cannot be quantized as asked (e.g. an integer parameter out of its range)."""

@@ -17,7 +17,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..errors import (DuplicateIdError, FieldTypeError, JsonSyntaxError, MissingFieldError,
+from ..errors import (NetworkFileNotFoundError, DuplicateIdError, FieldTypeError, JsonSyntaxError, MissingFieldError,
                       NetworkFormatError, UnknownTypeKeyError, XirError)
 from ..network import FORMAT_VERSION, Network
 from ..ops.base import HOST_TARGET, OP_REGISTRY, REQUIRED, Operation, check_target
@@ -676,8 +676,12 @@ def loads(text: str | bytes | bytearray, file: str | None = None) -> Network:
 def load_json(path: str | os.PathLike) -> Network:
     """Load a network from its json file (params stay empty until `read_raw`)."""
     path = os.fspath(path)
-    with open(path, "rb") as f:
-        data = f.read()
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as exc:
+        raise NetworkFileNotFoundError(f"cannot read network json: {exc.strerror or exc}",
+                                       file=path) from exc
     return loads(data, file=path)
 
 

@@ -152,7 +152,13 @@ def _unlink(path: str) -> None:
 
 def read_raw(net: Network, path: str | os.PathLike) -> Network:
     """Fill every Params of `net` from the .raw file at `path` (see `read_raw_bytes`)."""
-    buf = np.fromfile(os.fspath(path), dtype=np.uint8)
+    try:
+        buf = np.fromfile(os.fspath(path), dtype=np.uint8)
+    except OSError as exc:
+        from ..errors import NetworkFileNotFoundError
+
+        raise NetworkFileNotFoundError(f"cannot read raw params: {exc.strerror or exc}",
+                                       file=os.fspath(path)) from exc
     return read_raw_bytes(net, buf, file=os.fspath(path))
 
 
