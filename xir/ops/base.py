@@ -12,7 +12,7 @@ import re
 from typing import Any, ClassVar, Sequence
 
 from ..errors import FieldTypeError, MissingFieldError, OpAttributeError, ShapeMismatchError
-from ..types import ScalarType, QuantizedType, TensorType
+from ..types import Layout, QuantizedType, ScalarType, TensorType
 from ..values import Value
 
 REQUIRED = object()
@@ -69,6 +69,7 @@ class Operation:
     MIN_INPUTS: ClassVar[int] = 1
     MAX_INPUTS: ClassVar[int | None] = 1
     N_OUTPUTS: ClassVar[int | None] = 1  # None: decided by the attributes (Split)
+    KEEPS_LAYOUT: ClassVar[bool] = True  # outputs keep the first input's axis letters
 
     def __init__(
         self,
@@ -140,10 +141,15 @@ class Operation:
         first = types[0]
         out = []
         for shape in shapes:
-            layout = first.layout if len(shape) == first.rank and not first.layout.is_tiled() \
-                else None
+            layout = self.output_layout(first.layout, len(shape))
             out.append(TensorType(first.element_dtype, shape, layout))
         return out
+
+    def output_layout(self, layout: Layout, rank: int) -> Layout | None:
+        """The layout of an output of `rank` given the first input's; None = don't care."""
+        if self.KEEPS_LAYOUT and layout.rank == rank and not layout.is_tiled():
+            return layout
+        return None
 
     def check_arity(self) -> None:
         n = len(self.inputs)

@@ -105,6 +105,7 @@ class Matmul(Operation):
     """numpy matmul of a (..., M, K) and b (..., K, N), optional bias (N,)."""
 
     op_type = "Matmul"
+    KEEPS_LAYOUT = False
     MIN_INPUTS = 2
     MAX_INPUTS = 3
     ATTRS = {"transpose_a": (bool, False), "transpose_b": (bool, False), **FUSED_ACT_ATTRS}

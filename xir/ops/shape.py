@@ -84,6 +84,7 @@ class Reshape(Operation):
     """Row-major reshape; one -1 entry is inferred, a 0 copies the input dimension."""
 
     op_type = "Reshape"
+    KEEPS_LAYOUT = False
     ATTRS = {"shape": (list, REQUIRED)}
 
     def infer_shapes(self, shapes):
@@ -115,6 +116,14 @@ class Transpose(Operation):
     op_type = "Transpose"
     ATTRS = {"perm": (list, REQUIRED)}
 
+    def output_layout(self, layout, rank):
+        """Axis letters follow the permutation (NHWC with [0, 3, 1, 2] gives NCHW)."""
+        if layout.rank == rank and not layout.is_tiled() and "*" not in layout.spec:
+            from ..types import Layout
+
+            return Layout("".join(layout.spec[p] for p in self.attrs["perm"]))
+        return None
+
     def infer_shapes(self, shapes):
         x = shapes[0]
         perm = self.attrs["perm"]
@@ -129,6 +138,7 @@ class Squeeze(Operation):
     """Drop size-1 axes (`axes` empty: all of them)."""
 
     op_type = "Squeeze"
+    KEEPS_LAYOUT = False
     ATTRS = {"axes": (list, [])}
 
     def infer_shapes(self, shapes):
@@ -147,6 +157,7 @@ class Unsqueeze(Operation):
     """Insert size-1 axes at the given positions of the output."""
 
     op_type = "Unsqueeze"
+    KEEPS_LAYOUT = False
     ATTRS = {"axes": (list, REQUIRED)}
 
     def infer_shapes(self, shapes):

@@ -1,0 +1,268 @@
+"""ONNX import: folding, layout handling, fusions and errors, checked against onnxruntime."""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+ort = pytest.importorskip("onnxruntime")
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+import xir  # noqa: E402
+from xir.frontend import import_onnx  # noqa: E402
+
+RNG = np.random.default_rng(0)
+
+
+def _model(nodes, inputs, outputs, inits=(), opset=17) -> onnx.ModelProto:
+    graph = helper.make_graph(nodes, "g", inputs, outputs,
+                              [numpy_helper.from_array(np.asarray(v), k) for k, v in inits])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 10  # onnx 1.23 writes a version onnxruntime 1.31 refuses
+    return model
+
+
+def _vi(name, shape, dtype=TensorProto.FLOAT):
+    return helper.make_tensor_value_info(name, dtype, shape)
+
+
+def _ort(model, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = 1
+    sess = ort.InferenceSession(model.SerializeToString(), opts,
+                                providers=["CPUExecutionProvider"])
+    return sess.run(None, feeds)
+
+
+def _forward(net: xir.Network, inputs: list[np.ndarray]) -> list[np.ndarray]:
+    from host_backend import HostBackend
+    from xrt import HostDevice, Session, Tensor
+
+    sess = Session.Create([HostBackend], net.view(0), [HostDevice.Default()])
+    sess.apply()
+    outs = sess.forward([Tensor(np.asarray(a, order="C")) for a in inputs])
+    return [np.asarray(t) for t in outs]
+
+
+def _op_types(net: xir.Network) -> list[str]:
+    return [op.op_type for op in net.ops]
+
+
+def _rand(*shape, scale=1.0) -> np.ndarray:
+    return (RNG.standard_normal(shape) * scale).astype(np.float32)
+
+
+def _check_against_ort(model, feeds, rtol=1e-5, atol=1e-5, **kw) -> xir.Network:
+    net = import_onnx(model, **kw)
+    want = _ort(model, feeds)
+    got = _forward(net, [feeds[v.name] for v in net.inputs()])
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert g.shape == w.shape
+        np.testing.assert_allclose(g, w, rtol=rtol, atol=atol)
+    return net
+
+
+# --- folding ---------------------------------------------------------------------------------
+
+def test_batchnorm_folds_into_conv():
+    c = 8
+    inits = [("w", _rand(c, 3, 3, 3)), ("b", _rand(c)), ("g", _rand(c) + 2), ("be", _rand(c)),
+             ("m", _rand(c)), ("v", np.abs(_rand(c)) + 0.5)]
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("BatchNormalization", ["c", "g", "be", "m", "v"], ["bn"],
+                              epsilon=1e-3),
+             helper.make_node("Relu", ["bn"], ["y"])]
+    model = _model(nodes, [_vi("x", [1, 3, 10, 10])], [_vi("y", [1, c, 10, 10])], inits)
+    net = _check_against_ort(model, {"x": _rand(1, 3, 10, 10)}, rtol=1e-4, atol=1e-4)
+    assert "BatchNorm2d" not in _op_types(net)
+    assert _op_types(net).count("Conv2d") == 1
+
+
+def test_batchnorm_folds_into_conv_transpose_with_groups():
+    cin, cout_g, g = 4, 3, 2
+    inits = [("w", _rand(cin, cout_g, 3, 3)), ("g", _rand(cout_g * g) + 2),
+             ("be", _rand(cout_g * g)), ("m", _rand(cout_g * g)),
+             ("v", np.abs(_rand(cout_g * g)) + 0.5)]
+    nodes = [helper.make_node("ConvTranspose", ["x", "w"], ["c"], group=g, strides=[2, 2]),
+             helper.make_node("BatchNormalization", ["c", "g", "be", "m", "v"], ["y"])]
+    model = _model(nodes, [_vi("x", [1, cin, 5, 5])], [_vi("y", None)], inits)
+    net = _check_against_ort(model, {"x": _rand(1, cin, 5, 5)}, rtol=1e-4, atol=1e-4)
+    assert "BatchNorm2d" not in _op_types(net)
+
+
+def test_batchnorm_that_cannot_fold_stays():
+    c = 3
+    inits = [("g", _rand(c)), ("be", _rand(c)), ("m", _rand(c)), ("v", np.abs(_rand(c)) + 1)]
+    nodes = [helper.make_node("BatchNormalization", ["x", "g", "be", "m", "v"], ["y"])]
+    model = _model(nodes, [_vi("x", [2, c, 4, 4])], [_vi("y", [2, c, 4, 4])], inits)
+    net = _check_against_ort(model, {"x": _rand(2, c, 4, 4)})
+    assert "BatchNorm2d" in _op_types(net)
+
+
+def test_shape_gather_concat_reshape_chain_folds():
+    i64 = lambda v: np.asarray(v, dtype=np.int64)  # noqa: E731
+    nodes = [
+        helper.make_node("Shape", ["x"], ["s"]),
+        helper.make_node("Gather", ["s", "i0"], ["n"], axis=0),
+        helper.make_node("Unsqueeze", ["n", "ax0"], ["n1"]),
+        helper.make_node("Constant", [], ["minus1"], value=numpy_helper.from_array(i64([-1]))),
+        helper.make_node("Concat", ["n1", "minus1"], ["shape"], axis=0),
+        helper.make_node("Cast", ["shape"], ["shape64"], to=TensorProto.INT64),
+        helper.make_node("Reshape", ["x", "shape64"], ["y"]),
+    ]
+    model = _model(nodes, [_vi("x", [2, 3, 4, 5])], [_vi("y", None)],
+                   [("i0", i64(0)), ("ax0", i64([0]))])
+    net = _check_against_ort(model, {"x": _rand(2, 3, 4, 5)})
+    assert _op_types(net) == ["Input", "Reshape", "Output"]
+    assert net.outputs()[0].shape == (2, 60)
+
+
+# --- layout ----------------------------------------------------------------------------------
+
+def test_conv_flatten_gemm_matches_onnxruntime():
+    inits = [("w", _rand(6, 3, 3, 3)), ("b", _rand(6)), ("fw", _rand(10, 6 * 4 * 4)),
+             ("fb", _rand(10))]
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], strides=[2, 2], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c"], ["r"]),
+             helper.make_node("Flatten", ["r"], ["f"]),
+             helper.make_node("Gemm", ["f", "fw", "fb"], ["y"], transB=1, alpha=0.5)]
+    model = _model(nodes, [_vi("x", [2, 3, 8, 8])], [_vi("y", [2, 10])], inits)
+    net = _check_against_ort(model, {"x": _rand(2, 3, 8, 8)}, rtol=1e-4, atol=1e-4)
+    types = _op_types(net)
+    assert types.count("Transpose") == 2  # NCHW -> NHWC at the input, back before Flatten
+    conv = next(op for op in net.ops if op.op_type == "Conv2d")
+    assert conv.inputs[1].shape == (3, 3, 3, 6)  # HWIO
+    assert conv.inputs[0].dtype.layout.spec == "NHWC"
+
+
+def test_adjacent_layout_transposes_cancel():
+    inits = [("w1", _rand(4, 3, 1, 1)), ("w2", _rand(5, 4, 3, 3)), ("k", _rand(1, 4, 1, 1))]
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["a"]),
+             helper.make_node("Mul", ["a", "k"], ["m"]),  # broadcast remapped, not transposed
+             helper.make_node("Concat", ["m", "a"], ["cat"], axis=1),  # axis remapped
+             helper.make_node("Slice", ["cat", "st", "en", "ax"], ["s"]),
+             helper.make_node("MaxPool", ["s"], ["p"], kernel_shape=[2, 2], strides=[2, 2]),
+             helper.make_node("Conv", ["p", "w2"], ["y"], pads=[1, 1, 1, 1])]
+    inits += [("st", np.array([2], np.int64)), ("en", np.array([6], np.int64)),
+              ("ax", np.array([1], np.int64))]
+    model = _model(nodes, [_vi("x", [1, 3, 8, 8])], [_vi("y", None)], inits)
+    net = _check_against_ort(model, {"x": _rand(1, 3, 8, 8)}, rtol=1e-4, atol=1e-4)
+    assert _op_types(net).count("Transpose") == 2  # only at the network boundary
+
+
+def test_graph_output_transpose_and_softmax_keep_onnx_layout():
+    nodes = [helper.make_node("Transpose", ["x"], ["t"], perm=[0, 2, 3, 1]),
+             helper.make_node("Softmax", ["t"], ["y"], axis=-1),
+             helper.make_node("Sigmoid", ["x"], ["s"]),
+             helper.make_node("Mul", ["x", "s"], ["z"])]
+    model = _model(nodes, [_vi("x", [1, 4, 3, 5])], [_vi("y", None), _vi("z", None)])
+    net = _check_against_ort(model, {"x": _rand(1, 4, 3, 5)})
+    assert "Silu" in _op_types(net) and "Sigmoid" not in _op_types(net)
+    assert [v.name for v in net.outputs()] == ["y", "z"]
+
+
+def test_resize_nearest_integer_scale_becomes_upsample():
+    nodes = [helper.make_node("Resize", ["x", "", "sc"], ["y"], mode="nearest",
+                              coordinate_transformation_mode="asymmetric", nearest_mode="floor")]
+    model = _model(nodes, [_vi("x", [1, 2, 3, 4])], [_vi("y", None)],
+                   [("sc", np.array([1, 1, 2, 2], np.float32))])
+    net = _check_against_ort(model, {"x": _rand(1, 2, 3, 4)})
+    assert "Upsample" in _op_types(net)
+
+
+# --- errors ----------------------------------------------------------------------------------
+
+def test_every_unsupported_node_is_listed_at_once():
+    nodes = [helper.make_node("Tanh", ["x"], ["a"], name="tanh0"),
+             helper.make_node("Relu", ["a"], ["b"], name="relu_after"),
+             helper.make_node("Erf", ["x"], ["c"], name="erf0"),
+             helper.make_node("Add", ["b", "c"], ["d"], name="add"),
+             helper.make_node("ArgMax", ["d"], ["y"], name="argmax0")]
+    model = _model(nodes, [_vi("x", [1, 4])], [_vi("y", None, TensorProto.INT64)])
+    with pytest.raises(xir.UnsupportedOnnxOpError) as info:
+        import_onnx(model)
+    assert [(n, t) for n, t, _ in info.value.nodes] == [
+        ("tanh0", "Tanh"), ("erf0", "Erf"), ("argmax0", "ArgMax")]
+    for name in ("tanh0", "erf0", "argmax0"):
+        assert name in str(info.value)
+    assert isinstance(info.value, xir.NetworkFormatError)
+
+
+def test_unsupported_attribute_values_are_listed_with_reasons():
+    nodes = [helper.make_node("Pad", ["x", "pads"], ["a"], mode="wrap", name="padwrap"),
+             helper.make_node("Clip", ["x", "lo"], ["c"], name="clip_neg"),
+             helper.make_node("Add", ["a", "c"], ["y"], name="add")]
+    model = _model(nodes, [_vi("x", [1, 4])], [_vi("y", None)],
+                   [("pads", np.array([0, 1, 0, 1], np.int64)),
+                    ("lo", np.array(-1.0, np.float32))])
+    with pytest.raises(xir.UnsupportedOnnxOpError) as info:
+        import_onnx(model)
+    reasons = {n: r for n, _, r in info.value.nodes}
+    assert set(reasons) == {"padwrap", "clip_neg"}
+    assert "wrap" in reasons["padwrap"] and "min" in reasons["clip_neg"]
+
+
+def test_dynamic_dims_need_input_shapes():
+    nodes = [helper.make_node("Relu", ["x"], ["y"])]
+    model = _model(nodes, [_vi("x", ["batch", 3, "h", 4])], [_vi("y", None)])
+    with pytest.raises(xir.DynamicShapeError, match="'x'"):
+        import_onnx(model)
+    net = import_onnx(model, input_shapes={"x": [2, 3, 5, 4]})
+    assert net.inputs()[0].shape == (2, 3, 5, 4)
+    with pytest.raises(xir.DynamicShapeError, match="contradicts"):
+        import_onnx(model, input_shapes={"x": [2, 7, 5, 4]})
+    with pytest.raises(xir.DynamicShapeError, match="not graph inputs"):
+        import_onnx(model, input_shapes={"x": [2, 3, 5, 4], "nope": [1]})
+
+
+def _small_model_bytes() -> bytes:
+    inits = [("w", _rand(8, 3, 3, 3)), ("b", _rand(8))]
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["y"])]
+    return _model(nodes, [_vi("x", [1, 3, 8, 8])], [_vi("y", None)], inits).SerializeToString()
+
+
+def test_corrupt_file_raises_located_xir_error(tmp_path):
+    path = tmp_path / "garbage.onnx"
+    path.write_bytes(b"\xff\xfe this is not protobuf \x00\x01" * 10)
+    with pytest.raises(xir.OnnxModelError) as info:
+        import_onnx(path)
+    assert "garbage.onnx" in str(info.value)
+    assert isinstance(info.value, xir.XirError)
+
+
+@pytest.mark.parametrize("keep", [0.3, 0.6, 0.9, 0.99])
+def test_truncated_file_raises_located_xir_error(tmp_path, keep):
+    data = _small_model_bytes()
+    path = tmp_path / "cut.onnx"
+    path.write_bytes(data[:int(len(data) * keep)])
+    with pytest.raises(xir.XirError) as info:
+        import_onnx(str(path))
+    assert "cut.onnx" in str(info.value)
+
+
+def test_empty_and_missing_files(tmp_path):
+    empty = tmp_path / "empty.onnx"
+    empty.write_bytes(b"")
+    with pytest.raises(xir.OnnxModelError, match="empty.onnx"):
+        import_onnx(empty)
+    with pytest.raises(xir.OnnxModelError, match="missing.onnx"):
+        import_onnx(tmp_path / "missing.onnx")
+
+
+def test_bytes_and_path_inputs_agree(tmp_path):
+    data = _small_model_bytes()
+    path = tmp_path / "m.onnx"
+    path.write_bytes(data)
+    a, b = import_onnx(data, name="n"), import_onnx(path)
+    assert _op_types(a) == _op_types(b)
+    assert a.name == "n"
+
+
+def test_missing_onnx_raises_missing_dependency(monkeypatch):
+    monkeypatch.setitem(sys.modules, "onnx", None)
+    with pytest.raises(xir.MissingDependencyError, match="pip install"):
+        import_onnx(b"whatever")
