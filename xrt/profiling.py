@@ -74,3 +74,29 @@ def chrome_trace(rows: list[dict[str, Any]]) -> dict[str, Any]:
 def write_chrome_trace(rows: list[dict[str, Any]], path: str) -> None:
     with open(path, "w") as fh:
         json.dump(chrome_trace(rows), fh)
+
+
+def plot_profile(rows: list[dict[str, Any]], path: str, title: str = "per-layer time") -> None:
+    """A PNG bar chart of each op's time split into memcpy / hard / other (matplotlib)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels = [f"{r['op_type']}#{r['op_id']}" for r in rows]
+    x = range(len(rows))
+    parts = [("memcpy_ms", "memcpy"), ("hard_ms", "hard"), ("other_ms", "other")]
+    fig, ax = plt.subplots(figsize=(max(6.0, 0.18 * len(rows)), 4.0))
+    bottom = [0.0] * len(rows)
+    for key, label in parts:
+        vals = [r[key] for r in rows]
+        ax.bar(x, vals, bottom=bottom, label=label, width=0.8)
+        bottom = [b + v for b, v in zip(bottom, vals)]
+    ax.set_xticks(list(x))
+    ax.set_xticklabels(labels, rotation=90, fontsize=6)
+    ax.set_ylabel("ms")
+    ax.set_title(title)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

@@ -18,6 +18,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--profile", action="store_true", help="print the per-op time profile")
     parser.add_argument("--profile-json", help="write the profile rows as json")
     parser.add_argument("--trace", help="write a Chrome/Perfetto trace json")
+    parser.add_argument("--plot", help="write a PNG plot of the per-layer time")
     parser.add_argument("--dump-outputs", metavar="DIR", help="dump every op's outputs")
     parser.add_argument("--dump-format", default="SFB", help="three-letter dump format")
     parser.add_argument("--log-time", action="store_true", help="print each op's times")
@@ -79,7 +80,7 @@ def default_inputs(model: str, net: Any) -> list[Any]:
 def run(args: argparse.Namespace) -> int:
     import numpy as np
 
-    from ..profiling import print_profile, profile_rows, write_chrome_trace
+    from ..profiling import plot_profile, print_profile, profile_rows, write_chrome_trace
     from ..session import Session
 
     net = load_model(args.model, args.raw)
@@ -105,6 +106,8 @@ def run(args: argparse.Namespace) -> int:
             json.dump(rows, fh, indent=1)
     if args.trace:
         write_chrome_trace(rows, args.trace)
+    if args.plot:
+        plot_profile(rows, args.plot, title=f"{net.name}: per-layer time")
     for v, t in zip(net.outputs(), outs):
         arr = np.asarray(t)
         print(f"output v{v.v_id} {list(arr.shape)} {arr.dtype}: mean {arr.mean():.6g} "

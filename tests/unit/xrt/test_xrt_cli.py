@@ -1,0 +1,48 @@
+"""The command line: `xrt run` on a zoo network and on json+raw, with profile outputs."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+from xir import zoo
+from xrt.cli import main
+
+
+def test_run_zoo_network_with_profile_trace_and_plot(tmp_path, capsys):
+    trace, plot, rows = tmp_path / "t.json", tmp_path / "p.png", tmp_path / "rows.json"
+    code = main(["run", "tiny_cnn", "--profile", "--trace", str(trace), "--plot", str(plot),
+                 "--profile-json", str(rows), "--save-outputs", str(tmp_path / "out")])
+    assert code == 0
+    out = capsys.readouterr().out
+    assert "per-op time profile" in out and "Conv2d" in out
+    events = json.loads(trace.read_text())["traceEvents"]
+    net = zoo.build("tiny_cnn")
+    assert len(events) == len(net.ops)
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert {r["op_type"] for r in json.loads(rows.read_text())} >= {"Conv2d", "Matmul"}
+    saved = list((tmp_path / "out").glob("*.npy"))
+    assert len(saved) == 1 and np.load(saved[0]).shape == (1, 10)
+
+
+def test_run_json_raw_with_given_inputs_and_dumps(tmp_path, capsys):
+    net = zoo.build("tiny_cnn")
+    net.save(tmp_path / "tiny.json")
+    x = zoo.calibration_set("tiny_cnn", count=1)[0][0]
+    np.save(tmp_path / "x.npy", x)
+    code = main(["run", str(tmp_path / "tiny.json"), "--inputs", str(tmp_path / "x.npy"),
+                 "--dump-outputs", str(tmp_path / "dump"), "--dump-format", "SFT"])
+    assert code == 0
+    assert len(list((tmp_path / "dump").iterdir())) == sum(len(op.outputs) for op in net.ops)
+
+
+def test_run_reports_bad_input_cleanly(tmp_path, capsys):
+    (tmp_path / "bad.json").write_text("{ not json")
+    assert main(["run", str(tmp_path / "bad.json")]) == 2
+    err = capsys.readouterr().err
+    assert "bad.json" in err and "line 1" in err
+    assert main(["run", "tiny_cnn", "--backends", "NoSuch"]) == 2
+    assert "installed backends" in capsys.readouterr().err
+    assert main(["run", "tiny_cnn", "--backends", "Host,nosuch://x"]) == 2
+    assert "installed schemes" in capsys.readouterr().err
