@@ -12,6 +12,11 @@ def profile_rows(session: Any) -> list[dict[str, Any]]:
     """One row per profiled op of the session's last forward, in execution order."""
     results = session.timeProfileResults()
     bindings = session.backendBindings()
+    hw: dict[int, dict[str, Any]] = {}
+    for backend in session.backends:  # hardware counters of simulated devices, where offered
+        info = getattr(backend, "profileInfo", None)
+        if callable(info):
+            hw.update(info())
     rows = []
     for op in session.network_view.ops:
         if op.op_id not in results:
@@ -24,12 +29,13 @@ def profile_rows(session: Any) -> list[dict[str, Any]]:
             "macs": conv_macs(op), "wall_ms": wall, "memcpy_ms": memcpy, "hard_ms": hard,
             "other_ms": other,
         })
+        rows[-1].update(hw.get(op.op_id, {}))
     known = {r["op_id"] for r in rows}
     for op_id, (wall, memcpy, hard, other) in sorted(results.items()):
         if op_id not in known:  # synthetic ids (merged HardOps)
             rows.append({"op_id": op_id, "op_type": "HardOp(merged)", "name": "",
                          "backend": "", "macs": 0, "wall_ms": wall, "memcpy_ms": memcpy,
-                         "hard_ms": hard, "other_ms": other})
+                         "hard_ms": hard, "other_ms": other, **hw.get(op_id, {})})
     return rows
 
 
@@ -41,22 +47,46 @@ def print_profile(rows: list[dict[str, Any]], title: str = "per-op time profile"
 
     console = console or Console()
     table = Table(title=title, show_lines=False)
-    for col, just in [("op", "right"), ("type", "left"), ("backend", "left"),
-                      ("MMACs", "right"), ("wall ms", "right"), ("memcpy ms", "right"),
-                      ("hard ms", "right"), ("other ms", "right")]:
+    hw = any("cycles" in r for r in rows)
+    cols = [("op", "right"), ("type", "left"), ("backend", "left"), ("MMACs", "right")]
+    if hw:
+        cols += [("kcycles", "right"), ("ETM KiB", "right"), ("OCM KiB", "right"),
+                 ("util", "right")]
+    cols += [("wall ms", "right"), ("memcpy ms", "right"), ("hard ms", "right"),
+             ("other ms", "right")]
+    for col, just in cols:
         table.add_column(col, justify=just)
-    tot = {k: 0.0 for k in ("macs", "wall_ms", "memcpy_ms", "hard_ms", "other_ms")}
+    keys = ("macs", "cycles", "etm_bytes", "ocm_bytes", "wall_ms", "memcpy_ms", "hard_ms",
+            "other_ms")
+    tot = {k: 0.0 for k in keys}
     for r in rows:
         for k in tot:
-            tot[k] += r[k]
-        table.add_row(str(r["op_id"]), r["op_type"], r["backend"],
-                      f"{r['macs'] / 1e6:.1f}" if r["macs"] else "",
-                      f"{r['wall_ms']:.3f}", f"{r['memcpy_ms']:.3f}", f"{r['hard_ms']:.3f}",
-                      f"{r['other_ms']:.3f}")
+            tot[k] += r.get(k, 0) or 0
+        cells = [str(r["op_id"]), r["op_type"], r["backend"],
+                 f"{r['macs'] / 1e6:.1f}" if r["macs"] else ""]
+        if hw:
+            cells += _hw_cells(r)
+        cells += [f"{r['wall_ms']:.3f}", f"{r['memcpy_ms']:.3f}", f"{r['hard_ms']:.3f}",
+                  f"{r['other_ms']:.3f}"]
+        table.add_row(*cells)
     table.add_section()
-    table.add_row("", "total", "", f"{tot['macs'] / 1e6:.1f}", f"{tot['wall_ms']:.3f}",
-                  f"{tot['memcpy_ms']:.3f}", f"{tot['hard_ms']:.3f}", f"{tot['other_ms']:.3f}")
+    cells = ["", "total", "", f"{tot['macs'] / 1e6:.1f}"]
+    if hw:
+        cells += [f"{tot['cycles'] / 1e3:.1f}", f"{tot['etm_bytes'] / 1024:.0f}",
+                  f"{tot['ocm_bytes'] / 1024:.0f}", ""]
+    cells += [f"{tot['wall_ms']:.3f}", f"{tot['memcpy_ms']:.3f}", f"{tot['hard_ms']:.3f}",
+              f"{tot['other_ms']:.3f}"]
+    table.add_row(*cells)
     console.print(table)
+
+
+def _hw_cells(r: dict[str, Any]) -> list[str]:
+    if "cycles" not in r:
+        return ["", "", "", ""]
+    util = r.get("utilisation")
+    return [f"{r['cycles'] / 1e3:.1f}", f"{r.get('etm_bytes', 0) / 1024:.0f}",
+            f"{r.get('ocm_bytes', 0) / 1024:.0f}",
+            f"{util * 100:.0f}%" if util is not None else ""]
 
 
 def chrome_trace(rows: list[dict[str, Any]]) -> dict[str, Any]:
