@@ -1,0 +1,484 @@
+"""The icore: fetches an instruction stream from simulated memory and executes it.
+
+`Icore.run(instr_addr, nbytes, mmu, ...)` reads the words at physical ETM address `instr_addr`
+(the instruction fetch unit reads DDR directly), walks them, and for every run word resolves its
+operands through the MMU into views of the simulated ETM/OCM, calls the Numba kernel and the
+Numba cycle model. Nothing is taken from Python objects: a wrong address or a missing upload
+computes on whatever bytes are there, as the board would.
+
+Per layer (the words up to a SYNC) it accumulates MACs, cycles, bytes and tiles; SYNC writes the
+layer's timer record and profiler record into memory when those are configured (record formats
+in docs/zg330-isa.md) and advances the layer counter.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from . import cycles as cy
+from .asm import AVG_RECORD, PARAM_RECORD, conv_weight_bytes
+from .config import CODE_DTYPES, NP_DTYPES, NpuConfig
+from .dma import TileCounters
+from .isa import F, ConvMode, Op, PoolMode, decode_arrays, unpack_payload
+from .kernels import mpe, vector
+from .mmu import MEM_ETM, MEM_OCM, MmuFault, MmuTable
+
+log = logging.getLogger(__name__)
+
+TIMER_RECORD = np.dtype([("tag", "<u8"), ("layer", "<u8"), ("start", "<u8"), ("end", "<u8")])
+PROFILE_RECORD = np.dtype([("tag", "<u8"), ("layer", "<u8"), ("macs", "<u8"), ("cycles", "<u8"),
+                           ("compute", "<u8"), ("dma", "<u8"), ("etm_rd", "<u8"),
+                           ("etm_wr", "<u8"), ("ocm_rd", "<u8"), ("ocm_wr", "<u8")])
+
+
+class NpuFault(RuntimeError):
+    """The simulated NPU stopped: illegal instruction, bad operand, MMU fault."""
+
+
+class MemoryBus:
+    """Physical memory as the icore sees it: the ETM and OCM byte stores.
+
+    `etm` / `ocm` are `xrt.memory.Storage` objects addressed physically (an `ArenaStorage`).
+    """
+
+    def __init__(self, cfg: NpuConfig, etm: Any, ocm: Any) -> None:
+        self.cfg = cfg
+        self.etm = etm
+        self.ocm = ocm
+
+    def mem_of(self, phys: int, n: int) -> int:
+        c = self.cfg
+        if c.etm_base <= phys and phys + n <= c.etm_base + c.etm_size:
+            return MEM_ETM
+        if c.ocm_base <= phys and phys + n <= c.ocm_base + c.ocm_size:
+            return MEM_OCM
+        raise MmuFault(f"physical range [{phys:#x}, {phys + n:#x}) is in neither ETM "
+                       f"[{c.etm_base:#x}, +{c.etm_size:#x}) nor OCM [{c.ocm_base:#x}, "
+                       f"+{c.ocm_size:#x})")
+
+    def view(self, mem: int, phys: int, n: int) -> np.ndarray:
+        store = self.etm if mem == MEM_ETM else self.ocm
+        v = store.view(phys, n)
+        if v is None:
+            raise NpuFault("this memory store is remote; the simulator needs local memory")
+        return v
+
+    def write(self, mem: int, phys: int, data: Any) -> None:
+        (self.etm if mem == MEM_ETM else self.ocm).write(phys, data)
+
+
+@dataclass
+class Operand:
+    arr: np.ndarray  # flat int8/int16 view starting at the buffer address
+    rs: int  # row stride (elements)
+    pitch: int
+    coff: int
+    h: int
+    w: int
+    c: int
+    mem: int
+    dtype: str
+    nbytes: int
+
+
+@dataclass
+class RunResult:
+    """What one `Icore.run` did."""
+
+    cycles: int = 0
+    syncs: int = 0
+    words: int = 0
+    layers: list[np.ndarray] = field(default_factory=list)  # PROFILE_RECORD rows
+    totals: dict[str, int] = field(default_factory=dict)
+
+
+_STAT_KEYS = ("runs", "layers", "instructions", "cycles", "macs", "compute_cycles", "dma_cycles",
+              "etm_rd", "etm_wr", "ocm_rd", "ocm_wr", "rtiles", "wtiles")
+
+
+class Icore:
+    """The NPU's control core plus MPE array and vector unit of one device."""
+
+    def __init__(self, cfg: NpuConfig, bus: MemoryBus) -> None:
+        self.cfg = cfg
+        self.bus = bus
+        self.tiles = TileCounters(cfg.mpe_cols)
+        self._stats = dict.fromkeys(_STAT_KEYS, 0)
+        self._res = cy.new_result_vector()
+
+    # --- counters -----------------------------------------------------------------------------
+
+    def stats(self) -> dict[str, int]:
+        """Cumulative counters since the last `clear_stats` (runs, layers, cycles, bytes...)."""
+        return dict(self._stats)
+
+    def clear_stats(self) -> None:
+        for k in self._stats:
+            self._stats[k] = 0
+
+    def reset(self) -> None:
+        """Fast reset of the hardware counters (tiles); stats are the simulator's, kept."""
+        self.tiles.clear()
+
+    # --- execution ----------------------------------------------------------------------------
+
+    def run(self, instr_addr: int, nbytes: int, mmu: MmuTable, *, rows_en: int | None = None,
+            cols_en: int | None = None, icore_clk_hz: int | None = None,
+            ddr_clk_hz: int | None = None, timer: tuple[int, int] | None = None,
+            profiler: tuple[int, int] | None = None, layer_base: int = 0) -> RunResult:
+        """Execute `nbytes` of instructions at physical ETM address `instr_addr`.
+
+        `timer` / `profiler`: (physical address, bytes) of the record areas, or None.
+        `layer_base`: the layer counter before this run (records go to slot = layer index).
+        """
+        cfg = self.cfg
+        if nbytes <= 0 or nbytes % 8:
+            raise NpuFault(f"instruction size {nbytes} is not a positive multiple of 8 bytes")
+        try:
+            mem = self.bus.mem_of(instr_addr, nbytes)
+        except MmuFault as exc:
+            raise NpuFault(f"instruction fetch: {exc}") from None
+        if mem != MEM_ETM:
+            raise NpuFault(f"instruction fetch at {instr_addr:#x}: instructions are read from ETM")
+        raw = np.array(self.bus.view(mem, instr_addr, nbytes), copy=True).view("<u8")
+        ops, fids, payloads = decode_arrays(raw)
+        rows = cfg.mpe_rows if rows_en is None else int(rows_en)
+        cols = cfg.mpe_cols if cols_en is None else int(cols_en)
+        hw = cfg.hw_vector(rows, cols, icore_clk_hz, ddr_clk_hz)
+        etm_bw = hw[cy.HW_ETM_BW1024] / 1024.0
+        d: dict[int, int] = {}
+        res = RunResult()
+        cur = np.zeros(cy.R_SIZE, dtype=np.int64)
+        t = cfg.launch_overhead_cycles
+        layer_start = t
+        words_in_layer = 0
+        layer_idx = int(layer_base)
+        n = len(ops)
+        i = 0
+        ended = False
+        opl = ops.tolist()
+        fidl = fids.tolist()
+        payl = payloads.tolist()
+        while i < n:
+            op, a, p = opl[i], fidl[i], payl[i]
+            i += 1
+            words_in_layer += 1
+            if op == Op.SET:
+                if a not in F._value2member_map_:
+                    raise NpuFault(f"word {i - 1} at {instr_addr + 8 * (i - 1):#x}: SET to "
+                                   f"unknown field {a:#04x}")
+                d[a] = p
+            elif op == Op.NOP:
+                continue
+            elif op == Op.SYNC:
+                fetch = -(-words_in_layer * 8 * 1024 // int(hw[cy.HW_ETM_BW1024]))
+                issue = words_in_layer * cfg.issue_cycles_per_word
+                layer_cycles = int(cur[cy.R_CYCLES]) + max(fetch, issue) + cfg.sync_overhead_cycles
+                t = layer_start + layer_cycles
+                rec = np.zeros(1, dtype=PROFILE_RECORD)
+                rec["tag"], rec["layer"] = p, layer_idx
+                rec["macs"], rec["cycles"] = cur[cy.R_MACS], layer_cycles
+                rec["compute"], rec["dma"] = cur[cy.R_COMPUTE], cur[cy.R_DMA] + fetch
+                rec["etm_rd"] = cur[cy.R_ETM_RD] + words_in_layer * 8
+                rec["etm_wr"], rec["ocm_rd"], rec["ocm_wr"] = (cur[cy.R_ETM_WR], cur[cy.R_OCM_RD],
+                                                              cur[cy.R_OCM_WR])
+                res.layers.append(rec[0])
+                self._write_records(timer, profiler, layer_idx, p, layer_start, t, rec)
+                self._account(rec[0], cur, words_in_layer)
+                layer_idx += 1
+                layer_start = t
+                cur[:] = 0
+                words_in_layer = 0
+            elif op == Op.END:
+                ended = True
+                break
+            elif op in (Op.CONV, Op.MATMUL, Op.ELTW, Op.POOL, Op.LUT, Op.UPSAMPLE, Op.COPY):
+                try:
+                    lv = self._execute(op, p & 0xFF, d, mmu, rows)
+                except MmuFault as exc:
+                    raise NpuFault(f"word {i - 1} ({Op(op).name}): {exc}") from None
+                cy.layer_cycles(lv, hw, self._res)
+                cur += self._res
+                self.tiles.add(int(self._res[cy.R_RTILES]), int(self._res[cy.R_WTILES]), cols)
+            else:
+                raise NpuFault(f"word {i - 1} at {instr_addr + 8 * (i - 1):#x}: illegal opcode "
+                               f"{op:#04x} (word {int(raw[i - 1]):#018x})")
+        # work after the last SYNC (a stream without a final SYNC) still costs time
+        tail = int(cur[cy.R_CYCLES]) + words_in_layer * cfg.issue_cycles_per_word
+        t = layer_start + tail
+        self._stats["cycles"] += tail
+        self._stats["macs"] += int(cur[cy.R_MACS])
+        del ended, etm_bw
+        res.cycles = int(t)
+        res.syncs = layer_idx - int(layer_base)
+        res.words = i
+        self._stats["runs"] += 1
+        self._stats["cycles"] += cfg.launch_overhead_cycles
+        self._stats["instructions"] += i
+        res.totals = self.stats()
+        return res
+
+    def _account(self, rec: np.void, cur: np.ndarray, words: int) -> None:
+        s = self._stats
+        s["layers"] += 1
+        s["cycles"] += int(rec["cycles"])
+        s["macs"] += int(rec["macs"])
+        s["compute_cycles"] += int(rec["compute"])
+        s["dma_cycles"] += int(rec["dma"])
+        s["etm_rd"] += int(rec["etm_rd"])
+        s["etm_wr"] += int(rec["etm_wr"])
+        s["ocm_rd"] += int(rec["ocm_rd"])
+        s["ocm_wr"] += int(rec["ocm_wr"])
+        s["rtiles"] += int(cur[cy.R_RTILES])
+        s["wtiles"] += int(cur[cy.R_WTILES])
+
+    def _write_records(self, timer, profiler, idx: int, tag: int, start: int, end: int,
+                       rec: np.ndarray) -> None:
+        if timer is not None:
+            addr, size = timer
+            off = idx * TIMER_RECORD.itemsize
+            if off + TIMER_RECORD.itemsize <= size:
+                tr = np.zeros(1, dtype=TIMER_RECORD)
+                tr["tag"], tr["layer"], tr["start"], tr["end"] = tag, idx, start, end
+                self.bus.write(self.bus.mem_of(addr + off, tr.nbytes), addr + off,
+                               tr.view(np.uint8))
+        if profiler is not None:
+            addr, size = profiler
+            off = idx * PROFILE_RECORD.itemsize
+            if off + PROFILE_RECORD.itemsize <= size:
+                self.bus.write(self.bus.mem_of(addr + off, rec.nbytes), addr + off,
+                               rec.view(np.uint8))
+
+    # --- operands -----------------------------------------------------------------------------
+
+    def _operand(self, d: dict, mmu: MmuTable, which: str) -> Operand:
+        fa, fs, fl, fr = {
+            "in": (F.IN_ADDR, F.IN_SHAPE, F.IN_LAYOUT, F.IN_RSTRIDE),
+            "in1": (F.IN1_ADDR, F.IN1_SHAPE, F.IN1_LAYOUT, F.IN1_RSTRIDE),
+            "out": (F.OUT_ADDR, F.OUT_SHAPE, F.OUT_LAYOUT, F.OUT_RSTRIDE),
+        }[which]
+        shape = unpack_payload(fs, d.get(fs, 0))
+        lay = unpack_payload(fl, d.get(fl, 0))
+        dtype = CODE_DTYPES.get(lay["dtype"])
+        if dtype is None:
+            raise NpuFault(f"{which}: unknown dtype code {lay['dtype']}")
+        npdt = NP_DTYPES[dtype]
+        esz = npdt.itemsize
+        h, w, c, pitch, coff = shape["h"], shape["w"], shape["c"], lay["pitch"], lay["c_off"]
+        if min(h, w, c) < 1 or coff + c > pitch:
+            raise NpuFault(f"{which}: bad feature map {h}x{w}x{c}, channels [{coff}, {coff + c})"
+                           f" of pitch {pitch}")
+        rs = d.get(fr, 0) or w * pitch * esz
+        if rs % esz or rs < w * pitch * esz:
+            raise NpuFault(f"{which}: row stride {rs} bytes is not a whole row of elements")
+        nbytes = (h - 1) * rs + ((w - 1) * pitch + coff + c) * esz
+        addr = d.get(fa, 0)
+        mem, phys = mmu.translate(addr, nbytes, f"{which} operand")
+        if phys % esz:
+            raise NpuFault(f"{which}: physical address {phys:#x} is not {esz}-byte aligned")
+        arr = self.bus.view(mem, phys, nbytes).view(npdt.newbyteorder("="))
+        return Operand(arr, rs // esz, pitch, coff, h, w, c, mem, dtype, nbytes)
+
+    def _const(self, d: dict, mmu: MmuTable, fid: F, nbytes: int, what: str):
+        mem, phys = mmu.translate(d.get(fid, 0), nbytes, what)
+        return mem, self.bus.view(mem, phys, nbytes)
+
+    def _params(self, d: dict, mmu: MmuTable, n: int):
+        _, raw = self._const(d, mmu, F.PRM_ADDR, n * PARAM_RECORD.itemsize, "requant params")
+        rec = np.frombuffer(raw.tobytes(), dtype=PARAM_RECORD)
+        return (rec["bias"].astype(np.int64), rec["mult"].astype(np.int64),
+                rec["shift"].astype(np.int64), rec["mult_neg"].astype(np.int64),
+                rec["shift_neg"].astype(np.int64))
+
+    @staticmethod
+    def _clip(d: dict, dtype: str) -> tuple[int, int]:
+        info = np.iinfo(NP_DTYPES[dtype])
+        if F.CLIP not in d:
+            return int(info.min), int(info.max)
+        cl = unpack_payload(F.CLIP, d[F.CLIP])
+        return max(cl["lo"], int(info.min)), min(cl["hi"], int(info.max))
+
+    # --- run words ----------------------------------------------------------------------------
+
+    def _execute(self, op: int, mode: int, d: dict, mmu: MmuTable, rows_en: int) -> np.ndarray:
+        """Run one layer; return its cycle-model layer vector."""
+        cfg = self.cfg
+        lv = cy.new_layer_vector()
+        x = self._operand(d, mmu, "in")
+        y = self._operand(d, mmu, "out")
+        tile = unpack_payload(F.TILE, d.get(F.TILE, 0))
+        lv[cy.L_ESZ_IN] = NP_DTYPES[x.dtype].itemsize
+        lv[cy.L_ESZ_OUT] = NP_DTYPES[y.dtype].itemsize
+        lv[cy.L_IN_H], lv[cy.L_IN_W], lv[cy.L_IN_C] = x.h, x.w, x.c
+        lv[cy.L_OUT_H], lv[cy.L_OUT_W], lv[cy.L_OUT_C] = y.h, y.w, y.c
+        lv[cy.L_TILE_ROWS], lv[cy.L_TILE_OCB] = tile["rows"], tile["oc_blocks"]
+        lv[cy.L_IN_MEM], lv[cy.L_OUT_MEM] = x.mem, y.mem
+        lv[cy.L_KH] = lv[cy.L_SH] = lv[cy.L_DH] = lv[cy.L_GROUPS] = lv[cy.L_TAPS] = 1
+        compute = not cfg.is_mock
+        lo, hi = self._clip(d, y.dtype)
+        if op == Op.CONV:
+            self._conv(mode, d, mmu, x, y, lv, rows_en, lo, hi, compute)
+        elif op == Op.MATMUL:
+            self._matmul(d, mmu, x, y, lv, rows_en, lo, hi, compute)
+        elif op == Op.ELTW:
+            b = self._operand(d, mmu, "in1")
+            if mode > 2:
+                raise NpuFault(f"ELTW mode {mode} is not add/sub/mul")
+            if b.dtype != x.dtype or (b.h, b.w) not in ((x.h, x.w), (1, 1)) or b.c != x.c or \
+                    (x.h, x.w, x.c) != (y.h, y.w, y.c):
+                raise NpuFault("ELTW operand shapes do not match")
+            ka = unpack_payload(F.ELTW_KA, d.get(F.ELTW_KA, 1))["value"]
+            kb = unpack_payload(F.ELTW_KB, d.get(F.ELTW_KB, 1))["value"]
+            rq = unpack_payload(F.RQ, d.get(F.RQ, 0))
+            rn = unpack_payload(F.RQ_NEG, d.get(F.RQ_NEG, d.get(F.RQ, 0)))
+            lv[cy.L_KIND] = cy.K_ELTW
+            lv[cy.L_IN1_BYTES], lv[cy.L_IN1_MEM] = b.h * b.w * b.c * lv[cy.L_ESZ_IN], b.mem
+            if compute:
+                vector.eltw(x.arr, x.rs, x.pitch, x.coff, b.arr, b.rs, b.pitch, b.coff,
+                            (b.h, b.w) == (1, 1) and (x.h, x.w) != (1, 1),
+                            y.arr, y.rs, y.pitch, y.coff, y.h, y.w, y.c, mode, ka, kb,
+                            rq["mult"], rq["shift"], rn["mult"], rn["shift"], lo, hi)
+        elif op == Op.POOL:
+            self._pool(mode, d, mmu, x, y, lv, lo, hi, compute)
+        elif op == Op.LUT:
+            n = 256 if x.dtype == "int8" else 65536
+            mem, raw = self._const(d, mmu, F.PRM_ADDR, n * NP_DTYPES[y.dtype].itemsize, "LUT")
+            lv[cy.L_KIND] = cy.K_LUT
+            lv[cy.L_PRM_BYTES] = raw.size
+            if (x.h, x.w, x.c) != (y.h, y.w, y.c):
+                raise NpuFault("LUT in and out shapes differ")
+            if compute:
+                table = np.frombuffer(raw.tobytes(), dtype=NP_DTYPES[y.dtype].newbyteorder("<"))
+                table = table.astype(NP_DTYPES[y.dtype])
+                qmin = int(np.iinfo(NP_DTYPES[x.dtype]).min)
+                vector.lut(x.arr, x.rs, x.pitch, x.coff, table, qmin, y.arr, y.rs, y.pitch, y.coff,
+                           y.h, y.w, y.c)
+        elif op == Op.UPSAMPLE:
+            sc = unpack_payload(F.SCALE, d.get(F.SCALE, 0))
+            sh, sw = max(sc["sh"], 1), max(sc["sw"], 1)
+            if (y.h, y.w, y.c) != (x.h * sh, x.w * sw, x.c) or x.dtype != y.dtype:
+                raise NpuFault("UPSAMPLE shapes do not match the scale")
+            lv[cy.L_KIND], lv[cy.L_SH] = cy.K_UPSAMPLE, sh
+            if compute:
+                vector.upsample_nearest(x.arr, x.rs, x.pitch, x.coff, y.arr, y.rs, y.pitch,
+                                        y.coff, y.h, y.w, y.c, sh, sw)
+        elif op == Op.COPY:
+            if (x.h, x.w, x.c) != (y.h, y.w, y.c) or x.dtype != y.dtype:
+                raise NpuFault("COPY in and out shapes differ")
+            lv[cy.L_KIND] = cy.K_COPY
+            if compute:
+                vector.copy(x.arr, x.rs, x.pitch, x.coff, y.arr, y.rs, y.pitch, y.coff,
+                            y.h, y.w, y.c)
+        return lv
+
+    def _geometry(self, d: dict) -> tuple[int, ...]:
+        k = unpack_payload(F.KERNEL, d.get(F.KERNEL, 0))
+        pd = unpack_payload(F.PAD, d.get(F.PAD, 0))
+        kh, kw, sh, sw, dh, dw = (max(k[n], 1) for n in ("kh", "kw", "sh", "sw", "dh", "dw"))
+        return kh, kw, sh, sw, dh, dw, pd["pt"], pd["pb"], pd["pl"], pd["pr"]
+
+    def _conv(self, mode, d, mmu, x: Operand, y: Operand, lv, rows_en, lo, hi, compute):
+        cfg = self.cfg
+        kh, kw, sh, sw, dh, dw, pt, pb, pl, pr = self._geometry(d)
+        g = max(d.get(F.GROUPS, 1), 1)
+        if x.dtype != y.dtype:
+            raise NpuFault("CONV in and out dtypes differ")
+        oh = (x.h + pt + pb - dh * (kh - 1) - 1) // sh + 1
+        ow = (x.w + pl + pr - dw * (kw - 1) - 1) // sw + 1
+        if (oh, ow) != (y.h, y.w) or x.c % g or y.c % g:
+            raise NpuFault(f"CONV geometry gives {oh}x{ow}, out is {y.h}x{y.w} (groups {g})")
+        cin_g, cout_g = x.c // g, y.c // g
+        dwise = mode == ConvMode.DEPTHWISE
+        if dwise and not (cin_g == 1 and cout_g == 1):
+            raise NpuFault("depthwise CONV needs one input and one output channel per group")
+        if mode not in (ConvMode.DENSE, ConvMode.DEPTHWISE):
+            raise NpuFault(f"CONV mode {mode} unknown")
+        dtype = x.dtype
+        cu = cfg.channel_unit(dtype)
+        ocb = cfg.oc_block(dtype)
+        if dwise:
+            nbytes = conv_weight_bytes(kh, kw, x.c, y.c, g, dtype, cfg)
+        else:
+            nbytes = g * -(-cout_g // ocb) * kh * kw * -(-cin_g // cu) * cu * ocb * \
+                int(lv[cy.L_ESZ_IN])
+        wmem, wraw = self._const(d, mmu, F.WGT_ADDR, nbytes, "weights")
+        lv[cy.L_KIND] = cy.K_DW if dwise else cy.K_CONV
+        lv[cy.L_KH], lv[cy.L_KW], lv[cy.L_SH], lv[cy.L_DH] = kh, kw, sh, dh
+        lv[cy.L_GROUPS], lv[cy.L_CIN_G], lv[cy.L_COUT_G] = g, cin_g, cout_g
+        lv[cy.L_ICB], lv[cy.L_OCB], lv[cy.L_OCB_EFF] = cu, ocb, cfg.out_lanes(dtype) * rows_en
+        lv[cy.L_WGT_BYTES], lv[cy.L_WGT_MEM] = nbytes, wmem
+        lv[cy.L_PRM_BYTES] = y.c * PARAM_RECORD.itemsize
+        lv[cy.L_TAPS] = kh * kw
+        lv[cy.L_MACS] = y.h * y.w * y.c * kh * kw * cin_g
+        bias, mult, shift, mneg, sneg = self._params(d, mmu, y.c)
+        if not compute:
+            return
+        npdt = NP_DTYPES[dtype]
+        packed = wraw.view(npdt.newbyteorder("<")).astype(npdt, copy=False)
+        if dwise:
+            mpe.conv_depthwise(x.arr, x.rs, x.pitch, x.coff, x.h, x.w, packed, cu, bias, mult,
+                               shift, mneg, sneg, lo, hi, y.arr, y.rs, y.pitch, y.coff, y.h, y.w,
+                               y.c, kh, kw, sh, sw, dh, dw, pt, pl)
+            return
+        fdt, kc = (np.float32, mpe.KC_INT8_F32) if dtype == "int8" else \
+            (np.float64, mpe.KC_INT16_F64)
+        wf = np.empty((g, kh * kw * cin_g, cout_g), dtype=fdt)
+        mpe.unpack_conv_weights(packed, g, kh, kw, cin_g, cout_g, cu, ocb, wf)
+        mpe.conv_dense(x.arr, x.rs, x.pitch, x.coff, x.h, x.w, wf, bias, mult, shift, mneg, sneg,
+                       lo, hi, y.arr, y.rs, y.pitch, y.coff, y.h, y.w, kh, kw, sh, sw, dh, dw,
+                       pt, pl, g, cin_g, cout_g, kc)
+
+    def _matmul(self, d, mmu, a: Operand, y: Operand, lv, rows_en, lo, hi, compute):
+        cfg = self.cfg
+        b = self._operand(d, mmu, "in1")
+        if not (a.dtype == b.dtype == y.dtype) or b.h != a.h or b.w != a.c or b.c != y.c or \
+                (y.h, y.w) != (a.h, a.w):
+            raise NpuFault("MATMUL operand shapes do not match (a: batch x M x K, "
+                           "b: batch x K x N, out: batch x M x N)")
+        dtype = a.dtype
+        lv[cy.L_KIND] = cy.K_MATMUL
+        lv[cy.L_CIN_G], lv[cy.L_COUT_G] = a.c, y.c
+        lv[cy.L_ICB], lv[cy.L_OCB] = cfg.channel_unit(dtype), cfg.oc_block(dtype)
+        lv[cy.L_OCB_EFF] = cfg.out_lanes(dtype) * rows_en
+        lv[cy.L_IN1_BYTES], lv[cy.L_IN1_MEM] = b.h * b.w * b.c * lv[cy.L_ESZ_IN], b.mem
+        lv[cy.L_PRM_BYTES] = y.c * PARAM_RECORD.itemsize
+        lv[cy.L_MACS] = a.h * a.w * a.c * y.c
+        bias, mult, shift, mneg, sneg = self._params(d, mmu, y.c)
+        if not compute:
+            return
+        fdt, kc = (np.float32, mpe.KC_INT8_F32) if dtype == "int8" else \
+            (np.float64, mpe.KC_INT16_F64)
+        mpe.matmul_dynamic(a.arr, a.rs, a.pitch, a.coff, b.arr, b.rs, b.pitch, b.coff,
+                           a.h, a.w, a.c, y.c, np.zeros(1, dtype=fdt), kc,
+                           bias, mult, shift, mneg, sneg, lo, hi, y.arr, y.rs, y.pitch, y.coff)
+
+    def _pool(self, mode, d, mmu, x: Operand, y: Operand, lv, lo, hi, compute):
+        kh, kw, sh, sw, dh, dw, pt, pb, pl, pr = self._geometry(d)
+        oh = (x.h + pt + pb - dh * (kh - 1) - 1) // sh + 1
+        ow = (x.w + pl + pr - dw * (kw - 1) - 1) // sw + 1
+        if (oh, ow) != (y.h, y.w) or x.c != y.c or x.dtype != y.dtype:
+            raise NpuFault(f"POOL geometry gives {oh}x{ow}x{x.c}, out is {y.h}x{y.w}x{y.c}")
+        lv[cy.L_KH], lv[cy.L_KW], lv[cy.L_SH], lv[cy.L_DH] = kh, kw, sh, dh
+        lv[cy.L_TAPS] = kh * kw
+        if mode == PoolMode.MAX:
+            lv[cy.L_KIND] = cy.K_MAXPOOL
+            if compute:
+                vector.maxpool(x.arr, x.rs, x.pitch, x.coff, x.h, x.w, y.arr, y.rs, y.pitch,
+                               y.coff, y.h, y.w, y.c, kh, kw, sh, sw, dh, dw, pt, pl, lo, hi)
+            return
+        if mode not in (PoolMode.AVG, PoolMode.AVG_INCLUDE_PAD):
+            raise NpuFault(f"POOL mode {mode} unknown")
+        n = kh * kw + 1
+        _, raw = self._const(d, mmu, F.PRM_ADDR, n * AVG_RECORD.itemsize, "avgpool table")
+        lv[cy.L_KIND] = cy.K_AVGPOOL
+        lv[cy.L_PRM_BYTES] = raw.size
+        if compute:
+            tab = np.frombuffer(raw.tobytes(), dtype=AVG_RECORD)
+            vector.avgpool(x.arr, x.rs, x.pitch, x.coff, x.h, x.w, y.arr, y.rs, y.pitch, y.coff,
+                           y.h, y.w, y.c, kh, kw, sh, sw, pt, pl, mode == PoolMode.AVG_INCLUDE_PAD,
+                           x.h + pb, x.w + pr, tab["mult"].astype(np.int64),
+                           tab["shift"].astype(np.int64), lo, hi)

@@ -1,0 +1,153 @@
+"""Vector-unit kernels: element-wise, pools, lookup table, nearest upsample, copy.
+
+Same operand convention as `kernels.mpe`: flat int8/int16 views plus ``rs`` (row stride),
+``pitch`` (channels per pixel in the buffer) and ``coff`` (first channel), all in elements.
+Channels are the innermost loop everywhere.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from xir.quant.fixed_point import requantize_one
+
+ELTW_ADD = 0
+ELTW_SUB = 1
+ELTW_MUL = 2
+
+
+@njit(cache=True)
+def eltw(a, ars, apitch, acoff, b, brs, bpitch, bcoff, b_bcast,
+         y, yrs, ypitch, ycoff, h_n, w_n, c_n,
+         op, ka, kb, m, s, mn, sn, lo, hi):
+    """``y = requant((a*ka) op (b*kb))`` in int64; op 0 add, 1 sub, 2 multiply.
+
+    `b_bcast`: B is one pixel (H = W = 1) broadcast over the map (per-channel operand).
+    """
+    for h in range(h_n):
+        for w in range(w_n):
+            abase = h * ars + w * apitch + acoff
+            bbase = bcoff if b_bcast else h * brs + w * bpitch + bcoff
+            ybase = h * yrs + w * ypitch + ycoff
+            for c in range(c_n):
+                va = np.int64(a[abase + c]) * ka
+                vb = np.int64(b[bbase + c]) * kb
+                if op == 0:
+                    acc = va + vb
+                elif op == 1:
+                    acc = va - vb
+                else:
+                    acc = va * vb
+                y[ybase + c] = requantize_one(acc, m, s, mn, sn, lo, hi)
+    return y
+
+
+@njit(cache=True)
+def maxpool(x, xrs, xpitch, xcoff, ih_n, iw_n, y, yrs, ypitch, ycoff, oh_n, ow_n, c_n,
+            kh, kw, sh, sw, dh, dw, pt, pl, lo, hi):
+    """Max pool; padding never wins (it is -inf); an all-padding window gives `lo`."""
+    best = np.empty(c_n, dtype=np.int64)
+    for oh in range(oh_n):
+        for ow in range(ow_n):
+            for c in range(c_n):
+                best[c] = -(1 << 62)
+            for ky in range(kh):
+                ih = oh * sh - pt + ky * dh
+                if ih < 0 or ih >= ih_n:
+                    continue
+                for kx in range(kw):
+                    iw = ow * sw - pl + kx * dw
+                    if iw < 0 or iw >= iw_n:
+                        continue
+                    src = ih * xrs + iw * xpitch + xcoff
+                    for c in range(c_n):
+                        v = np.int64(x[src + c])
+                        if v > best[c]:
+                            best[c] = v
+            base = oh * yrs + ow * ypitch + ycoff
+            for c in range(c_n):
+                v = best[c]
+                if v < lo:
+                    v = lo
+                if v > hi:
+                    v = hi
+                y[base + c] = v
+    return y
+
+
+@njit(cache=True)
+def avgpool(x, xrs, xpitch, xcoff, ih_n, iw_n, y, yrs, ypitch, ycoff, oh_n, ow_n, c_n,
+            kh, kw, sh, sw, pt, pl, include_pad, ih_pad_end, iw_pad_end, mult_tab, shift_tab,
+            lo, hi):
+    """Average pool: window sum, then ``requantize_one(sum, mult[n], shift[n])`` where ``n`` is
+    the divisor (valid elements, or the window clipped to the padded input when `include_pad`).
+
+    ``mult_tab[n] * 2**-shift_tab[n] ~= (s_in / s_out) / n`` comes from the layer's params.
+    """
+    acc = np.empty(c_n, dtype=np.int64)
+    for oh in range(oh_n):
+        for ow in range(ow_n):
+            for c in range(c_n):
+                acc[c] = 0
+            cnt = 0
+            cnt_pad = 0
+            for ky in range(kh):
+                ih = oh * sh - pt + ky
+                if ih >= ih_pad_end:
+                    continue
+                for kx in range(kw):
+                    iw = ow * sw - pl + kx
+                    if iw >= iw_pad_end:
+                        continue
+                    cnt_pad += 1
+                    if ih < 0 or ih >= ih_n or iw < 0 or iw >= iw_n:
+                        continue
+                    cnt += 1
+                    src = ih * xrs + iw * xpitch + xcoff
+                    for c in range(c_n):
+                        acc[c] += np.int64(x[src + c])
+            n = cnt_pad if include_pad else cnt
+            base = oh * yrs + ow * ypitch + ycoff
+            m = mult_tab[n]
+            s = shift_tab[n]
+            for c in range(c_n):
+                y[base + c] = requantize_one(acc[c], m, s, m, s, lo, hi)
+    return y
+
+
+@njit(cache=True)
+def lut(x, xrs, xpitch, xcoff, table, qmin, y, yrs, ypitch, ycoff, h_n, w_n, c_n):
+    """``y = table[x - qmin]`` (offset-binary index, docs/quantization.md section 5)."""
+    for h in range(h_n):
+        for w in range(w_n):
+            src = h * xrs + w * xpitch + xcoff
+            dst = h * yrs + w * ypitch + ycoff
+            for c in range(c_n):
+                y[dst + c] = table[np.int64(x[src + c]) - qmin]
+    return y
+
+
+@njit(cache=True)
+def upsample_nearest(x, xrs, xpitch, xcoff, y, yrs, ypitch, ycoff, oh_n, ow_n, c_n, sh, sw):
+    """``y[h, w] = x[h // sh, w // sw]``."""
+    for oh in range(oh_n):
+        ih = oh // sh
+        for ow in range(ow_n):
+            src = ih * xrs + (ow // sw) * xpitch + xcoff
+            dst = oh * yrs + ow * ypitch + ycoff
+            for c in range(c_n):
+                y[dst + c] = x[src + c]
+    return y
+
+
+@njit(cache=True)
+def copy(x, xrs, xpitch, xcoff, y, yrs, ypitch, ycoff, h_n, w_n, c_n):
+    """Copy an ``H x W x C`` block between layouts (re-pitch, channel offset, row stride)."""
+    for h in range(h_n):
+        for w in range(w_n):
+            src = h * xrs + w * xpitch + xcoff
+            dst = h * yrs + w * ypitch + ycoff
+            for c in range(c_n):
+                y[dst + c] = x[src + c]
+    return y

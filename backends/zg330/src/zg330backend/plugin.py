@@ -1,0 +1,36 @@
+"""The ZG330 plugin: device URL schemes `sim`, `axi` and `mock` for the ZG330 simulator.
+
+- ``sim://zg330``: the simulator (bit-exact compute, cycle model);
+- ``axi://zg330aiu?npu=0x...&dma=0x...``: the vendor's board URL; opens the same simulator (the
+  query's register addresses are recorded in ``device.url_params`` and otherwise ignored);
+- ``mock://zg330``: memory allocation only; icoreCalc raises UnsupportedOpError.
+"""
+
+from __future__ import annotations
+
+from xrt.errors import DeviceUrlError
+from xrt.hookspecs import hookimpl
+
+_HOSTS = {"sim": ("zg330", ""), "axi": ("zg330aiu", "zg330"), "mock": ("zg330", "")}
+
+
+def open_url(url: str):
+    from .device import ZG330Device, parse_url
+
+    parts = parse_url(url)
+    scheme, host = parts["scheme"], parts["host"].lower()
+    allowed = {h for h in _HOSTS.get(scheme, ()) if h}
+    if host not in allowed:
+        raise DeviceUrlError(
+            f"{url!r}: the ZG330 plugin opens {scheme}://{' or '.join(sorted(allowed))}, "
+            f"not {scheme}://{host}")
+    dev = ZG330Device(url, mock=scheme == "mock")
+    dev.url_params = parts["params"]
+    return dev
+
+
+@hookimpl
+def xrt_register_device_schemes(register) -> None:
+    register("sim", open_url, "ZG330 NPU simulator (sim://zg330)")
+    register("axi", open_url, "ZG330 board URL axi://zg330aiu?npu=...&dma=... (simulated)")
+    register("mock", open_url, "ZG330 mock device: allocation only (mock://zg330)")
