@@ -40,7 +40,8 @@ class Registry:
 
     plugins: dict[str, PluginInfo] = field(default_factory=dict)
     backends: dict[str, tuple[type, str]] = field(default_factory=dict)
-    schemes: dict[str, tuple[Callable, str, str]] = field(default_factory=dict)
+    # (scheme, device name or "*") -> (opener, plugin, description)
+    schemes: dict[tuple[str, str], tuple[Callable, str, str]] = field(default_factory=dict)
     targets: dict[str, tuple[Callable, str, str]] = field(default_factory=dict)
     commands: dict[str, tuple[Callable, Callable, str, str]] = field(default_factory=dict)
 
@@ -112,14 +113,16 @@ def _collect(pm: pluggy.PluginManager, reg: Registry) -> None:
             reg.backends[bname] = (cls, _p)
 
         def reg_scheme(scheme: str, opener: Callable, description: str = "",
-                       _p: str = current) -> None:
+                       names: Any = None, _p: str = current) -> None:
             if not callable(opener):
                 raise PluginError(f"plugin '{_p}' registered a non-callable opener for "
                                   f"'{scheme}://'")
-            if scheme in reg.schemes and reg.schemes[scheme][1] != _p:
-                raise PluginError(f"plugin '{_p}' claims URL scheme '{scheme}', already "
-                                  f"claimed by '{reg.schemes[scheme][1]}'")
-            reg.schemes[scheme] = (opener, _p, description)
+            for name in ([n.lower() for n in names] if names else ["*"]):
+                key = (scheme.lower(), name)
+                if key in reg.schemes and reg.schemes[key][1] != _p:
+                    raise PluginError(f"plugin '{_p}' claims '{_url(key)}', already claimed "
+                                      f"by '{reg.schemes[key][1]}'")
+                reg.schemes[key] = (opener, _p, description)
 
         def reg_target(tname: str, lower: Callable, description: str = "",
                        _p: str = current) -> None:
@@ -194,6 +197,19 @@ def backend_class(name: str) -> type:
                       f"{', '.join(sorted(classes)) or 'none'}")
 
 
+def _url(key: tuple[str, str]) -> str:
+    scheme, name = key
+    return f"{scheme}://" if name == "*" else f"{scheme}://{name}"
+
+
+def device_name(rest: str) -> str:
+    """The device name of a URL's remainder: up to the first of '?', '@', ':' or '/'."""
+    for i, ch in enumerate(rest):
+        if ch in "?@:/":
+            return rest[:i].lower()
+    return rest.lower()
+
+
 def split_url(url: str) -> tuple[str, str]:
     if not isinstance(url, str) or "://" not in url:
         raise DeviceUrlError(f"device URL {url!r} has no scheme; expected e.g. "
@@ -205,14 +221,20 @@ def split_url(url: str) -> tuple[str, str]:
 
 
 def open_device(url: str) -> Any:
-    """Open a device through the plugin that claims the URL's scheme."""
-    scheme, _ = split_url(url)
+    """Open a device through the plugin that claims the URL's scheme and device name.
+
+    A plugin claims a scheme for given device names (`sim://zg330`, `sim://buyi`) or for any
+    name; the exact name wins.
+    """
+    scheme, rest = split_url(url)
     schemes = registry().schemes
-    if scheme not in schemes:
-        raise DeviceUrlError(f"no installed plugin opens '{scheme}://' URLs ({url!r}); "
-                             f"installed schemes: "
-                             f"{', '.join(s + '://' for s in sorted(schemes)) or 'none'}")
-    opener, plugin, _ = schemes[scheme]
+    key = (scheme, device_name(rest))
+    if key not in schemes:
+        key = (scheme, "*")
+    if key not in schemes:
+        known = ", ".join(sorted(_url(k) for k in schemes)) or "none"
+        raise DeviceUrlError(f"no installed plugin opens {url!r}; installed schemes: {known}")
+    opener, plugin, _ = schemes[key]
     return opener(url)
 
 

@@ -27,7 +27,7 @@ def run(args: argparse.Namespace) -> int:
 
     rows = [("backend", name, plugin, dist(plugin)) for name, (_, plugin) in
             sorted(reg.backends.items())]
-    rows += [("scheme", f"{s}://", plugin, dist(plugin)) for s, (_, plugin, _) in
+    rows += [("scheme", plugins._url(key), plugin, dist(plugin)) for key, (_, plugin, _) in
              sorted(reg.schemes.items())]
     rows += [("target", t, plugin, dist(plugin)) for t, (_, plugin, _) in
              sorted(reg.targets.items())]

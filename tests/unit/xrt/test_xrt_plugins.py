@@ -67,7 +67,7 @@ def fake_entry_points(monkeypatch):
 def test_host_plugin_is_discovered_through_its_entry_point():
     reg = plugins.registry()
     assert reg.backends["Host"][0] is HostBackend
-    assert "host" in reg.schemes
+    assert ("host", "*") in reg.schemes
     assert reg.plugins["host"].distribution == "icraft-xrt-sim-host"
     assert Device.Open("host://") is HostDevice.Default()
 
@@ -151,3 +151,26 @@ def test_plugins_command_lists_backends_and_schemes():
     out = subprocess.run([sys.executable, "-m", "xrt", "plugins"], capture_output=True,
                          text=True, check=True).stdout
     assert "Host" in out and "host://" in out and "icraft-xrt-sim-host" in out
+
+
+def test_two_plugins_share_a_scheme_by_device_name(fake_entry_points):
+    opened = []
+
+    def plugin(name: str) -> types.ModuleType:
+        mod = types.ModuleType(f"{name}_sim_plugin")
+
+        @hookimpl
+        def xrt_register_device_schemes(register):
+            register("simx", lambda url: opened.append((name, url)) or HostDevice.Default(),
+                     f"{name} simulator", names=[name])
+
+        mod.xrt_register_device_schemes = xrt_register_device_schemes
+        return mod
+
+    fake_entry_points("npu_a", plugin("npua"))
+    fake_entry_points("npu_b", plugin("npub"))
+    Device.Open("simx://npub?x=1")
+    Device.Open("simx://npua")
+    assert [n for n, _ in opened] == ["npub", "npua"]
+    with pytest.raises(DeviceUrlError, match="simx://npua"):
+        Device.Open("simx://other")

@@ -31,6 +31,8 @@ def open_url(url: str):
 
 @hookimpl
 def xrt_register_device_schemes(register) -> None:
-    register("sim", open_url, "ZG330 NPU simulator (sim://zg330)")
-    register("axi", open_url, "ZG330 board URL axi://zg330aiu?npu=...&dma=... (simulated)")
-    register("mock", open_url, "ZG330 mock device: allocation only (mock://zg330)")
+    register("sim", open_url, "ZG330 NPU simulator (sim://zg330)", names=["zg330"])
+    register("axi", open_url, "ZG330 board URL axi://zg330aiu?npu=...&dma=... (simulated)",
+             names=["zg330aiu", "zg330"])
+    register("mock", open_url, "ZG330 mock device: allocation only (mock://zg330)",
+             names=["zg330"])
