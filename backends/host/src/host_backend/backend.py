@@ -15,7 +15,11 @@ from xrt.backend import Backend
 from xrt.errors import TensorError, UnsupportedOpError
 from xrt.tensor import Tensor
 
-from .ops import FLOAT_KERNELS
+from xir.types import ScalarType
+
+FP64 = ScalarType("fp", 64)
+
+from .ops import FLOAT_KERNELS, INT_KERNELS
 
 
 def _forward_input(op, inputs, outputs, backend):
@@ -26,8 +30,15 @@ def _forward_output(op, inputs, outputs, backend):
     return []
 
 
+def _uses_types(op) -> bool:
+    """Ops run by an integer kernel: Cast, and every op with a quantized value."""
+    return op.op_type == "Cast" or op.is_quantized()
+
+
 def _forward_kernel(op, inputs, outputs, backend: HostBackend):
     kernel = backend.kernelFor(op)
+    typed = _uses_types(op)
+    fake = typed and backend.fakeQf
     arrays: list[np.ndarray] = []
     feed = iter(inputs)
     for k, v in enumerate(op.inputs):
@@ -38,35 +49,71 @@ def _forward_kernel(op, inputs, outputs, backend: HostBackend):
             arrays.append(v.data)
         else:
             arrays.append(np.asarray(next(feed)))
-    results = kernel(arrays, op.attrs)
+    if typed:
+        results = kernel(arrays, op.attrs, [v.dtype for v in op.inputs],
+                         [v.dtype for v in op.outputs], fake=fake)
+    else:
+        results = kernel(arrays, op.attrs)
     tensors = []
     for i, (value, arr) in enumerate(zip(op.outputs, results)):
         arr = np.asarray(arr)
-        if arr.dtype != value.dtype.numpy_dtype:
-            arr = arr.astype(value.dtype.numpy_dtype)
-        if i < len(outputs):
+        vtype = value.dtype
+        if fake and vtype.is_quantized():
+            # fakeQf: quantized values travel as float64 in integer units
+            vtype = vtype.with_element(FP64)
+        if arr.dtype != vtype.numpy_dtype:
+            arr = arr.astype(vtype.numpy_dtype)
+        if i < len(outputs) and not (fake and value.dtype.is_quantized()):
             dst = outputs[i]
             np.copyto(np.asarray(dst), arr.reshape(value.dtype.shape))
             tensors.append(dst)
         else:
-            tensors.append(Tensor(np.ascontiguousarray(arr).reshape(value.dtype.shape),
-                                  value.dtype))
+            tensors.append(Tensor(np.ascontiguousarray(arr).reshape(vtype.shape), vtype))
     return tensors
 
 
 class HostBackend(Backend):
-    """The CPU reference backend (seed 002's HostBackend)."""
+    """The CPU reference backend (seed 002's HostBackend).
+
+    Float ops run the float kernels; ops with quantized element types (and Cast) run the exact
+    integer kernels of docs/quantization.md. `setFakeQf(True)` (before apply) switches the
+    integer kernels to fakeQf: the same scales, no rounding, no saturation.
+    """
 
     name = "Host"
     default_url = "host://"
     FORWARDS = {"Input": _forward_input, "Output": _forward_output,
-                **{op_type: _forward_kernel for op_type in FLOAT_KERNELS}}
+                **{op_type: _forward_kernel for op_type in {*FLOAT_KERNELS, *INT_KERNELS}}}
+
+    def __init__(self, other: Any = None) -> None:
+        super().__init__(other)
+        if not isinstance(other, Backend):
+            self._fake_qf = False
+
+    def setFakeQf(self, enable: bool) -> None:
+        """fakeQf mode (the vendor's name): fixed-point scales without rounding or saturation,
+        to tell rounding loss from saturation loss. Set it before apply()."""
+        self._require_not_applied("setFakeQf")
+        self._fake_qf = bool(enable)
+
+    @property
+    def fakeQf(self) -> bool:
+        return getattr(self, "_fake_qf", False)
+
+    def isOpSupported(self, op: Any) -> bool:
+        if op.op_type in ("Input", "Output"):
+            return True
+        table = INT_KERNELS if _uses_types(op) else FLOAT_KERNELS
+        return op.op_type in table
 
     def kernelFor(self, op: Any):
-        """The numpy kernel that computes `op` (float, or integer for quantized ops)."""
-        kernel = FLOAT_KERNELS.get(op.op_type)
+        """The numpy kernel that computes `op`: the integer kernel (signature with types) for
+        Cast and ops with quantized values, the float kernel otherwise."""
+        typed = _uses_types(op)
+        kernel = (INT_KERNELS if typed else FLOAT_KERNELS).get(op.op_type)
         if kernel is None:
-            raise UnsupportedOpError(f"HostBackend has no kernel for {op.op_type} "
+            kind = "integer" if typed else "float"
+            raise UnsupportedOpError(f"HostBackend has no {kind} kernel for {op.op_type} "
                                      f"(op {op.op_id})")
         return kernel
 

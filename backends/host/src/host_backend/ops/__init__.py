@@ -5,6 +5,19 @@ list[np.ndarray]`` following docs/ops.md: attributes missing from ``attrs`` take
 documented defaults, inputs are never modified and outputs never share memory with them.
 Compute kernels return float32 C-contiguous arrays; data-movement kernels (shape, layout)
 keep the input dtype.
+
+Integer kernels (``INT_KERNELS``) sit beside the float ones in the same modules and run ops
+whose values carry quantized element types (docs/quantization.md, "Integer ops"). They also
+need the value types, whose scales fix every multiplier::
+
+    kernel(inputs: list[np.ndarray], attrs: dict, in_types: list[TensorType],
+           out_types: list[TensorType], *, fake: bool = False) -> list[np.ndarray]
+
+``in_types`` covers every input (Params included), ``out_types`` every output. Integer inputs
+arrive as their storage dtype (int8/int16 feature maps, int8/int16 weights, int32/int64 biases)
+and outputs leave as the output's storage dtype. ``fake=True`` is the fakeQf mode: quantized
+feature maps are float64 arrays in integer units and nothing is rounded or saturated. Cast is
+only an integer kernel (it needs the destination type even between float types).
 """
 
 from __future__ import annotations
@@ -13,7 +26,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from . import activation, conv, elementwise, layout, matmul, norm, pool, resize, shape
+from . import activation, cast, conv, elementwise, layout, matmul, norm, pool, resize, shape
 
 Kernel = Callable[[list[np.ndarray], dict], list[np.ndarray]]
 
@@ -46,4 +59,34 @@ FLOAT_KERNELS: dict[str, Kernel] = {
     "PruneAxis": layout.prune_axis,
 }
 
-__all__ = ["FLOAT_KERNELS", "Kernel"]
+IntKernel = Callable[..., list[np.ndarray]]
+
+INT_KERNELS: dict[str, IntKernel] = {
+    "Cast": cast.cast,
+    "Conv2d": conv.conv2d_int,
+    "ConvTranspose2d": conv.conv_transpose2d_int,
+    "Matmul": matmul.matmul_int,
+    "Add": elementwise.add_int,
+    "Sub": elementwise.sub_int,
+    "Multiply": elementwise.multiply_int,
+    "Concat": shape.concat_int,
+    "Split": shape.split_int,
+    "Slice": shape.slice_int,
+    "Reshape": shape.reshape_int,
+    "Transpose": shape.transpose_int,
+    "Squeeze": shape.squeeze_int,
+    "Unsqueeze": shape.unsqueeze_int,
+    "Pad": shape.pad_int,
+    "MaxPool2d": pool.max_pool2d_int,
+    "AvgPool2d": pool.avg_pool2d_int,
+    "Relu": activation.relu_int,
+    "Sigmoid": activation.sigmoid_int,
+    "Silu": activation.silu_int,
+    "Hardswish": activation.hardswish_int,
+    "Resize": resize.resize_int,
+    "Upsample": resize.upsample_int,
+    "AlignAxis": layout.align_axis_int,
+    "PruneAxis": layout.prune_axis_int,
+}
+
+__all__ = ["FLOAT_KERNELS", "INT_KERNELS", "IntKernel", "Kernel"]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import numpy as np
 
 from ._common import f32, out32
@@ -56,3 +58,58 @@ def softmax(inputs: list[np.ndarray], attrs: dict) -> list[np.ndarray]:
     np.exp(y, out=y)
     y /= y.sum(axis=axis, keepdims=True)
     return [out32(y)]
+
+
+# --------------------------------------------------------------------------------------------
+# Integer kernels (docs/quantization.md, "Integer ops")
+# --------------------------------------------------------------------------------------------
+
+
+def relu_int(inputs, attrs, in_types, out_types, *, fake=False):
+    """A standalone Relu (threshold 0): requantize(q, requant_multiplier(s_in, 1.0, s_out))
+    with the Relu folded in (ReLU floor, max_value clip, LeakyReLU pair)."""
+    from xir.quant.fixed_point import requant_multiplier
+
+    from ._common import folded_act, rq_any, scale1
+
+    if float(attrs.get("threshold", 0.0)) != 0.0:
+        raise ValueError("Relu with a non-zero threshold has no integer form; keep it float")
+    s_in, s_out = scale1(in_types[0]), scale1(out_types[0])
+    m, s = requant_multiplier(s_in, 1.0, s_out)
+    act = folded_act(attrs, (np.float64(s_in) * 1.0) / np.float64(s_out), s_out,
+                     alpha_key="alpha", max_key="max_value", enabled=True)
+    x = np.asarray(inputs[0])
+    return [rq_any(x if fake else x.astype(np.int64), m, s, out_types[0].numpy_dtype,
+                   fake=fake, **act)]
+
+
+@lru_cache(maxsize=256)
+def _table(fn: str, s_in: float, s_out: float, in_dt: str, out_dt: str) -> np.ndarray:
+    from xir.quant.lut import build_lut
+
+    return build_lut(fn, s_in, s_out, np.dtype(in_dt), np.dtype(out_dt))
+
+
+def _lut_kernel(fn_name: str):
+    def kernel(inputs, attrs, in_types, out_types, *, fake=False):
+        from xir.quant.lut import apply_lut, lut_function
+
+        from ._common import scale1
+
+        s_in, s_out = scale1(in_types[0]), scale1(out_types[0])
+        if fake:
+            x = np.asarray(inputs[0], dtype=np.float64) * s_in
+            return [lut_function(fn_name)(x) / s_out]
+        in_dt, out_dt = in_types[0].numpy_dtype, out_types[0].numpy_dtype
+        return [apply_lut(np.asarray(inputs[0]), _table(fn_name, s_in, s_out, in_dt.str,
+                                                        out_dt.str), in_dt)]
+
+    kernel.__name__ = f"{fn_name}_int"
+    kernel.__doc__ = (f"{fn_name} as a table over every input code: "
+                      f"xir.quant.build_lut('{fn_name}', s_in, s_out, in_dtype, out_dtype).")
+    return kernel
+
+
+sigmoid_int = _lut_kernel("sigmoid")
+silu_int = _lut_kernel("silu")
+hardswish_int = _lut_kernel("hardswish")

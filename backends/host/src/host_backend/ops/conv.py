@@ -10,7 +10,10 @@ from __future__ import annotations
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from ._common import f32, fold_act, int_attr, out32, pad_hw, pads4, tap
+from xir.quant.fixed_point import requant_multiplier
+
+from ._common import (ACC_CHUNK_F32, f32, fold_act, folded_act, int_attr, out32, pad_hw, pads4,
+                      requant_channels, scale1, tap, tscale)
 
 # Conv2d padding_mode -> np.pad mode (PyTorch names; "zeros" is the default).
 _PAD_MODES = {"zeros": "constant", "reflect": "reflect", "replicate": "edge", "circular": "wrap"}
@@ -39,6 +42,27 @@ def conv2d(inputs: list[np.ndarray], attrs: dict) -> list[np.ndarray]:
     """Conv2d: x NHWC, w (kh, kw, cin/groups, cout), optional bias (cout,), folded act."""
     x, w = f32(inputs[0]), f32(inputs[1])
     bias = f32(inputs[2]) if len(inputs) > 2 else None
+    y = out32(_conv2d_core(x, w, attrs, None))
+    if bias is not None:
+        y += bias
+    return [fold_act(y, attrs, "Conv2d")]
+
+
+def _mm(a: np.ndarray, b: np.ndarray, kchunk: int | None) -> np.ndarray:
+    """a @ b; with ``kchunk`` the reduction is split into chunks of at most ``kchunk`` terms
+    whose (exact, float32) results are summed in float64 (integer kernels, see ACC_CHUNK_F32)."""
+    k = a.shape[-1]
+    if kchunk is None or k <= kchunk:
+        return np.matmul(a, b)
+    acc = None
+    for k0 in range(0, k, kchunk):
+        part = np.matmul(a[..., k0:k0 + kchunk], b[..., k0:k0 + kchunk, :])
+        acc = part.astype(np.float64) if acc is None else acc + part
+    return acc
+
+
+def _conv2d_core(x: np.ndarray, w: np.ndarray, attrs: dict, kchunk: int | None) -> np.ndarray:
+    """The convolution sums (no bias, no act) in x's float dtype, shape (n, ho, wo, cout)."""
     sh, sw, dh, dw, g = _conv_attrs(attrs)
     pt, pb, pl, pr = pads4(attrs)
     mode = str(attrs.get("padding_mode", "zeros"))
@@ -57,15 +81,15 @@ def conv2d(inputs: list[np.ndarray], attrs: dict) -> list[np.ndarray]:
     wo = _out_size(wp, kw, sw, dw, "Conv2d")
     m = n * ho * wo
 
-    if g > 1 and cig == 1 and g == cin:
+    if g > 1 and cig == 1 and g == cin and (kchunk is None or kh * kw <= kchunk):
         y = _depthwise(xp, w, og, sh, sw, dh, dw, ho, wo)
     elif kh == 1 and kw == 1:
         xs = tap(xp, 0, 0, sh, sw, ho, wo)
         if g == 1:
-            y = np.matmul(xs.reshape(m, cin), w.reshape(cin, cout))
+            y = _mm(xs.reshape(m, cin), w.reshape(cin, cout), kchunk)
         else:
             cols = xs.reshape(m, g, cig).transpose(1, 0, 2)
-            y = _grouped_matmul(cols, w.reshape(cig, g, og).transpose(1, 0, 2), m, cout)
+            y = _grouped_matmul(cols, w.reshape(cig, g, og).transpose(1, 0, 2), m, cout, kchunk)
     else:
         s_n, s_h, s_w, s_c = xp.strides
         if g == 1:
@@ -76,7 +100,7 @@ def conv2d(inputs: list[np.ndarray], attrs: dict) -> list[np.ndarray]:
                 writeable=False,
             )
             k = kh * kw * cin
-            y = np.matmul(patches.reshape(m, k), w.reshape(k, cout))
+            y = _mm(patches.reshape(m, k), w.reshape(k, cout), kchunk)
         else:
             patches = as_strided(
                 xp,
@@ -86,16 +110,14 @@ def conv2d(inputs: list[np.ndarray], attrs: dict) -> list[np.ndarray]:
             )
             k = kh * kw * cig
             wg = w.reshape(kh, kw, cig, g, og).transpose(3, 0, 1, 2, 4).reshape(g, k, og)
-            y = _grouped_matmul(patches.reshape(g, m, k), wg, m, cout)
-    y = out32(y.reshape(n, ho, wo, cout))
-    if bias is not None:
-        y += bias
-    return [fold_act(y, attrs, "Conv2d")]
+            y = _grouped_matmul(patches.reshape(g, m, k), wg, m, cout, kchunk)
+    return y.reshape(n, ho, wo, cout)
 
 
-def _grouped_matmul(cols: np.ndarray, wg: np.ndarray, m: int, cout: int) -> np.ndarray:
+def _grouped_matmul(cols: np.ndarray, wg: np.ndarray, m: int, cout: int,
+                    kchunk: int | None = None) -> np.ndarray:
     """(g, m, k) @ (g, k, og) -> (m, g*og), output channels group-major as in HWIO."""
-    y = np.matmul(np.ascontiguousarray(cols), np.ascontiguousarray(wg))
+    y = _mm(np.ascontiguousarray(cols), np.ascontiguousarray(wg), kchunk)
     return y.transpose(1, 0, 2).reshape(m, cout)
 
 
@@ -106,7 +128,7 @@ def _depthwise(
     kh, kw, _, cout = w.shape
     if mult > 1:
         xp = np.repeat(xp, mult, axis=-1)
-    y = np.zeros((xp.shape[0], ho, wo, cout), dtype=np.float32)
+    y = np.zeros((xp.shape[0], ho, wo, cout), dtype=xp.dtype)
     tmp = np.empty_like(y)
     for i in range(kh):
         for j in range(kw):
@@ -119,6 +141,14 @@ def conv_transpose2d(inputs: list[np.ndarray], attrs: dict) -> list[np.ndarray]:
     """ConvTranspose2d: x NHWC, w (kh, kw, cin, cout/groups), optional bias, folded act."""
     x, w = f32(inputs[0]), f32(inputs[1])
     bias = f32(inputs[2]) if len(inputs) > 2 else None
+    y = out32(_conv_transpose2d_core(x, w, attrs))
+    if bias is not None:
+        y += bias
+    return [fold_act(y, attrs, "ConvTranspose2d")]
+
+
+def _conv_transpose2d_core(x: np.ndarray, w: np.ndarray, attrs: dict) -> np.ndarray:
+    """The transposed-convolution sums (no bias, no act) in x's float dtype."""
     sh, sw, dh, dw, g = _conv_attrs(attrs)
     pt, pb, pl, pr = pads4(attrs)
     oph = int_attr(attrs, "output_pad_height", 0)
@@ -151,11 +181,57 @@ def conv_transpose2d(inputs: list[np.ndarray], attrs: dict) -> list[np.ndarray]:
     wf = (wd - 1) * sw + dw * (kw - 1) + 1 + opw
     if hf - pt - pb <= 0 or wf - pl - pr <= 0:
         raise ValueError(f"ConvTranspose2d: pads ({pt}, {pb}, {pl}, {pr}) leave an empty output")
-    full = np.zeros((n, hf, wf, cout), dtype=np.float32)
+    full = np.zeros((n, hf, wf, cout), dtype=x.dtype)
     for i in range(kh):
         for j in range(kw):
             tap(full, i * dh, j * dw, sh, sw, h, wd)[...] += cols[:, :, :, i, j, :]
-    y = out32(full[:, pt : hf - pb, pl : wf - pr, :])
-    if bias is not None:
-        y += bias
-    return [fold_act(y, attrs, "ConvTranspose2d")]
+    return full[:, pt : hf - pb, pl : wf - pr, :]
+
+
+# --------------------------------------------------------------------------------------------
+# Integer kernels (docs/quantization.md, "Integer ops"): exact sums, then requantization
+# --------------------------------------------------------------------------------------------
+
+
+def _work_dtype(*types) -> tuple[type, int | None]:
+    """float32 with K-chunks of ACC_CHUNK_F32 when every operand is 8-bit (exact, fast BLAS);
+    float64 otherwise (int16 products < 2**30: exact for any K below 2**23)."""
+    if all(t.element_dtype.storage.bits <= 8 for t in types):
+        return np.float32, ACC_CHUNK_F32
+    return np.float64, None
+
+
+def _bias_int(inputs: list[np.ndarray]) -> np.ndarray | None:
+    return np.asarray(inputs[2], dtype=np.int64) if len(inputs) > 2 else None
+
+
+def _requant_conv(acc, inputs, attrs, in_types, out_types, fake, w_axis_scales):
+    s_in, s_out = scale1(in_types[0]), scale1(out_types[0])
+    real_args = (s_in, w_axis_scales, s_out)
+    mult, shift = requant_multiplier(*real_args)
+    real = (np.float64(s_in) * np.asarray(w_axis_scales, np.float64)) / np.float64(s_out)
+    act = folded_act(attrs, real, s_out)
+    return requant_channels(acc, _bias_int(inputs), mult, shift, out_types[0].numpy_dtype,
+                            fake=fake, **act)
+
+
+def conv2d_int(inputs, attrs, in_types, out_types, *, fake=False):
+    """Integer Conv2d: acc = sum(x_q * w_q) + b_q (exact), then per-channel requantization
+    with requant_multiplier(s_in, s_w[c], s_out) and the folded activation."""
+    if fake:
+        work, kchunk = np.float64, None
+    else:
+        work, kchunk = _work_dtype(in_types[0], in_types[1])
+    x = np.asarray(inputs[0]).astype(work)
+    w = np.asarray(inputs[1]).astype(work)
+    acc = _conv2d_core(x, w, attrs, kchunk)
+    return [_requant_conv(acc, inputs, attrs, in_types, out_types, fake, tscale(in_types[1]))]
+
+
+def conv_transpose2d_int(inputs, attrs, in_types, out_types, *, fake=False):
+    """Integer ConvTranspose2d: the exact sums in float64, then requantization as Conv2d
+    (per-channel scales only with groups == 1; else per tensor)."""
+    x = np.asarray(inputs[0]).astype(np.float64)
+    w = np.asarray(inputs[1]).astype(np.float64)
+    acc = _conv_transpose2d_core(x, w, attrs)
+    return [_requant_conv(acc, inputs, attrs, in_types, out_types, fake, tscale(in_types[1]))]

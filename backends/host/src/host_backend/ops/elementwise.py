@@ -18,3 +18,83 @@ def sub(inputs: list[np.ndarray], attrs: dict) -> list[np.ndarray]:
 
 def multiply(inputs: list[np.ndarray], attrs: dict) -> list[np.ndarray]:
     return [out32(np.multiply(f32(inputs[0]), f32(inputs[1])))]
+
+
+# --------------------------------------------------------------------------------------------
+# Integer kernels (docs/quantization.md, "Integer ops")
+# --------------------------------------------------------------------------------------------
+
+#: Add/Sub: the larger of the two input shifts is lowered until the shift difference is at most
+#: this, so that |a * m_a * 2**d| < 2**15 * 2**15 * 2**16 = 2**46 and the sum (< 2**47) times a
+#: 15-bit LeakyReLU multiplier stays below 2**62.
+ADD_MAX_SHIFT_DIFF = 16
+
+
+def add_rescale_params(s_a: float, s_b: float, s_out: float):
+    """Per-input ``(mult, shift)`` of Add/Sub and their common shift ``S``.
+
+    ``(m_i, sh_i) = requant_multiplier(s_i, 1.0, s_out)``; an input whose mult is 0 contributes
+    nothing and takes the other's shift. If ``sh_a - sh_b > ADD_MAX_SHIFT_DIFF`` (or the
+    reverse), the larger one is lowered by ``k = diff - ADD_MAX_SHIFT_DIFF``:
+    ``m' = (m + 2**(k-1)) >> k``, ``sh' = sh - k``. ``S = max(sh_a, sh_b)``.
+    """
+    from xir.quant.fixed_point import requant_multiplier
+
+    (ma, sa), (mb, sb) = (tuple(int(v) for v in requant_multiplier(s, 1.0, s_out))
+                          for s in (s_a, s_b))
+    if ma == 0:
+        sa = sb
+    if mb == 0:
+        sb = sa
+    if sa - sb > ADD_MAX_SHIFT_DIFF:
+        k = sa - sb - ADD_MAX_SHIFT_DIFF
+        ma, sa = (ma + (1 << (k - 1))) >> k, sa - k
+    elif sb - sa > ADD_MAX_SHIFT_DIFF:
+        k = sb - sa - ADD_MAX_SHIFT_DIFF
+        mb, sb = (mb + (1 << (k - 1))) >> k, sb - k
+    return (ma, sa), (mb, sb), max(sa, sb)
+
+
+def _add_sub_int(inputs, attrs, in_types, out_types, fake, sign):
+    from xir.quant.fixed_point import quantize_multiplier
+
+    from ._common import folded_act, rq_any, scale1
+
+    s_a, s_b, s_out = scale1(in_types[0]), scale1(in_types[1]), scale1(out_types[0])
+    (ma, sa), (mb, sb), S = add_rescale_params(s_a, s_b, s_out)
+    act = folded_act(attrs, 1.0, s_out)
+    if act["leaky"] is not None:  # the slope at the common shift: quantize_multiplier(alpha * 2**-S)
+        act["leaky"] = quantize_multiplier(float(attrs.get("act_alpha", 0.0)) * 2.0 ** -S)
+    out_dt = out_types[0].numpy_dtype
+    if fake:
+        a = np.asarray(inputs[0], np.float64) * (ma * 2.0 ** (S - sa))
+        b = np.asarray(inputs[1], np.float64) * (mb * 2.0 ** (S - sb))
+        return [rq_any(a + sign * b, 1, S, out_dt, fake=True, **act)]
+    a = np.asarray(inputs[0]).astype(np.int64) * (ma << (S - sa))
+    b = np.asarray(inputs[1]).astype(np.int64) * (mb << (S - sb))
+    acc = a + b if sign > 0 else a - b
+    return [rq_any(acc, 1, S, out_dt, **act)]
+
+
+def add_int(inputs, attrs, in_types, out_types, *, fake=False):
+    """y = requantize(a*m_a*2**(S-sh_a) + b*m_b*2**(S-sh_b), 1, S) with the folded act."""
+    return _add_sub_int(inputs, attrs, in_types, out_types, fake, +1)
+
+
+def sub_int(inputs, attrs, in_types, out_types, *, fake=False):
+    """As add_int with the second term subtracted."""
+    return _add_sub_int(inputs, attrs, in_types, out_types, fake, -1)
+
+
+def multiply_int(inputs, attrs, in_types, out_types, *, fake=False):
+    """y = requantize(a * b, requant_multiplier(s_a, s_b, s_out)) (exact int64 product)."""
+    from xir.quant.fixed_point import requant_multiplier
+
+    from ._common import rq_any, scale1
+
+    m, s = requant_multiplier(scale1(in_types[0]), scale1(in_types[1]), scale1(out_types[0]))
+    if fake:
+        acc = np.asarray(inputs[0], np.float64) * np.asarray(inputs[1], np.float64)
+    else:
+        acc = np.asarray(inputs[0]).astype(np.int64) * np.asarray(inputs[1]).astype(np.int64)
+    return [rq_any(acc, m, s, out_types[0].numpy_dtype, fake=fake)]

@@ -42,3 +42,12 @@ def prune_axis(inputs: list[np.ndarray], attrs: dict) -> list[np.ndarray]:
     index = [slice(None)] * x.ndim
     index[axis] = slice(0, size)
     return [np.array(x[tuple(index)], order="C", copy=True)]
+
+
+def align_axis_int(inputs, attrs, in_types, out_types, *, fake=False):
+    """AlignAxis on codes (zero padding is code 0 = real 0)."""
+    return align_axis(inputs, attrs)
+
+
+def prune_axis_int(inputs, attrs, in_types, out_types, *, fake=False):
+    return prune_axis(inputs, attrs)

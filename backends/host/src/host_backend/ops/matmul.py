@@ -22,3 +22,37 @@ def matmul(inputs: list[np.ndarray], attrs: dict) -> list[np.ndarray]:
     if len(inputs) > 2:
         y = out32(y + f32(inputs[2]))  # not in place: the bias may broadcast a 1-D result
     return [fold_act(y, attrs, "Matmul")]
+
+
+def matmul_int(inputs, attrs, in_types, out_types, *, fake=False):
+    """Integer Matmul: acc = a_q @ b_q + bias_q (exact), requantized with
+    requant_multiplier(s_a, s_b[n], s_out) per output column n (per tensor if b is)."""
+    from xir.quant.fixed_point import requant_multiplier
+
+    from ._common import folded_act, requant_channels, scale1, tscale
+    from .conv import _mm, _work_dtype
+
+    if fake:
+        work, kchunk = np.float64, None
+    else:
+        work, kchunk = _work_dtype(in_types[0], in_types[1])
+    a = np.asarray(inputs[0]).astype(work)
+    b = np.asarray(inputs[1]).astype(work)
+    if attrs.get("transpose_a", False):
+        a = _t(a)
+    if attrs.get("transpose_b", False):
+        b = _t(b)
+    if a.ndim == 1 or b.ndim == 1:
+        acc = np.matmul(a.astype(np.float64), b.astype(np.float64))
+    else:
+        acc = _mm(a, b, kchunk)
+    s_a, s_out = scale1(in_types[0]), scale1(out_types[0])
+    s_b = tscale(in_types[1])
+    mult, shift = requant_multiplier(s_a, s_b, s_out)
+    real = (np.float64(s_a) * s_b) / np.float64(s_out)
+    act = folded_act(attrs, real, s_out)
+    bias = np.asarray(inputs[2], dtype=np.int64) if len(inputs) > 2 else None
+    acc = np.asarray(acc)
+    if acc.ndim == 0:
+        acc = acc.reshape(1)
+    return [requant_channels(acc, bias, mult, shift, out_types[0].numpy_dtype, fake=fake, **act)]

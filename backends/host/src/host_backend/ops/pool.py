@@ -82,3 +82,61 @@ def avg_pool2d(inputs: list[np.ndarray], attrs: dict) -> list[np.ndarray]:
     cw = _counts(w, kw, sw, pl, pr, wo, include_pad)
     y /= (ch[:, None] * cw[None, :])[None, :, :, None]
     return [y]
+
+
+# --------------------------------------------------------------------------------------------
+# Integer kernels (docs/quantization.md, "Integer ops")
+# --------------------------------------------------------------------------------------------
+
+
+def max_pool2d_int(inputs, attrs, in_types, out_types, *, fake=False):
+    """Max over each window of the integer codes; padding is the dtype's qmin (-inf in fakeQf).
+    The scale passes through (a differing output scale is a plain rescale)."""
+    from ._common import rescale, scale1
+
+    x = np.asarray(inputs[0])
+    kh, kw, sh, sw, dh, dw, pt, pb, pl, pr, eb, er, ho, wo = _geometry(x, attrs, "MaxPool2d", True)
+    pad_value = -np.inf if fake else np.iinfo(x.dtype).min
+    xp = pad_hw(x, pt, pb + eb, pl, pr + er, value=pad_value)
+    y = np.array(tap(xp, 0, 0, sh, sw, ho, wo), order="C")
+    for i in range(kh):
+        for j in range(kw):
+            if i or j:
+                np.maximum(y, tap(xp, i * dh, j * dw, sh, sw, ho, wo), out=y)
+    return [rescale(y, scale1(in_types[0]), scale1(out_types[0]), out_types[0].numpy_dtype, fake)]
+
+
+def avg_pool2d_int(inputs, attrs, in_types, out_types, *, fake=False):
+    """Window sum (exact, int64), then requantize with requant_multiplier(s_in, 1.0 / n, s_out)
+    where n is the output position's divisor (as the float kernel counts it)."""
+    from xir.quant.fixed_point import requant_multiplier
+
+    from ._common import rq_any, scale1
+
+    s_in, s_out = scale1(in_types[0]), scale1(out_types[0])
+    x = np.asarray(inputs[0])
+    x = x.astype(np.float64) if fake else x.astype(np.int64)
+    out_dt = out_types[0].numpy_dtype
+    if attrs.get("is_global", False):
+        n = x.shape[1] * x.shape[2]
+        m, s = requant_multiplier(s_in, 1.0 / n, s_out)
+        return [rq_any(x.sum(axis=(1, 2), keepdims=True), m, s, out_dt, fake=fake)]
+    kh, kw, sh, sw, _, _, pt, pb, pl, pr, eb, er, ho, wo = _geometry(x, attrs, "AvgPool2d", False)
+    include_pad = bool(attrs.get("count_include_pad", False))
+    _, h, w, _ = x.shape
+    xp = pad_hw(x, pt, pb + eb, pl, pr + er, value=0)
+    acc = np.array(tap(xp, 0, 0, sh, sw, ho, wo), order="C")
+    for i in range(kh):
+        for j in range(kw):
+            if i or j:
+                acc += tap(xp, i, j, sh, sw, ho, wo)
+    ch = _counts(h, kh, sh, pt, pb, ho, include_pad).astype(np.int64)
+    cw = _counts(w, kw, sw, pl, pr, wo, include_pad).astype(np.int64)
+    counts = ch[:, None] * cw[None, :]
+    mult = np.zeros(counts.shape, np.int64)
+    shift = np.zeros(counts.shape, np.int64)
+    for n in np.unique(counts):
+        m, s = requant_multiplier(s_in, 1.0 / int(n), s_out)
+        mult[counts == n] = int(m)
+        shift[counts == n] = int(s)
+    return [rq_any(acc, mult[None, :, :, None], shift[None, :, :, None], out_dt, fake=fake)]

@@ -126,3 +126,68 @@ def upsample(inputs: list[np.ndarray], attrs: dict) -> list[np.ndarray]:
     else:
         y = _resize(x, h * s_h, w * s_w, mode, "half_pixel", "floor")
     return [out32(y)]
+
+
+# --------------------------------------------------------------------------------------------
+# Integer kernels (docs/quantization.md, "Integer ops")
+# --------------------------------------------------------------------------------------------
+
+#: Fraction bits of the integer bilinear weights.
+BILINEAR_FRAC_BITS = 10
+
+
+def _resize_int(x, oh, ow, mode, coordinate_mode, nearest_mode, in_t, out_t, fake):
+    from xir.quant.fixed_point import requant_multiplier, round_half_away
+
+    from ._common import rescale, rq_any, scale1
+
+    s_in, s_out = scale1(in_t), scale1(out_t)
+    out_dt = out_t.numpy_dtype
+    if mode == "nearest":
+        y = _resize(np.asarray(x), oh, ow, mode, coordinate_mode, nearest_mode)
+        return rescale(np.ascontiguousarray(y), s_in, s_out, out_dt, fake)
+    if mode != "bilinear":
+        raise ValueError(f"Resize: mode {mode!r} is not 'nearest' or 'bilinear'")
+    _, h, w, _ = x.shape
+    one = 1 << BILINEAR_FRAC_BITS
+    y0, y1, fy = _linear_weights(_source_coords(oh, h, coordinate_mode), h)
+    x0, x1, fx = _linear_weights(_source_coords(ow, w, coordinate_mode), w)
+    wy1 = round_half_away(fy.astype(np.float64) * one).astype(np.int64)
+    wx1 = round_half_away(fx.astype(np.float64) * one).astype(np.int64)
+    wy0, wx0 = one - wy1, one - wx1
+    xi = np.asarray(x).astype(np.float64 if fake else np.int64)
+    rows = xi[:, y0] * wy0[None, :, None, None] + xi[:, y1] * wy1[None, :, None, None]
+    acc = rows[:, :, x0] * wx0[None, None, :, None] + rows[:, :, x1] * wx1[None, None, :, None]
+    m, s = requant_multiplier(s_in, 2.0 ** (-2 * BILINEAR_FRAC_BITS), s_out)
+    return rq_any(acc, m, s, out_dt, fake=fake)
+
+
+def resize_int(inputs, attrs, in_types, out_types, *, fake=False):
+    """Nearest: a gather of codes (scale passes through). Bilinear: weights quantized to
+    BILINEAR_FRAC_BITS, exact int64 blend, requant_multiplier(s_in, 2**-20, s_out)."""
+    y = _resize_int(
+        np.asarray(inputs[0]),
+        int(require(attrs, "out_height", "Resize")),
+        int(require(attrs, "out_width", "Resize")),
+        str(attrs.get("mode", "nearest")),
+        str(attrs.get("coordinate_mode", "half_pixel")),
+        str(attrs.get("nearest_mode", "round_prefer_floor")),
+        in_types[0], out_types[0], fake)
+    return [y]
+
+
+def upsample_int(inputs, attrs, in_types, out_types, *, fake=False):
+    """Integer Upsample: nearest repeats codes; bilinear is resize_int with half_pixel."""
+    from ._common import rescale, scale1
+
+    x = np.asarray(inputs[0])
+    s_h = int_attr(attrs, "scale_height", 2)
+    s_w = int_attr(attrs, "scale_width", 2)
+    mode = str(attrs.get("mode", "nearest"))
+    _, h, w, _ = x.shape
+    if mode == "nearest":
+        y = np.repeat(np.repeat(x, s_h, axis=1), s_w, axis=2)
+        return [rescale(y, scale1(in_types[0]), scale1(out_types[0]),
+                        out_types[0].numpy_dtype, fake)]
+    return [_resize_int(x, h * s_h, w * s_w, mode, "half_pixel", "floor", in_types[0],
+                        out_types[0], fake)]

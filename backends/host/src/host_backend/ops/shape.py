@@ -106,3 +106,57 @@ def pad(inputs: list[np.ndarray], attrs: dict) -> list[np.ndarray]:
     else:
         y = np.pad(x, widths, mode=mode)
     return [fresh(y) if y is x else np.ascontiguousarray(y)]
+
+
+# --------------------------------------------------------------------------------------------
+# Integer kernels: the same data movement on codes; the scale passes through (docs/quantization.md)
+# --------------------------------------------------------------------------------------------
+
+
+def _passthrough(float_kernel, name):
+    def kernel(inputs, attrs, in_types, out_types, *, fake=False):
+        from ._common import rescale, scale1
+
+        outs = float_kernel(inputs, attrs)
+        s_in = scale1(in_types[0])
+        return [rescale(y, s_in, scale1(t), t.numpy_dtype, fake) for y, t in zip(outs, out_types)]
+
+    kernel.__name__ = f"{name}_int"
+    kernel.__doc__ = (f"{name} on integer codes; an output whose scale differs from the input's "
+                      f"is rescaled (requant_multiplier(s_in, 1.0, s_out)).")
+    return kernel
+
+
+split_int = _passthrough(split, "split")
+slice_int = _passthrough(slice_, "slice")
+reshape_int = _passthrough(reshape, "reshape")
+transpose_int = _passthrough(transpose, "transpose")
+squeeze_int = _passthrough(squeeze, "squeeze")
+unsqueeze_int = _passthrough(unsqueeze, "unsqueeze")
+
+
+def concat_int(inputs, attrs, in_types, out_types, *, fake=False):
+    """Concat of codes; an input whose scale differs from the output's is rescaled first."""
+    from ._common import rescale, scale1
+
+    s_out, out_dt = scale1(out_types[0]), out_types[0].numpy_dtype
+    parts = [rescale(np.asarray(x), scale1(t), s_out, out_dt, fake)
+             for x, t in zip(inputs, in_types)]
+    return concat(parts, attrs)
+
+
+def pad_int(inputs, attrs, in_types, out_types, *, fake=False):
+    """Pad of codes; the constant is quantize(value, s_in) (round half away, saturated)."""
+    from xir.quant.fixed_point import quantize
+
+    from ._common import rescale, scale1
+
+    s_in = scale1(in_types[0])
+    value = float(attrs.get("value", 0.0))
+    a = dict(attrs)
+    if fake:
+        a["value"] = value / s_in
+    else:
+        a["value"] = int(quantize(np.float64(value), s_in, in_types[0].numpy_dtype))
+    y = pad(inputs, a)[0]
+    return [rescale(y, s_in, scale1(out_types[0]), out_types[0].numpy_dtype, fake)]

@@ -1,0 +1,107 @@
+"""Cast: element type (float <-> quantized, quantized -> quantized) and layout conversion.
+
+Float -> quantized is ``xir.quant.quantize`` with the quantized side's scale(s) (round half away
+from zero, saturation to the storage range); quantized -> float is ``dequantize``; quantized ->
+quantized is a rescale by ``requant_multiplier(s_in, 1.0, s_out)``. A tiled layout on either side
+(e.g. NCHWc16) re-tiles the data: the source is untiled, then tiled into the destination layout
+(the tile axis padded with zeros). Signature of the integer kernels (types needed):
+``cast(inputs, attrs, in_types, out_types, *, fake=False)``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ._common import is_q
+
+
+def untile(arr: np.ndarray, layout) -> np.ndarray:
+    """Software-layout copy of a tiled array (NCHWc16 -> NCHW: the tile merged into C)."""
+    tokens = list(layout.tokens)
+    while any(t for _, t in tokens):
+        i = next(i for i, (_, t) in enumerate(tokens) if t)
+        letter = tokens[i][0].upper()
+        j = next((k for k, (ch, t) in enumerate(tokens) if ch == letter and not t), -1)
+        if j < 0:
+            raise ValueError(f"layout {layout.spec}: tile {tokens[i][0]} has no axis {letter}")
+        arr = np.moveaxis(arr, i, j + 1)
+        tok = tokens.pop(i)
+        tokens.insert(j + 1, tok)
+        shape = list(arr.shape)
+        shape[j:j + 2] = [shape[j] * shape[j + 1]]
+        arr = arr.reshape(shape)
+        tokens.pop(j + 1)
+    return arr
+
+
+def tile(arr: np.ndarray, layout, shape) -> np.ndarray:
+    """Tile a software-layout array into ``layout``: arr's axes are the layout's untiled letters
+    in order; each tiled axis is zero-padded to (block count in ``shape``) x (tile length)."""
+    tokens = list(layout.tokens)
+    labels = [(ch, 0) for ch, t in tokens if not t]
+    for ch, t in tokens:
+        if not t:
+            continue
+        ax = labels.index((ch.upper(), 0))
+        blocks = shape[tokens.index((ch.upper(), 0))]
+        size = arr.shape[ax]
+        if size > blocks * t:
+            raise ValueError(f"cannot tile {size} entries of axis {ch.upper()} into {blocks} x {t}")
+        if size < blocks * t:
+            widths = [(0, 0)] * arr.ndim
+            widths[ax] = (0, blocks * t - size)
+            arr = np.pad(arr, widths)
+        new_shape = list(arr.shape)
+        new_shape[ax:ax + 1] = [blocks, t]
+        arr = arr.reshape(new_shape)
+        labels[ax:ax + 1] = [(ch.upper(), 0), (ch, t)]
+    return np.ascontiguousarray(np.transpose(arr, [labels.index(tok) for tok in tokens]))
+
+
+def cast(inputs, attrs, in_types, out_types, *, fake=False):
+    """Convert ``inputs[0]`` from ``in_types[0]`` to ``out_types[0]`` (see the module doc)."""
+    from xir.quant.fixed_point import dequantize, quantize, requant_multiplier
+
+    from ._common import rq_any
+
+    src_t, dst_t = in_types[0], out_types[0]
+    x = np.asarray(inputs[0])
+    if src_t.layout.is_tiled():
+        x = untile(x, src_t.layout)
+    sq, dq = is_q(src_t), is_q(dst_t)
+    src_el, dst_el = src_t.element_dtype, dst_t.element_dtype
+
+    if dq and not sq:
+        sc = np.asarray(dst_el.scale)
+        if fake:
+            y = _scaled(np.asarray(x, np.float64), 1.0 / sc, dst_el.axis)
+        else:
+            y = quantize(x, sc[0] if dst_el.axis is None else sc, dst_el.numpy_dtype,
+                         dst_el.axis)
+    elif sq and not dq:
+        sc = np.asarray(src_el.scale)
+        if fake:
+            y = _scaled(np.asarray(x, np.float64), sc, src_el.axis).astype(dst_t.numpy_dtype)
+        else:
+            y = dequantize(x, sc[0] if src_el.axis is None else sc, src_el.axis,
+                           dtype=dst_t.numpy_dtype)
+    elif sq and dq:
+        if src_el.axis is not None or dst_el.axis is not None:
+            raise ValueError("Cast between quantized types needs per-tensor scales")
+        m, s = requant_multiplier(float(src_el.scale[0]), 1.0, float(dst_el.scale[0]))
+        y = rq_any(x if fake else x.astype(np.int64), m, s, dst_t.numpy_dtype, fake=fake)
+    else:
+        y = x.astype(dst_t.numpy_dtype)
+    if dst_t.layout.is_tiled():
+        y = tile(y, dst_t.layout, dst_t.shape)
+    elif y.ndim == len(dst_t.shape) and tuple(y.shape) != tuple(dst_t.shape):
+        y = y[tuple(slice(0, d) for d in dst_t.shape)]  # drop the padding of the source tiles
+    return [np.ascontiguousarray(y).reshape(dst_t.shape)]
+
+
+def _scaled(x: np.ndarray, sc: np.ndarray, axis) -> np.ndarray:
+    if axis is None or sc.size == 1:
+        return x * float(sc.reshape(-1)[0])
+    shape = [1] * x.ndim
+    shape[axis] = -1
+    return x * sc.reshape(shape)

@@ -1,0 +1,269 @@
+"""Optimize pass, calibration loading, quantize_network, fakeQf and the accuracy report."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import xir
+import xir.zoo as zoo
+from host_backend import HostBackend
+from xir.passes import optimize
+from xir.quant.calibrate import calibrate, load_calibration
+from xir.quant.quantize import quantize_network
+from xir.quant.report import accuracy_report, cosine
+from xir.serialize.json import load_network
+from xrt import HostDevice, Session, Tensor
+
+
+def run(net, inputs, fake=False):
+    sess = Session.Create([HostBackend], net.view(0), [HostDevice.Default()])
+    if fake:
+        sess.backends[0].setFakeQf(True)
+    sess.apply()
+    return [np.array(t) for t in sess.forward([Tensor(a) for a in inputs])]
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    net = zoo.build("tiny_cnn")
+    cal = zoo.calibration_set("tiny_cnn", 6)
+    return net, cal
+
+
+@pytest.fixture(scope="module")
+def tiny_q8(tiny):
+    net, cal = tiny
+    return quantize_network(net, cal, bits=8, method="kl")
+
+
+# --- optimize -------------------------------------------------------------------------------
+
+def test_optimize_folds_bn_and_relu_keeping_ids(tiny):
+    net, cal = tiny
+    before = [op.op_type for op in net.ops]
+    opt = optimize(net)
+    assert [op.op_type for op in net.ops] == before  # input untouched
+    types = [op.op_type for op in opt.ops]
+    assert "BatchNorm2d" not in types and types.count("Relu") == 0
+    assert {op.op_id for op in opt.ops} <= {op.op_id for op in net.ops}
+    assert [v.v_id for v in opt.outputs()] == [v.v_id for v in net.outputs()]
+    stem = next(op for op in opt.ops if op.name == "stem.conv")
+    assert stem.attrs["act"] == "relu" and len(stem.tags["fused_op_ids"]) == 2
+    down = next(op for op in opt.ops if op.name == "down.conv")
+    assert down.attrs["act_max"] == 6.0
+    leaky = next(op for op in opt.ops if op.name == "branch2.conv")
+    assert leaky.attrs["act_alpha"] == pytest.approx(0.1)
+    for a, b in zip(run(net, cal[0]), run(opt, cal[0])):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+
+
+def test_optimize_removes_noop_reshape_and_transpose():
+    b = xir.NetworkBuilder("noop")
+    x = b.input([1, 4, 4, 2], layout="NHWC")
+    y = b.reshape(x, shape=[1, 4, 4, 2])
+    y = b.transpose(y, perm=[0, 1, 2, 3])
+    w = np.ones((1, 1, 2, 2), np.float32)
+    y = b.conv2d(y, w)
+    b.output(b.relu(y))
+    opt = optimize(b.build())
+    assert [op.op_type for op in opt.ops] == ["Input", "Conv2d", "Output"]
+    assert opt.ops[1].inputs[0] is opt.inputs()[0]
+
+
+# --- calibration sets -----------------------------------------------------------------------
+
+def test_calibration_errors_name_file_and_input(tiny, tmp_path):
+    net, cal = tiny
+    good = cal[0][0]
+    with pytest.raises(xir.CalibrationError, match="empty"):
+        load_calibration([], net)
+    with pytest.raises(xir.CalibrationError, match=r"sample 1: input 'input'.*shape"):
+        load_calibration([good, good[:, :16]], net)
+    with pytest.raises(xir.CalibrationError, match=r"input 'input'.*float64.*dtype"):
+        load_calibration([good.astype(np.float64)], net)
+    np.save(tmp_path / "a.npy", good)
+    np.save(tmp_path / "b.npy", good[..., :2])
+    with pytest.raises(xir.CalibrationError, match=r"b\.npy: input 'input'.*\[1, 32, 32, 3\]"):
+        load_calibration(tmp_path, net)
+    (tmp_path / "b.npy").write_bytes(b"not a numpy file")
+    with pytest.raises(xir.CalibrationError, match=r"b\.npy.*cannot read") as exc:
+        load_calibration(tmp_path, net)
+    assert isinstance(exc.value, ValueError) and exc.value.file.endswith("b.npy")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(xir.CalibrationError, match="empty"):
+        load_calibration(empty, net)
+
+
+def test_calibration_folder_conventions(tiny, tmp_path):
+    net, cal = tiny
+    for k, (x,) in enumerate(cal[:3]):
+        np.save(tmp_path / f"s{k}.npy", x)
+    got = load_calibration(tmp_path, net)
+    assert len(got) == 3 and np.array_equal(got[2][0], cal[2][0])
+    sub = tmp_path / "nested"
+    for k, (x,) in enumerate(cal[:2]):
+        (sub / f"{k:03d}").mkdir(parents=True)
+        np.save(sub / f"{k:03d}" / "input.npy", x)
+    assert len(load_calibration(sub, net)) == 2
+    assert len(load_calibration(iter(cal), net)) == len(cal)  # a generator
+
+
+def test_calibration_from_images(tiny, tmp_path):
+    pytest.importorskip("matplotlib")
+    from matplotlib.image import imsave
+
+    net, _ = tiny
+    img = np.random.default_rng(0).random((40, 50, 3))
+    imsave(tmp_path / "one.png", img)
+    (x,), = load_calibration(tmp_path, net)
+    assert x.shape == (1, 32, 32, 3) and x.dtype == np.float32
+    assert 0.0 <= x.min() and x.max() <= 1.0
+
+
+def test_calibrate_sees_every_value(tiny):
+    net, cal = tiny
+    opt = optimize(net)
+    amax = calibrate(opt, cal[:2], "minmax")
+    feats = {v.v_id for op in opt.ops for v in op.outputs}
+    assert feats <= set(amax)
+    assert amax[opt.inputs()[0].v_id] == pytest.approx(max(np.abs(x).max() for (x,) in cal[:2]))
+
+
+# --- quantize_network -------------------------------------------------------------------------
+
+def test_quantized_network_structure(tiny_q8):
+    q = tiny_q8
+    assert q.inputs()[0].dtype.element_dtype == xir.FP32
+    assert all(v.dtype.element_dtype == xir.FP32 for v in q.outputs())
+    first = q.inputs()[0].consumers[0]
+    assert first.op_type == "Cast" and first.outputs[0].dtype.is_quantized()
+    assert q.outputs()[0].producer.op_type == "Cast"
+    for op in q.ops:
+        if op.op_type == "Conv2d":
+            w, b = op.inputs[1], op.inputs[2]
+            assert w.dtype.element_dtype.storage == xir.INT8
+            assert w.dtype.element_dtype.axis == 3
+            assert w.dtype.element_dtype.scale.size == w.shape[3]
+            assert np.abs(w.data).max() <= 127 and w.data.dtype == np.int8
+            assert b.data.dtype == np.int32
+        if op.op_type in ("Silu", "Sigmoid", "Hardswish"):
+            assert op.is_quantized()
+        if op.op_type == "Concat":  # scale shared by inputs and output
+            scales = {float(v.dtype.element_dtype.scale[0]) for v in op.inputs + op.outputs}
+            assert len(scales) == 1
+        for v in op.outputs:
+            assert "float_v_id" in v.tags
+
+
+def test_quantized_network_roundtrips_json_raw(tiny_q8, tiny, tmp_path):
+    q = tiny_q8
+    q.save(tmp_path / "q.json")
+    back = load_network(tmp_path / "q.json")
+    assert [op.op_type for op in back.ops] == [op.op_type for op in q.ops]
+    for a, b in zip(q.params(), back.params()):
+        assert a.dtype == b.dtype and np.array_equal(a.data, b.data)
+    x = tiny[1][0]
+    for a, b in zip(run(q, x), run(back, x)):
+        np.testing.assert_array_equal(a, b)
+
+
+def _min_cos(net, q, samples):
+    worst = 1.0
+    for x in samples:
+        for a, b in zip(run(net, x), run(q, x)):
+            worst = min(worst, cosine(a, b))
+    return worst
+
+
+def test_tiny_cnn_int8_and_int16_accuracy(tiny, tiny_q8):
+    net, cal = tiny
+    test = zoo.calibration_set("tiny_cnn", 2, seed=5)
+    assert _min_cos(net, tiny_q8, test) >= 0.99
+    q16 = quantize_network(net, cal, bits=16, method="minmax")
+    assert _min_cos(net, q16, test) >= 0.999
+    conv = next(op for op in q16.ops if op.op_type == "Conv2d")
+    assert conv.inputs[2].data.dtype == np.int64  # int16 layers: int64 bias
+
+
+def test_fake_qf_differs_and_is_closer_to_float(tiny, tiny_q8):
+    net, _ = tiny
+    x = zoo.calibration_set("tiny_cnn", 1, seed=9)[0]
+    f = run(net, x)[0]
+    exact = run(tiny_q8, x)[0]
+    fake = run(tiny_q8, x, fake=True)[0]
+    assert not np.array_equal(exact, fake)
+    assert np.abs(fake - f).mean() < np.abs(exact - f).mean()
+    assert cosine(fake, f) > cosine(exact, f)
+
+
+def test_softmax_stays_float_with_casts():
+    r = np.random.default_rng(0)
+    b = xir.NetworkBuilder("sm")
+    x = b.input([1, 4, 4, 3], layout="NHWC")
+    y = b.conv2d(x, r.normal(0, 0.5, (3, 3, 3, 8)).astype(np.float32), pad_top=1,
+                 pad_bottom=1, pad_left=1, pad_right=1)
+    y = b.softmax(y, axis=-1)
+    y = b.conv2d(y, r.normal(0, 0.5, (1, 1, 8, 4)).astype(np.float32))
+    b.output(y)
+    net = b.build()
+    cal = [[r.normal(0, 1, (1, 4, 4, 3)).astype(np.float32)] for _ in range(4)]
+    q = quantize_network(net, cal, bits=8, method="minmax")
+    sm = next(op for op in q.ops if op.op_type == "Softmax")
+    assert not sm.is_quantized()
+    assert sm.inputs[0].producer.op_type == "Cast"
+    assert sm.outputs[0].consumers[0].op_type == "Cast"
+    assert q.tags["quantization"]["float_ops"] == [sm.op_id]
+    assert _min_cos(net, q, cal) >= 0.99
+
+
+def test_accuracy_report_json(tiny, tiny_q8):
+    net, cal = tiny
+    rep = accuracy_report(net, tiny_q8, cal[:2])
+    d = json.loads(rep.to_json())
+    assert d["network"] == "tiny_cnn" and d["bits"] == 8 and d["method"] == "kl"
+    assert set(d) == {"network", "bits", "method", "outputs", "layers"}
+    assert len(d["outputs"]) == 1 and d["outputs"][0]["cosine"] > 0.99
+    row = d["layers"][0]
+    assert {"op_id", "op_type", "name", "v_id", "float_v_id", "cosine", "max_abs_err",
+            "mean_abs_err", "rel_err", "sat_rate", "shape", "dtype"} <= set(row)
+    assert len(rep.rows) >= 15 and all(-1.0 <= r.cosine <= 1.0 + 1e-9 for r in rep.rows)
+    from rich.console import Console
+
+    console = Console(record=True, width=160)
+    rep.print(console)
+    assert "logits" in console.export_text()
+
+
+# --- zoo figures (heavy) -----------------------------------------------------------------------
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name,bits,method,floor", [
+    ("resnet18", 8, "kl", 0.99),
+    ("resnet18", 16, "minmax", 0.999),
+    # The zoo MobileNetV2 (random weights, BN statistics from synthetic images) amplifies
+    # int8 noise through its 17 bottlenecks: 0.975 at int8 (fakeQf 0.984), see the report.
+    ("mobilenet_v2", 8, "kl", 0.95),
+    ("mobilenet_v2", 16, "minmax", 0.999),
+])
+def test_zoo_classifier_accuracy(name, bits, method, floor):
+    net = zoo.build(name)
+    q = quantize_network(net, zoo.calibration_set(name, 8), bits=bits, method=method)
+    assert _min_cos(net, q, zoo.calibration_set(name, 2, seed=1)) >= floor
+
+
+@pytest.mark.slow
+# Measured on an image the calibration never saw: int8 kl 0.964/0.947/0.917, int16 minmax
+# 0.994/0.987/0.976 (p3/p4/p5). The int16 loss is saturation beyond the 4-image minmax range
+# (on a calibration image at 160x160 int16 gives 0.99999); int8 compounds rounding noise
+# through the random-weight network (the per-layer report shows it layer by layer).
+@pytest.mark.parametrize("bits,method,floor", [(8, "kl", 0.9), (16, "minmax", 0.97)])
+def test_yolov5s_accuracy(bits, method, floor):
+    net = zoo.build("yolov5s")
+    q = quantize_network(net, zoo.calibration_set("yolov5s", 4), bits=bits, method=method)
+    rep = accuracy_report(net, q, zoo.calibration_set("yolov5s", 1, seed=1))
+    print({o["name"]: round(o["cosine"], 5) for o in rep.outputs})
+    assert min(o["cosine"] for o in rep.outputs) >= floor

@@ -1,0 +1,306 @@
+"""The quantize stage: a float network becomes a network of integer ops (docs/quantization.md).
+
+    qnet = quantize_network(net, samples, bits=8, method="kl")
+
+Steps: `xir.passes.optimize` (BN and ReLU folding), calibration of every float value
+(`calibrate`), scale assignment, then a rebuild in which every op with an exact integer form
+works on quantized element types:
+
+- weights: per output channel (`per_channel=True`) symmetric int8/int16 Params with a per-axis
+  `QuantizedType` (Conv2d HWIO axis 3; ConvTranspose2d axis 3 when groups == 1; Matmul the N
+  axis), narrow range; biases int32 (8-bit) / int64 (16-bit) Params quantized with scale
+  `s_in * s_w[c]` (their `QuantizedType` says so);
+- activations: per tensor, `scale = max(amax / qmax, MIN_SCALE)`;
+- **scale-sharing groups**: ops that must not rescale (Concat: inputs and output; Split,
+  Slice, Reshape, Transpose, Squeeze, Unsqueeze, Pad, MaxPool2d, nearest Resize/Upsample,
+  AlignAxis, PruneAxis: input and outputs) put their values in one group (union-find over the
+  whole network). A group takes the largest `amax` of its members, so no member saturates
+  earlier than its own calibration says; this rule is order-independent (deterministic);
+- ReLU/ReLU6/LeakyReLU stay folded in the producing op's requantization; SiLU, Sigmoid and
+  Hardswish keep their op type and run as tables (`xir.quant.lut`) derived from their scales;
+- ops with no exact integer form (Softmax, an unfolded BatchNorm2d, Relu with a threshold,
+  ...) stay float, with Cast ops converting around them.
+
+The network inputs and outputs stay float32: Input (fp32) -> Cast -> integer ops -> Cast (fp32)
+-> Output. Every quantized value keeps the `v_id` of the float value it stands for where the
+integer op produces it; Cast outputs get fresh ids. Every value carries `tags["float_v_id"]`,
+the v_id of the float value (of the input network) it approximates, for per-layer reports.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import numpy as np
+
+from ..errors import QuantizationError
+from ..network import Network
+from ..ops.base import OP_REGISTRY, Operation
+from ..passes import optimize
+from ..types import FP32, INT8, INT16, INT32, INT64, QuantizedType, ScalarType, TensorType
+from ..values import Params, Value
+from .calibrate import calibrate, load_calibration
+from .fixed_point import quantize, quantize_bias
+from .observers import scale_from_amax, weight_scales
+
+log = logging.getLogger(__name__)
+
+__all__ = ["quantize_network", "PASS_THROUGH_OPS", "LUT_OPS", "integer_capable"]
+
+#: Ops whose integer kernel moves codes without rescaling: their values share one scale.
+PASS_THROUGH_OPS = frozenset({"Concat", "Split", "Slice", "Reshape", "Transpose", "Squeeze",
+                              "Unsqueeze", "Pad", "MaxPool2d", "AlignAxis", "PruneAxis"})
+#: Activations executed as lookup tables.
+LUT_OPS = {"Sigmoid": "sigmoid", "Silu": "silu", "Hardswish": "hardswish"}
+_REQUANT_OPS = frozenset({"Conv2d", "ConvTranspose2d", "Matmul", "Add", "Sub", "Multiply",
+                          "AvgPool2d", "Relu", "Resize", "Upsample"})
+
+
+def _is_nearest(op: Operation) -> bool:
+    return op.op_type in ("Resize", "Upsample") and op.attrs.get("mode", "nearest") == "nearest"
+
+
+def _shares_scale(op: Operation) -> bool:
+    return op.op_type in PASS_THROUGH_OPS or _is_nearest(op)
+
+
+def integer_capable(op: Operation) -> bool:
+    """Whether `op` has an exact integer form in docs/quantization.md ("Integer ops")."""
+    t = op.op_type
+    feats = op.feature_inputs()
+    if any(not v.dtype.element_dtype.is_float() or v.dtype.numpy_dtype != np.float32
+           for v in feats + op.outputs):
+        return False
+    if any(v.is_params and v.data is None for v in op.inputs):
+        return False
+    if t in ("Conv2d", "ConvTranspose2d"):
+        return len(feats) == 1 and op.inputs[0] is feats[0]
+    if t == "Matmul":
+        return not op.inputs[0].is_params
+    if t in ("Add", "Sub", "Multiply"):
+        return len(feats) >= 1
+    if t == "Relu":
+        return float(op.attrs.get("threshold", 0.0)) == 0.0
+    if t in PASS_THROUGH_OPS or t in LUT_OPS or t in ("AvgPool2d", "Resize", "Upsample"):
+        if t == "Pad" and op.attrs.get("mode", "constant") != "constant":
+            return len(feats) == len(op.inputs)
+        return len(feats) == len(op.inputs)
+    return False
+
+
+class _UnionFind:
+    def __init__(self) -> None:
+        self.parent: dict[int, int] = {}
+
+    def find(self, a: int) -> int:
+        self.parent.setdefault(a, a)
+        while self.parent[a] != a:
+            self.parent[a] = self.parent[self.parent[a]]
+            a = self.parent[a]
+        return a
+
+    def union(self, a: int, b: int) -> None:
+        ra, rb = self.find(a), self.find(b)
+        if ra != rb:
+            self.parent[max(ra, rb)] = min(ra, rb)
+
+
+def _assign_scales(net: Network, amax: dict[int, float], int_ops: set[int], dtype: Any
+                   ) -> tuple[dict[int, float], dict[int, int]]:
+    """Per-value scales with the sharing groups resolved (largest amax of the group)."""
+    uf = _UnionFind()
+    for op in net.ops:
+        if op.op_id in int_ops and _shares_scale(op):
+            vals = [v.v_id for v in op.feature_inputs()] + [v.v_id for v in op.outputs]
+            for v in vals[1:]:
+                uf.union(vals[0], v)
+    group_amax: dict[int, float] = {}
+    for vid, a in amax.items():
+        r = uf.find(vid)
+        group_amax[r] = max(group_amax.get(r, 0.0), a)
+    scales = {vid: float(scale_from_amax(group_amax[uf.find(vid)], dtype)) for vid in amax}
+    groups = {vid: uf.find(vid) for vid in amax}
+    return scales, groups
+
+
+def _observer_kw(method: str, bits: int, kw: dict) -> dict:
+    out = dict(kw)
+    if method == "kl":
+        out.setdefault("dtype", np.int8 if bits == 8 else np.int16)
+        if bits == 16:
+            out.setdefault("bins", 131072)
+            out.setdefault("stride", 1024)
+    return out
+
+
+def quantize_network(net: Network, samples: Any, *, bits: int = 8, method: str = "kl",
+                     per_channel: bool = True, **kw: Any) -> Network:
+    """Quantize `net` (float) into a new network of integer ops; see the module docstring.
+
+    `samples`: anything `load_calibration` accepts. `bits`: 8 or 16 (activations and weights).
+    `method`: "minmax", "percentile" or "kl" (observer keyword arguments in `kw`; for 16-bit KL
+    the defaults are bins=131072, stride=1024). The input network is not modified.
+    """
+    if bits not in (8, 16):
+        raise QuantizationError(f"bits must be 8 or 16, not {bits}", field="bits")
+    act_el = INT8 if bits == 8 else INT16
+    act_np = act_el.numpy_dtype
+    bias_el = INT32 if bits == 8 else INT64
+    opt = optimize(net)
+    data = load_calibration(samples, opt)
+    amax = calibrate(opt, data, method, **_observer_kw(method, bits, kw))
+    int_ops = {op.op_id for op in opt.ops if integer_capable(op)}
+    scales, groups = _assign_scales(opt, amax, int_ops, act_np)
+
+    q = Network(opt.name, framework_kind=opt.framework_kind,
+                framework_version=opt.framework_version, icraft_version=opt.icraft_version,
+                icraft_xir_version=opt.icraft_xir_version, tags=dict(opt.tags))
+    q.tags["quantization"] = {"bits": bits, "method": method, "per_channel": bool(per_channel),
+                              "float_ops": sorted(op.op_id for op in opt.ops
+                                                  if op.op_id not in int_ops
+                                                  and op.op_type not in ("Input", "Output"))}
+    next_vid = [max((v.v_id for op in opt.ops for v in op.inputs + op.outputs), default=-1) + 1]
+    next_vid[0] = max(next_vid[0], opt._next_v_id)
+    next_op = [max(opt.opIds(), default=-1) + 1]
+    fv: dict[int, Value] = {}
+    qv: dict[int, Value] = {}
+
+    def fresh_vid() -> int:
+        next_vid[0] += 1
+        return next_vid[0] - 1
+
+    def qtype(v: Value) -> TensorType:
+        if v.v_id not in scales:
+            raise QuantizationError(f"value {v.v_id} ('{v.name}') was never seen during "
+                                    f"calibration", field="samples")
+        return TensorType(QuantizedType(act_el, scales[v.v_id]), v.shape, v.dtype.layout)
+
+    def tags_of(v: Value) -> dict:
+        t = dict(v.tags)
+        t["float_v_id"] = int(v.v_id)
+        return t
+
+    def add_cast(src: Value, dst_type: TensorType, float_v: Value) -> Value:
+        out = Value(fresh_vid(), dst_type, f"{float_v.name}.cast", tags=tags_of(float_v))
+        op = OP_REGISTRY["Cast"]([src], [out], op_id=next_op[0], name=f"{float_v.name}.cast")
+        next_op[0] += 1
+        q.ops.append(op)
+        return out
+
+    def get_q(v: Value) -> Value:
+        if v.v_id not in qv:
+            qv[v.v_id] = add_cast(fv[v.v_id], qtype(v), v)
+        return qv[v.v_id]
+
+    def get_f(v: Value) -> Value:
+        if v.v_id not in fv:
+            ftype = TensorType(FP32, v.shape, v.dtype.layout)
+            fv[v.v_id] = add_cast(qv[v.v_id], ftype, v)
+        return fv[v.v_id]
+
+    def copy_params(p: Params) -> Params:
+        return Params(p.v_id, p.dtype, None if p.data is None else p.data.copy(), p.name,
+                      p.mtype, dict(p.tags))
+
+    for op in opt.ops:
+        t = op.op_type
+        if t == "Input":
+            outs = []
+            for v in op.outputs:
+                nv = Value(v.v_id, v.dtype, v.name, v.mtype, tags_of(v))
+                fv[v.v_id] = nv
+                outs.append(nv)
+            q.ops.append(op.clone_with([], outs))
+            continue
+        if t == "Output":
+            ins = [get_f(v) for v in op.inputs]
+            for v, nv in zip(op.inputs, ins):
+                if nv.v_id != v.v_id:
+                    nv.name = v.name
+            q.ops.append(op.clone_with(ins, []))
+            continue
+        if op.op_id not in int_ops:
+            ins = [copy_params(v) if v.is_params else get_f(v) for v in op.inputs]
+            outs = []
+            for v in op.outputs:
+                nv = Value(v.v_id, v.dtype, v.name, v.mtype, tags_of(v))
+                fv[v.v_id] = nv
+                outs.append(nv)
+            q.ops.append(op.clone_with(ins, outs))
+            continue
+        ins = _integer_inputs(op, get_q, scales, act_el, bias_el, per_channel)
+        outs = []
+        for v in op.outputs:
+            nv = Value(v.v_id, qtype(v), v.name, v.mtype, tags_of(v))
+            qv[v.v_id] = nv
+            outs.append(nv)
+        new = op.clone_with(ins, outs)
+        new.tags = dict(op.tags)
+        new.tags["scale_group"] = [int(groups.get(v.v_id, v.v_id)) for v in op.outputs]
+        q.ops.append(new)
+    q.relink()
+    q.reserveIds(next_op[0] - 1, next_vid[0] - 1)
+    q.validate()
+    log.info("quantized %s: %d integer ops, %d float ops, int%d, %s", net.name, len(int_ops),
+             len(q.tags["quantization"]["float_ops"]), bits, method)
+    return q
+
+
+def _weight_q(w: np.ndarray, axis: int | None, el, per_channel: bool
+              ) -> tuple[np.ndarray, np.ndarray, int | None]:
+    """Quantized weights, their scale(s), and the QuantizedType axis (None: per tensor)."""
+    dt = el.numpy_dtype
+    if per_channel and axis is not None:
+        s = weight_scales(w, axis, dt)
+        return quantize(w, s, dt, axis, narrow_range=True), s, axis % w.ndim
+    s = np.asarray([scale_from_amax(float(np.abs(np.asarray(w, np.float64)).max(initial=0.0)),
+                                    dt)])
+    return quantize(w, float(s[0]), dt, narrow_range=True), s, None
+
+
+def _integer_inputs(op: Operation, get_q, scales: dict[int, float], act_el, bias_el,
+                    per_channel: bool) -> list[Value]:
+    t = op.op_type
+    if t in ("Conv2d", "ConvTranspose2d", "Matmul"):
+        x = get_q(op.inputs[0])
+        s_in = float(x.dtype.element_dtype.scale[0])
+        w = op.inputs[1]
+        if w.is_params:
+            wd = np.asarray(w.data, np.float32)
+            axis = None
+            if t == "Conv2d":
+                axis = 3
+            elif t == "ConvTranspose2d" and int(op.attrs.get("groups", 1)) == 1:
+                axis = 3
+            elif t == "Matmul" and wd.ndim == 2:
+                axis = 0 if op.attrs.get("transpose_b", False) else 1
+            wq, s_w, qaxis = _weight_q(wd, axis, act_el, per_channel)
+            w_el = QuantizedType(ScalarType.from_numpy(wq.dtype), s_w, axis=qaxis)
+            wv = Params(w.v_id, TensorType(w_el, w.shape, w.dtype.layout), wq, w.name, w.mtype,
+                        dict(w.tags))
+        else:
+            wv = get_q(w)
+            s_w = np.asarray(wv.dtype.element_dtype.scale)
+        ins = [x, wv]
+        if len(op.inputs) > 2:
+            b = op.inputs[2]
+            s_b = np.float64(s_in) * np.asarray(s_w, np.float64)
+            bq = quantize_bias(np.asarray(b.data, np.float64), s_in,
+                               s_w if s_w.size > 1 else float(s_w[0]), bias_el.numpy_dtype)
+            b_el = QuantizedType(bias_el, s_b, axis=0 if s_b.size > 1 else None)
+            ins.append(Params(b.v_id, TensorType(b_el, b.shape, b.dtype.layout), bq, b.name,
+                              b.mtype, dict(b.tags)))
+        return ins
+    ins = []
+    for v in op.inputs:
+        if v.is_params:  # a constant operand of Add/Sub/Multiply: per-tensor, its own scale
+            d = np.asarray(v.data, np.float64)
+            s = float(scale_from_amax(float(np.abs(d).max(initial=0.0)), act_el.numpy_dtype))
+            el = QuantizedType(act_el, s)
+            ins.append(Params(v.v_id, TensorType(el, v.shape, v.dtype.layout),
+                              quantize(d, s, act_el.numpy_dtype), v.name, v.mtype,
+                              dict(v.tags)))
+        else:
+            ins.append(get_q(v))
+    return ins
