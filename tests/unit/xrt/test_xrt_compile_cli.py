@@ -1,0 +1,86 @@
+"""`xrt compile`: every stage written, TOML options, clear errors, nothing half-written."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+import xir
+from xir import zoo
+from xir.frontend.onnx_export import export_onnx
+from xrt.cli import main
+
+
+def _files(path) -> list[str]:
+    return sorted(os.listdir(path)) if os.path.isdir(path) else []
+
+
+def test_compile_zoo_network_writes_every_stage(tmp_path, capsys):
+    out = tmp_path / "out"
+    assert main(["compile", "tiny_cnn", "-o", str(out), "--method", "minmax"]) == 0
+    stages = ["parsed", "optimized", "quantized", "adapted"]
+    assert _files(out) == sorted(f"tiny_cnn_{s}.{ext}" for s in stages
+                                 for ext in ("json", "raw"))
+    q = xir.Network.CreateFromJsonFile(out / "tiny_cnn_quantized.json")
+    q.loadParamsFromFile(out / "tiny_cnn_quantized.raw")
+    assert any(v.dtype.is_quantized() for op in q.ops for v in op.outputs)
+
+
+def test_compile_onnx_with_toml_and_calibration_folder(tmp_path):
+    net = zoo.build("tiny_cnn")
+    export_onnx(net, str(tmp_path / "tiny.onnx"))
+    calib = tmp_path / "calib"
+    calib.mkdir()
+    for i, sample in enumerate(zoo.calibration_set("tiny_cnn", count=3)):
+        np.save(calib / f"{i}.npy", sample[0].transpose(0, 3, 1, 2))  # ONNX: NCHW
+    (tmp_path / "c.toml").write_text(
+        f'[compile]\nmodel = "{tmp_path / "tiny.onnx"}"\ncalib = "{calib}"\n'
+        f'output = "{tmp_path / "o"}"\nbits = 16\nmethod = "minmax"\nname = "tinyx"\n')
+    assert main(["compile", "--config", str(tmp_path / "c.toml")]) == 0
+    assert "tinyx_quantized.json" in _files(tmp_path / "o")
+    q = xir.Network.CreateFromJsonFile(tmp_path / "o" / "tinyx_quantized.json")
+    bits = {v.dtype.element_dtype.bits for op in q.ops for v in op.outputs
+            if v.dtype.is_quantized()}
+    assert bits == {16}
+
+
+def test_unknown_target_lists_installed_ones(tmp_path, capsys):
+    assert main(["compile", "tiny_cnn", "--target", "nosuch", "-o", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert "no compile target 'nosuch'" in err and "installed targets" in err
+    assert _files(tmp_path / "o") == []
+
+
+def test_corrupt_onnx_leaves_nothing(tmp_path, capsys):
+    net = zoo.build("tiny_cnn")
+    data = export_onnx(net).SerializeToString()
+    (tmp_path / "cut.onnx").write_bytes(data[: len(data) // 3])
+    calib = tmp_path / "calib"
+    calib.mkdir()
+    np.save(calib / "0.npy", zoo.calibration_set("tiny_cnn", count=1)[0][0])
+    out = tmp_path / "o"
+    assert main(["compile", str(tmp_path / "cut.onnx"), "--calib", str(calib),
+                 "-o", str(out)]) == 2
+    assert "cut.onnx" in capsys.readouterr().err
+    assert _files(out) == [] and not [p for p in os.listdir(tmp_path) if p.startswith(".xrt")]
+
+
+@pytest.mark.parametrize("bad", ["shape", "dtype", "empty"])
+def test_bad_calibration_folder(tmp_path, capsys, bad):
+    calib = tmp_path / "calib"
+    calib.mkdir()
+    good = zoo.calibration_set("tiny_cnn", count=1)[0][0]
+    if bad == "shape":
+        np.save(calib / "0.npy", good[:, :16])
+    elif bad == "dtype":
+        np.save(calib / "0.npy", good.astype(np.float64))
+    net = zoo.build("tiny_cnn")
+    export_onnx(net, str(tmp_path / "tiny.onnx"))
+    out = tmp_path / "o"
+    assert main(["compile", str(tmp_path / "tiny.onnx"), "--calib", str(calib),
+                 "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert ("0.npy" in err) if bad != "empty" else ("empty" in err or "no " in err)
+    assert _files(out) == []
