@@ -15,6 +15,7 @@ from typing import Any, Callable, BinaryIO
 import numpy as np
 
 import xir
+from xir.tiling import untile
 from xir.types import Layout, QuantizedType, TensorType
 
 from .errors import DumpFormatError, TensorError, XrtError
@@ -31,25 +32,6 @@ def check_dump_format(fmt: str) -> str:
                               f"software layout), F|Q (float or quantized), B|T (binary or "
                               f"text), e.g. 'SFB'")
     return fmt
-
-
-def untile(array: np.ndarray, layout: Layout) -> np.ndarray:
-    """Software-layout copy of a tiled array (NCHWc16 -> NCHW: the tile merged into C)."""
-    arr, tokens = array, list(layout.tokens)
-    while any(t for _, t in tokens):
-        i = next(i for i, (_, t) in enumerate(tokens) if t)
-        letter = tokens[i][0].upper()
-        j = next((k for k, (ch, t) in enumerate(tokens) if ch == letter and not t), -1)
-        if j < 0:
-            raise TensorError(f"layout {layout.spec}: tile {tokens[i][0]} has no axis {letter}")
-        arr = np.moveaxis(arr, i, j + 1)
-        tok = tokens.pop(i)
-        tokens.insert(j + 1, tok)
-        shape = list(arr.shape)
-        shape[j:j + 2] = [shape[j] * shape[j + 1]]
-        arr = arr.reshape(shape)
-        tokens.pop(j + 1)
-    return arr
 
 
 def dequantize(array: np.ndarray, element: QuantizedType) -> np.ndarray:
