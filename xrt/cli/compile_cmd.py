@@ -16,7 +16,7 @@ from typing import Any
 HELP = "compile an ONNX model (or a zoo network) through every stage to a target's HardOps"
 
 DEFAULTS = {"target": None, "calib": None, "output": "out", "bits": 8, "method": "kl",
-            "input_shape": None, "name": None, "calib_count": 8}
+            "input_shape": None, "name": None, "calib_count": 8, "input_size": None}
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -33,6 +33,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--input-shape", action="append", metavar="NAME=D0,D1,...",
                         help="shape of a dynamic ONNX input")
     parser.add_argument("--name", help="network name (default: the model's)")
+    parser.add_argument("--input-size", type=int, help="input size of a zoo network")
     parser.add_argument("--report", action="store_true", help="print the accuracy report")
 
 
@@ -92,12 +93,15 @@ def compile_model(opts: dict[str, Any], report: bool = False) -> dict[str, str]:
 
         net = import_onnx(model, _shapes(opts.get("input_shape")), name=opts.get("name"))
     else:
-        net = zoo.build(model)
+        size = opts.get("input_size")
+        net = zoo.build(model, input_size=int(size)) if size else zoo.build(model)
     name = opts.get("name") or net.name
     if opts.get("calib"):
         samples = load_calibration(opts["calib"], net)
     elif model in zoo.names():
-        samples = zoo.calibration_set(model, count=int(opts["calib_count"]))
+        size = opts.get("input_size")
+        samples = zoo.calibration_set(model, count=int(opts["calib_count"]),
+                                      **({"input_size": int(size)} if size else {}))
     else:
         from ..errors import XrtError
 

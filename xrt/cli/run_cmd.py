@@ -12,6 +12,9 @@ HELP = "run a network on backends such as 'ZG330,sim://zg330;Host' and show its 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("model", help="network json (raw beside it) or a zoo name (resnet18...)")
     parser.add_argument("--raw", help="params file (default: the json's stem + .raw)")
+    parser.add_argument("--target", help="compile a zoo network for this target first (cached "
+                                         "in .icraft/cache), e.g. zg330")
+    parser.add_argument("--input-size", type=int, help="zoo network input size")
     parser.add_argument("--inputs", nargs="*", default=[], help=".npy files, one per input")
     parser.add_argument("--backends", default="Host",
                         help="';'-separated 'Backend[,device-url]' list in binding priority")
@@ -49,8 +52,9 @@ def parse_backends(text: str) -> tuple[list[type], list[Any]]:
     return classes, devices
 
 
-def load_model(model: str, raw: str | None) -> Any:
-    """A network from json(+raw) or the zoo."""
+def load_model(model: str, raw: str | None, target: str | None = None,
+               input_size: int | None = None) -> Any:
+    """A network from json(+raw) or the zoo (compiled for `target` when given, cached)."""
     import xir
 
     if os.path.exists(model) or model.endswith(".json"):
@@ -60,17 +64,38 @@ def load_model(model: str, raw: str | None) -> Any:
         return net
     from xir import zoo
 
-    return zoo.build(model)
+    if target:
+        return load_model(compiled_zoo(model, target, input_size), None)
+    return zoo.build(model, input_size=input_size) if input_size else zoo.build(model)
 
 
-def default_inputs(model: str, net: Any) -> list[Any]:
+def compiled_zoo(model: str, target: str, input_size: int | None = None) -> str:
+    """Path of the zoo network compiled for `target`, compiling it on first use."""
+    from .. import plugins
+    from .compile_cmd import DEFAULTS, compile_model
+
+    lower = plugins.target(target)
+    suffix = getattr(lower, "suffix", target.upper())
+    tag = f"{model}_{input_size}" if input_size else model
+    out = os.path.join(".icraft", "cache", f"{tag}_{target}")
+    path = os.path.join(out, f"{tag}_{suffix}.json")
+    if not os.path.exists(path):
+        print(f"compiling {model} for {target} into {out} (cached for later runs)")
+        opts = dict(DEFAULTS, model=model, target=target, output=out, name=tag,
+                    input_size=input_size)
+        compile_model(opts)
+    return path
+
+
+def default_inputs(model: str, net: Any, input_size: int | None = None) -> list[Any]:
     import numpy as np
 
     try:
         from xir import zoo
 
         if model in zoo.names():
-            return zoo.calibration_set(model, count=1)[0]
+            kw = {"input_size": input_size} if input_size else {}
+            return zoo.calibration_set(model, count=1, seed=1, **kw)[0]
     except ImportError:
         pass
     rng = np.random.default_rng(0)
@@ -83,9 +108,9 @@ def run(args: argparse.Namespace) -> int:
     from ..profiling import plot_profile, print_profile, profile_rows, write_chrome_trace
     from ..session import Session
 
-    net = load_model(args.model, args.raw)
+    net = load_model(args.model, args.raw, args.target, args.input_size)
     classes, devices = parse_backends(args.backends)
-    inputs = [np.load(p) for p in args.inputs] if args.inputs else default_inputs(args.model, net)
+    inputs = [np.load(p) for p in args.inputs] if args.inputs else default_inputs(args.model, net, args.input_size)
     sess = Session.Create(classes, net.view(0), devices, strict=args.strict)
     sess.enableTimeProfile(True)
     sess.setLogTime(args.log_time)
