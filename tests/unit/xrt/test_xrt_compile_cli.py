@@ -84,3 +84,20 @@ def test_bad_calibration_folder(tmp_path, capsys, bad):
     err = capsys.readouterr().err
     assert ("0.npy" in err) if bad != "empty" else ("empty" in err or "no " in err)
     assert _files(out) == []
+
+
+def test_quant_report_command(tmp_path, capsys):
+    out = tmp_path / "out"
+    assert main(["compile", "tiny_cnn", "-o", str(out), "--method", "minmax"]) == 0
+    capsys.readouterr()
+    report = tmp_path / "report.json"
+    assert main(["quant-report", str(out / "tiny_cnn_optimized.json"),
+                 str(out / "tiny_cnn_quantized.json"), "--json", str(report)]) == 0
+    text = capsys.readouterr().out
+    assert "cos" in text.lower()
+    import json
+
+    data = json.loads(report.read_text())
+    assert data  # per-layer rows with cosine and max abs error
+    flat = json.dumps(data)
+    assert "cos" in flat and "max" in flat
