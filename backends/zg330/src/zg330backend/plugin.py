@@ -36,3 +36,17 @@ def xrt_register_device_schemes(register) -> None:
              names=["zg330aiu", "zg330"])
     register("mock", open_url, "ZG330 mock device: allocation only (mock://zg330)",
              names=["zg330"])
+
+
+@hookimpl
+def xrt_register_backends(register) -> None:
+    from .backend import ZG330Backend
+
+    register(ZG330Backend)
+
+
+@hookimpl
+def xrt_register_targets(register) -> None:
+    from .lowering import target
+
+    register("zg330", target, "ZG330 NPU: HardOps with ISA v1 instructions (*_ZG.json/raw)")

@@ -1,0 +1,353 @@
+"""Per-op lowering rules: which quantized ops the ZG330 runs, and their layers and constants.
+
+Each rule reads one quantized xir op and returns an `OpLowering`: the constants to pack into the
+HardOp's weight blob and a function that, given the final addresses, makes the npu_model layer
+descriptors (`npu_model.asm`). Every multiplier is derived from the value scales exactly as the
+HostBackend integer reference does (docs/quantization.md section 9), so the NPU's results are
+bit-identical to it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+from npu_model import asm
+from xir.quant.fixed_point import clip_bounds, quantize, quantize_multiplier, requant_multiplier
+from xir.quant.lut import build_lut
+from xir.types import QuantizedType
+
+from .common import map3, npu_dtype, scale_of
+
+#: quantized activations that run as lookup tables
+LUT_FUNCS = {"Sigmoid": "sigmoid", "Silu": "silu", "Hardswish": "hardswish"}
+#: ops that never compute: they become channel offsets / aliases, or a COPY when they cannot
+ALIAS_OPS = frozenset({"Concat", "Split", "Reshape", "AlignAxis", "PruneAxis"})
+#: Add/Sub common-shift rule of docs/quantization.md section 9
+ADD_MAX_SHIFT_DIFF = 16
+
+Resolver = Any  # lower._Resolver: .fmap(value) -> asm.FMap, .const(index) -> logical address
+
+
+@dataclass
+class OpLowering:
+    """How one xir op runs on the NPU: constants (packed bytes) and a layer maker."""
+
+    kind: str
+    consts: list[np.ndarray] = field(default_factory=list)
+    make: Callable[[Resolver], list[asm.Layer]] | None = None
+    reads: list[Any] = field(default_factory=list)  # feature values the layers read
+    macs: int = 0
+
+
+class NotLowerable(Exception):
+    """The op stays on the host (the message says why, for the compile log)."""
+
+
+# --- helpers ---------------------------------------------------------------------------------------
+
+
+def _attr(op, name: str, default: Any) -> Any:
+    return op.attrs.get(name, default)
+
+
+def _feature_dtypes(op) -> str:
+    """The single NPU dtype of the op's feature maps, or NotLowerable."""
+    feats = op.feature_inputs() + list(op.outputs)
+    dts = {npu_dtype(v) for v in feats}
+    if None in dts or len(dts) != 1:
+        raise NotLowerable("feature maps are not all per-tensor int8 or all int16")
+    for v in feats:
+        if map3(v.shape) is None:
+            raise NotLowerable(f"value {v.v_id} shape {list(v.shape)} has no NHWC (N=1) form")
+    return dts.pop()
+
+
+def folded_act(attrs: dict, real: Any, s_out: float, out_np: Any, act_key: str = "act",
+               alpha_key: str = "act_alpha", max_key: str = "act_max"
+               ) -> tuple[tuple[int, int], Any]:
+    """((lo, hi), leaky pair or None) of a folded Relu-family activation (quantization.md s.4)."""
+    on = str(attrs.get(act_key, "none")) == "relu"
+    if not on:
+        return clip_bounds(out_np), None
+    alpha = float(attrs.get(alpha_key, 0.0))
+    amax = float(attrs.get(max_key, np.inf))
+    relu6_q = None if amax == np.inf else int(quantize(np.float64(amax), s_out, np.int64))
+    if alpha == 0.0:
+        return clip_bounds(out_np, relu=True, relu6_q=relu6_q), None
+    return clip_bounds(out_np, relu6_q=relu6_q), quantize_multiplier(
+        alpha * np.asarray(real, dtype=np.float64))
+
+
+def _vec(x: Any, n: int) -> np.ndarray:
+    a = np.asarray(x, dtype=np.int64).reshape(-1)
+    return np.broadcast_to(a, (n,)).copy() if a.size == 1 else a
+
+
+def _wscales(w) -> np.ndarray:
+    el = w.dtype.element_dtype
+    return np.asarray(el.scale, dtype=np.float64)
+
+
+def _rq_records(bias, s_in: float, s_w: np.ndarray, s_out: float, n: int, attrs: dict,
+                out_np) -> tuple[np.ndarray, tuple[int, int]]:
+    mult, shift = requant_multiplier(s_in, s_w, s_out)
+    real = (np.float64(s_in) * s_w) / np.float64(s_out)
+    clip, leaky = folded_act(attrs, real, s_out, out_np)
+    m, s = _vec(mult, n), _vec(shift, n)
+    mn, sn = (m, s) if leaky is None else (_vec(leaky[0], n), _vec(leaky[1], n))
+    b = np.zeros(n, np.int64) if bias is None else np.asarray(bias, np.int64).reshape(-1)
+    if b.size != n:
+        raise NotLowerable(f"bias has {b.size} entries for {n} channels")
+    return asm.pack_requant_params(b, m, s, mn, sn, n=n), clip
+
+
+# --- rules -------------------------------------------------------------------------------------------
+
+
+def lower_conv(op, cfg) -> OpLowering:
+    dt = _feature_dtypes(op)
+    if len(op.feature_inputs()) != 1 or len(op.inputs) < 2 or not op.inputs[1].is_params:
+        raise NotLowerable("Conv2d needs constant weights")
+    if _attr(op, "padding_mode", "zeros") != "zeros":
+        raise NotLowerable("only zero padding")
+    x, w, y = op.inputs[0], op.inputs[1], op.outputs[0]
+    if not isinstance(w.dtype.element_dtype, QuantizedType) or w.data is None or \
+            np.dtype(w.data.dtype) != np.dtype(dt):
+        raise NotLowerable("weights are not quantized to the feature dtype")
+    kh, kw, cin_g, cout = w.shape
+    g = int(_attr(op, "groups", 1))
+    geo = dict(kernel=(kh, kw), stride=(int(_attr(op, "stride_height", 1)),
+                                        int(_attr(op, "stride_width", 1))),
+               pad=tuple(int(_attr(op, k, 0)) for k in ("pad_top", "pad_bottom", "pad_left",
+                                                         "pad_right")),
+               dilation=(int(_attr(op, "dilation_height", 1)),
+                         int(_attr(op, "dilation_width", 1))))
+    if max(kh, kw, *geo["stride"], *geo["pad"], *geo["dilation"]) > 255:
+        raise NotLowerable("kernel, stride, pad or dilation above 255")
+    if g < 1 or cout % g or map3(x.shape)[2] != cin_g * g:
+        raise NotLowerable("group geometry")
+    bias = op.inputs[2].data if len(op.inputs) > 2 else None
+    rec, clip = _rq_records(bias, scale_of(x), _wscales(w), scale_of(y), cout, op.attrs,
+                            y.dtype.numpy_dtype)
+    packed = asm.pack_conv_weights(np.asarray(w.data), g, dt, cfg)
+    oh, ow, _ = map3(y.shape)
+
+    def make(R: Resolver) -> list[asm.Layer]:
+        return [asm.Conv(R.fmap(x), R.fmap(y), R.const(0), R.const(1), groups=g, clip=clip,
+                         tag=op.op_id, **geo)]
+
+    return OpLowering("conv", [packed, rec], make, [x], oh * ow * cout * kh * kw * cin_g)
+
+
+def lower_matmul(op, cfg) -> OpLowering:
+    dt = _feature_dtypes(op)
+    if len(op.feature_inputs()) != 1 or len(op.inputs) < 2 or not op.inputs[1].is_params or \
+            _attr(op, "transpose_a", False):
+        raise NotLowerable("Matmul needs a feature-map A and constant 2-D B")
+    a, b, y = op.inputs[0], op.inputs[1], op.outputs[0]
+    if b.data is None or b.data.ndim != 2 or np.dtype(b.data.dtype) != np.dtype(dt):
+        raise NotLowerable("B is not a 2-D constant of the feature dtype")
+    B = np.asarray(b.data)
+    if _attr(op, "transpose_b", False):
+        B = B.T
+    K, N = B.shape
+    ah, aw, ac = map3(a.shape)
+    yh, yw, yc = map3(y.shape)
+    if ac != K or yc != N or (ah, aw) != (yh, yw) or len(a.shape) != len(y.shape):
+        raise NotLowerable("matmul shapes")
+    bias = op.inputs[2].data if len(op.inputs) > 2 else None
+    rec, clip = _rq_records(bias, scale_of(a), _wscales(b), scale_of(y), N, op.attrs,
+                            y.dtype.numpy_dtype)
+    packed = asm.pack_matmul_weights(B, dt, cfg)
+
+    def make(R: Resolver) -> list[asm.Layer]:
+        return [asm.Matmul(R.fmap(a), R.fmap(y), R.const(1), weights_addr=R.const(0), clip=clip,
+                           tag=op.op_id)]
+
+    return OpLowering("matmul", [packed, rec], make, [a], ah * aw * K * N)
+
+
+def add_rescale_params(s_a: float, s_b: float, s_out: float):
+    """((m_a, sh_a), (m_b, sh_b), S) of Add/Sub (docs/quantization.md section 9)."""
+    (ma, sa), (mb, sb) = (tuple(int(v) for v in requant_multiplier(s, 1.0, s_out))
+                          for s in (s_a, s_b))
+    if ma == 0:
+        sa = sb
+    if mb == 0:
+        sb = sa
+    if sa - sb > ADD_MAX_SHIFT_DIFF:
+        k = sa - sb - ADD_MAX_SHIFT_DIFF
+        ma, sa = (ma + (1 << (k - 1))) >> k, sa - k
+    elif sb - sa > ADD_MAX_SHIFT_DIFF:
+        k = sb - sa - ADD_MAX_SHIFT_DIFF
+        mb, sb = (mb + (1 << (k - 1))) >> k, sb - k
+    return (ma, sa), (mb, sb), max(sa, sb)
+
+
+def lower_eltw(op, cfg) -> OpLowering:
+    dt = _feature_dtypes(op)
+    if len(op.inputs) != 2 or any(v.is_params for v in op.inputs):
+        raise NotLowerable("element-wise op with a constant operand")
+    a, b, y = op.inputs[0], op.inputs[1], op.outputs[0]
+    sa3, sb3, sy3 = map3(a.shape), map3(b.shape), map3(y.shape)
+    swap = False
+    if sa3 == sy3 and (sb3 == sy3 or (sb3[:2] == (1, 1) and sb3[2] == sy3[2])):
+        pass
+    elif op.op_type != "Sub" and sb3 == sy3 and sa3[:2] == (1, 1) and sa3[2] == sy3[2]:
+        swap = True
+    else:
+        raise NotLowerable("broadcast other than a one-pixel second operand")
+    if len(a.shape) != len(y.shape) or len(b.shape) not in (len(y.shape),):
+        raise NotLowerable("operand ranks differ")
+    out_np = y.dtype.numpy_dtype
+    if op.op_type == "Multiply":
+        m, s = (int(v) for v in requant_multiplier(scale_of(a), scale_of(b), scale_of(y)))
+        kw = dict(op="mul", ka=1, kb=1, mult=m, shift=s, clip=clip_bounds(out_np))
+    else:
+        (ma, sha), (mb, shb), S = add_rescale_params(scale_of(a), scale_of(b), scale_of(y))
+        clip, leaky = folded_act(op.attrs, 1.0, scale_of(y), out_np)
+        if leaky is not None:
+            leaky = quantize_multiplier(float(op.attrs.get("act_alpha", 0.0)) * 2.0 ** -S)
+        ka, kb = ma << (S - sha), mb << (S - shb)
+        if max(abs(ka), abs(kb)) >= 1 << 39:
+            raise NotLowerable("add multipliers exceed the 40-bit ELTW_K field")
+        kw = dict(op="add" if op.op_type == "Add" else "sub", ka=ka, kb=kb, mult=1, shift=S,
+                  clip=clip)
+        if leaky is not None:
+            kw["mult_neg"], kw["shift_neg"] = int(leaky[0]), int(leaky[1])
+    if swap:
+        a, b = b, a
+        if "ka" in kw:
+            kw["ka"], kw["kb"] = kw["kb"], kw["ka"]
+
+    def make(R: Resolver) -> list[asm.Layer]:
+        return [asm.Eltw(R.fmap(a), R.fmap(b), R.fmap(y), tag=op.op_id, **kw)]
+
+    return OpLowering("eltw", [], make, [a, b])
+
+
+def _pool_geometry(op, x3):
+    h, w, _ = x3
+    if op.op_type == "AvgPool2d" and _attr(op, "is_global", False):
+        return (h, w), (1, 1), (0, 0, 0, 0), (1, 1), 0, 0
+    kh, kw = int(op.attrs["pool_height"]), int(op.attrs["pool_width"])
+    sh, sw = int(_attr(op, "stride_height", 1)), int(_attr(op, "stride_width", 1))
+    dh = int(_attr(op, "dilation_height", 1)) if op.op_type == "MaxPool2d" else 1
+    dw = int(_attr(op, "dilation_width", 1)) if op.op_type == "MaxPool2d" else 1
+    pt, pb, pl, pr = (int(_attr(op, k, 0)) for k in ("pad_top", "pad_bottom", "pad_left",
+                                                    "pad_right"))
+    ceil = bool(_attr(op, "ceil_mode", False))
+
+    def out(size, k, s, d, p0, p1):
+        span = size + p0 + p1 - d * (k - 1) - 1
+        o = (-(-span // s) if ceil else span // s) + 1
+        if ceil and (o - 1) * s >= size + p0:
+            o -= 1
+        return o
+
+    ho, wo = out(h, kh, sh, dh, pt, pb), out(w, kw, sw, dw, pl, pr)
+    eb = max(0, (ho - 1) * sh + dh * (kh - 1) + 1 - (h + pt + pb))
+    er = max(0, (wo - 1) * sw + dw * (kw - 1) + 1 - (w + pl + pr))
+    return (kh, kw), (sh, sw), (pt, pb, pl, pr), (dh, dw), eb, er
+
+
+def lower_pool(op, cfg) -> OpLowering:
+    dt = _feature_dtypes(op)
+    x, y = op.inputs[0], op.outputs[0]
+    x3, y3 = map3(x.shape), map3(y.shape)
+    if len(x.shape) != 4:
+        raise NotLowerable("pools take NHWC maps")
+    k, s, (pt, pb, pl, pr), d, eb, er = _pool_geometry(op, x3)
+    pads = (pt, pb + eb, pl, pr + er)
+    if max(*k, *s, *pads, *d) > 255:
+        raise NotLowerable("pool window, stride or pad above 255")
+    if asm.conv_out_hw(x3[0], x3[1], k, s, pads, d) != y3[:2]:
+        raise NotLowerable("pool output size")
+    if op.op_type == "MaxPool2d":
+        if scale_of(x) != scale_of(y):
+            raise NotLowerable("max pool with a rescale")
+
+        def make_max(R: Resolver) -> list[asm.Layer]:
+            return [asm.Pool(R.fmap(x), R.fmap(y), "max", k, s, pads, d, tag=op.op_id)]
+
+        return OpLowering("maxpool", [], make_max, [x])
+    include = bool(_attr(op, "count_include_pad", False)) and not _attr(op, "is_global", False)
+    if include and (eb or er):
+        raise NotLowerable("average pool counting pads with a ceil-mode overhang")
+    n = k[0] * k[1]
+    mult = np.zeros(n + 1, np.int64)
+    shift = np.zeros(n + 1, np.int64)
+    for i in range(1, n + 1):
+        m_, s_ = requant_multiplier(scale_of(x), 1.0 / i, scale_of(y))
+        mult[i], shift[i] = int(m_), int(s_)
+    table = asm.pack_avgpool_params(mult, shift)
+
+    def make_avg(R: Resolver) -> list[asm.Layer]:
+        return [asm.Pool(R.fmap(x), R.fmap(y), "avg", k, s, pads, count_include_pad=include,
+                         params_addr=R.const(0), tag=op.op_id)]
+
+    return OpLowering("avgpool", [table], make_avg, [x])
+
+
+def lower_lut(op, cfg) -> OpLowering:
+    _feature_dtypes(op)
+    x, y = op.inputs[0], op.outputs[0]
+    table = build_lut(LUT_FUNCS[op.op_type], scale_of(x), scale_of(y), x.dtype.numpy_dtype,
+                      y.dtype.numpy_dtype)
+
+    def make(R: Resolver) -> list[asm.Layer]:
+        return [asm.Lut(R.fmap(x), R.fmap(y), R.const(0), tag=op.op_id)]
+
+    return OpLowering("lut", [asm.pack_lut(np.asarray(table))], make, [x])
+
+
+def lower_upsample(op, cfg) -> OpLowering:
+    _feature_dtypes(op)
+    x, y = op.inputs[0], op.outputs[0]
+    if _attr(op, "mode", "nearest") != "nearest" or scale_of(x) != scale_of(y) or \
+            len(x.shape) != 4:
+        raise NotLowerable("only nearest upsampling without rescale")
+    sh, sw = int(_attr(op, "scale_height", 2)), int(_attr(op, "scale_width", 2))
+    if not (1 <= sh <= 255 and 1 <= sw <= 255):
+        raise NotLowerable("upsample factor")
+
+    def make(R: Resolver) -> list[asm.Layer]:
+        return [asm.Upsample(R.fmap(x), R.fmap(y), (sh, sw), tag=op.op_id)]
+
+    return OpLowering("upsample", [], make, [x])
+
+
+RULES: dict[str, Callable[[Any, Any], OpLowering]] = {
+    "Conv2d": lower_conv, "Matmul": lower_matmul, "Add": lower_eltw, "Sub": lower_eltw,
+    "Multiply": lower_eltw, "MaxPool2d": lower_pool, "AvgPool2d": lower_pool,
+    "Sigmoid": lower_lut, "Silu": lower_lut, "Hardswish": lower_lut, "Upsample": lower_upsample,
+}
+
+
+def alias_ok(op) -> bool:
+    """Whether a data-movement op can live on the NPU (last-axis work on NHWC-able values)."""
+    if op.op_type not in ALIAS_OPS or not op.is_quantized():
+        return False
+    try:
+        _feature_dtypes(op)
+    except NotLowerable:
+        return False
+    if any(v.is_params for v in op.inputs):
+        return False
+    x = op.inputs[0]
+    x3 = map3(x.shape)
+    rank = len(x.shape)
+    if op.op_type in ("Concat", "Split", "AlignAxis", "PruneAxis"):
+        ax = int(op.attrs.get("axis", -1))
+        if ax % rank != rank - 1:
+            return False
+        if any(scale_of(v) != scale_of(x) for v in op.feature_inputs() + list(op.outputs)):
+            return False
+        return all(map3(v.shape)[:2] == x3[:2] and len(v.shape) == rank
+                   for v in op.feature_inputs() + list(op.outputs))
+    # Reshape: free when the NPU view (h, w, c) is unchanged
+    y = op.outputs[0]
+    return map3(y.shape) == x3 and scale_of(x) == scale_of(y)

@@ -1,0 +1,428 @@
+"""`lower`: an adapted quantized network -> the ZG330 generated stage (`*_ZG.json/raw`).
+
+Steps (the contract is docs/zg330-lowering.md):
+
+1. **select** the ops the NPU runs: every op with a rule in `layers.RULES` whose integer form
+   the device reproduces exactly, plus the data-movement ops (`layers.ALIAS_OPS`) next to them;
+2. **fuse** a compute op with the lookup-table activation that is its only reader (Conv -> SiLU
+   of yolov5s: one HardOp, two layers, the intermediate map in an internal FTMP slot);
+3. **place** feature maps in *buffers*: an NHWC block of `h x w x pitch` elements. Concat inputs
+   are written straight into their channel slice of the concat's buffer, Split / Reshape /
+   AlignAxis / PruneAxis outputs are channel windows of their input's buffer (aliases, no
+   instruction); where that is impossible the data-movement HardOp gets a COPY layer instead.
+   Values crossing to or from host ops are dense (`pitch == c`, offset 0);
+4. **lay out** logical ETM: 64 reserved bytes, the weight blobs of every HardOp, the feature-map
+   buffers (one slot per buffer), the instruction streams; all 64-byte aligned;
+5. **emit** each HardOp's layers with `npu_model.asm`, NOP-padded to 64 bytes (no END: the
+   runtime may run consecutive HardOps as one stream).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from npu_model import asm
+from npu_model.isa import ISA_VERSION
+from xir.network import Network
+from xir.ops.base import OP_REGISTRY
+from xir.types import TensorType, UINT8, UINT64
+from xir.values import MemType, Params, Value
+
+from ..config import ZG330_CONFIG
+from .common import ETM_ALIGN, ETM_RESERVED, TAG, ZG_TARGET, align, clone_network, map3, \
+    npu_dtype
+from .layers import ALIAS_OPS, LUT_FUNCS, RULES, NotLowerable, OpLowering, alias_ok
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Buffer:
+    """One feature-map buffer in ETM: NHWC, `pitch` channels per pixel."""
+
+    bid: int
+    h: int
+    w: int
+    dtype: str
+    members: dict[int, tuple[int, int]] = field(default_factory=dict)  # v_id -> (c_off, c)
+    fixed: int | None = None  # pitch forced by a dense member (crosses to the host)
+    host: bool = False  # written by the host (an INPUT of the NPU part)
+    scratch: bool = False  # internal to one HardOp
+    owner: int = -1
+    pitch: int = 0
+    addr: int = 0
+
+    @property
+    def esize(self) -> int:
+        return 2 if self.dtype == "int16" else 1
+
+    @property
+    def nbytes(self) -> int:
+        return self.h * self.w * self.pitch * self.esize
+
+    def fits(self, c_off: int, c: int, dense: bool) -> bool:
+        if dense:
+            if c_off != 0 or (self.fixed is not None and self.fixed != c):
+                return False
+            return all(o + n <= c for o, n in self.members.values())
+        return self.fixed is None or c_off + c <= self.fixed
+
+
+@dataclass
+class _HardSpec:
+    ops: list[Any]  # origin xir ops (in order)
+    lows: list[OpLowering]
+    inputs: list[Value]
+    outputs: list[Value]
+    copies: list[tuple[Value, Value]] = field(default_factory=list)  # (src value, dst value)
+    scratch: list[int] = field(default_factory=list)  # buffer ids
+    consts: list[np.ndarray] = field(default_factory=list)
+    const_off: list[int] = field(default_factory=list)
+    blob: np.ndarray | None = None
+    blob_addr: int = 0
+    words: np.ndarray | None = None
+    instr_addr: int = 0
+    layer_end: int = 0
+
+    @property
+    def op_id(self) -> int:
+        return self.ops[0].op_id
+
+
+class _Resolver:
+    def __init__(self, lowering: _Lowering, spec: _HardSpec, base: int) -> None:
+        self.L, self.spec, self.base = lowering, spec, base
+
+    def fmap(self, v: Value) -> asm.FMap:
+        return self.L.fmap(v)
+
+    def const(self, i: int) -> int:
+        return self.spec.blob_addr + self.spec.const_off[self.base + i]
+
+
+class _Lowering:
+    def __init__(self, net: Network, options: dict, cfg=ZG330_CONFIG) -> None:
+        self.net = net
+        self.options = options
+        self.cfg = cfg
+        self.buf_of: dict[int, Buffer] = {}
+        self.buffers: list[Buffer] = []
+        self.zg: dict[int, OpLowering | None] = {}  # op_id -> lowering (None: alias op)
+        self.why_host: dict[int, str] = {}
+
+    # --- 1. selection -------------------------------------------------------------------
+    def select(self) -> None:
+        for op in self.net.ops:
+            rule = RULES.get(op.op_type)
+            if rule is None or not op.is_quantized():
+                continue
+            try:
+                self.zg[op.op_id] = rule(op, self.cfg)
+            except NotLowerable as exc:
+                self.why_host[op.op_id] = str(exc)
+        changed = True
+        while changed:
+            changed = False
+            for op in self.net.ops:
+                if op.op_id in self.zg or op.op_type not in ALIAS_OPS or not alias_ok(op):
+                    continue
+                near = any(v.producer is not None and v.producer.op_id in self.zg
+                           for v in op.feature_inputs()) or \
+                    any(c.op_id in self.zg for v in op.outputs for c in v.consumers)
+                if near:
+                    self.zg[op.op_id] = None
+                    changed = True
+
+    def on_npu(self, op) -> bool:
+        return op is not None and op.op_id in self.zg
+
+    def crosses(self, v: Value) -> bool:
+        """Read by a host op (or the Output op)."""
+        return any(not self.on_npu(c) for c in v.consumers)
+
+    # --- 2./3. HardOps and buffers ------------------------------------------------------
+    def _new_buffer(self, v: Value, dense: bool, host: bool = False) -> Buffer:
+        h, w, c = map3(v.shape)
+        b = Buffer(len(self.buffers), h, w, npu_dtype(v), host=host)
+        b.members[v.v_id] = (0, c)
+        if dense:
+            b.fixed = c
+        self.buffers.append(b)
+        self.buf_of[v.v_id] = b
+        return b
+
+    def _join(self, v: Value, b: Buffer, c_off: int) -> bool:
+        c = map3(v.shape)[2]
+        dense = self.crosses(v)
+        if not b.fits(c_off, c, dense):
+            return False
+        if dense:
+            b.fixed = c
+        b.members[v.v_id] = (c_off, c)
+        self.buf_of[v.v_id] = b
+        return True
+
+    def _ensure_input(self, v: Value) -> None:
+        if v.v_id not in self.buf_of:  # produced on the host
+            self._new_buffer(v, dense=True, host=True)
+
+    def plan(self) -> list[Any]:
+        """The lowered op sequence: xir ops (host) and _HardSpec (NPU), in execution order."""
+        seq: list[Any] = []
+        fused_into: dict[int, _HardSpec] = {}
+        for op in self.net.ops:
+            if op.op_id not in self.zg:
+                seq.append(op)
+                continue
+            if op.op_id in fused_into:
+                continue
+            for v in op.feature_inputs():
+                self._ensure_input(v)
+            low = self.zg[op.op_id]
+            if low is not None:
+                spec = _HardSpec([op], [low], list(op.feature_inputs()), list(op.outputs))
+                y = op.outputs[0]
+                nxt = self._fusable_lut(op)
+                if nxt is not None:
+                    sb = self._new_buffer(y, dense=False)
+                    sb.scratch = True
+                    spec.scratch.append(sb.bid)
+                    spec.ops.append(nxt)
+                    spec.lows.append(self.zg[nxt.op_id])
+                    spec.outputs = list(nxt.outputs)
+                    fused_into[nxt.op_id] = spec
+                    y = nxt.outputs[0]
+                for v in spec.outputs:
+                    self._new_buffer(v, dense=self.crosses(v))
+                seq.append(spec)
+                continue
+            seq.append(self._plan_alias(op))
+        return seq
+
+    def _fusable_lut(self, op) -> Any:
+        if len(op.outputs) != 1 or op.op_type in LUT_FUNCS:
+            return None
+        y = op.outputs[0]
+        if len(y.consumers) != 1:
+            return None
+        c = y.consumers[0]
+        if c.op_type in LUT_FUNCS and self.zg.get(c.op_id) is not None:
+            return c
+        return None
+
+    def _plan_alias(self, op) -> _HardSpec:
+        spec = _HardSpec([op], [], list(op.feature_inputs()), list(op.outputs))
+        t = op.op_type
+        if t == "Concat":
+            y = op.outputs[0]
+            out = self._new_buffer(y, dense=self.crosses(y))
+            off = 0
+            seen: set[int] = set()
+            for x in op.inputs:
+                c = map3(x.shape)[2]
+                b = self.buf_of[x.v_id]
+                movable = (len(b.members) == 1 and not b.host and not b.scratch
+                           and x.v_id not in seen and not self.crosses(x)
+                           and x.producer is not None and self.zg.get(x.producer.op_id)
+                           is not None)
+                if movable and out.fits(off, c, False):
+                    self.buffers[b.bid] = None  # type: ignore[call-overload]
+                    out.members[x.v_id] = (off, c)
+                    self.buf_of[x.v_id] = out
+                else:
+                    spec.copies.append((x, _Slice(y, off, c)))
+                seen.add(x.v_id)
+                off += c
+            return spec
+        x = op.inputs[0]
+        xb = self.buf_of[x.v_id]
+        x_off, _ = xb.members[x.v_id]
+        if t == "Split":
+            off = 0
+            for y in op.outputs:
+                c = map3(y.shape)[2]
+                if not self._join(y, xb, x_off + off):
+                    self._new_buffer(y, dense=self.crosses(y))
+                    spec.copies.append((_Slice(x, off, c), y))
+                off += c
+            return spec
+        y = op.outputs[0]
+        if not self._join(y, xb, x_off):
+            self._new_buffer(y, dense=self.crosses(y))
+            c = min(map3(x.shape)[2], map3(y.shape)[2])
+            spec.copies.append((_Slice(x, 0, c), _Slice(y, 0, c)))
+        return spec
+
+    # --- 4. layout ------------------------------------------------------------------------
+    def layout(self, seq: list[Any]) -> dict[str, list[int]]:
+        specs = [s for s in seq if isinstance(s, _HardSpec)]
+        addr = ETM_RESERVED
+        w_lo = addr
+        for s in specs:
+            parts, offs, off = [], [], 0
+            for low in s.lows:
+                for c in low.consts:
+                    offs.append(off)
+                    parts.append((off, c))
+                    off = align(off + c.nbytes, ETM_ALIGN)
+            s.const_off = offs
+            if parts:
+                blob = np.zeros(off, np.uint8)
+                for o, c in parts:
+                    blob[o:o + c.nbytes] = c
+                s.blob = blob
+                s.blob_addr = addr
+                addr = align(addr + blob.nbytes, ETM_ALIGN)
+        w_hi = addr
+        f_lo = addr
+        for b in self.buffers:
+            if b is None:
+                continue
+            b.pitch = b.fixed if b.fixed is not None else \
+                align(max(o + c for o, c in b.members.values()), self.cfg.channel_unit(b.dtype))
+            b.owner = min(b.members, key=lambda v: (b.members[v][0], -b.members[v][1], v))
+            b.addr = addr
+            addr = align(addr + b.nbytes, ETM_ALIGN)
+        f_hi = addr
+        # instructions: sizes first (independent of the address values)
+        i_lo = addr
+        layers_total = 0
+        for s in specs:
+            s.words = self._emit(s, dry=True)
+            if s.words is not None:
+                s.instr_addr = addr
+                addr = align(addr + s.words.nbytes, ETM_ALIGN)
+        i_hi = addr
+        for s in specs:
+            s.words = self._emit(s, dry=False)
+            n = self._n_layers(s)
+            layers_total += n
+            s.layer_end = layers_total
+        return {"weight": [w_lo, w_hi], "ftmp": [f_lo, f_hi], "instr": [i_lo, i_hi],
+                "layers": layers_total}
+
+    def fmap(self, v: Any) -> asm.FMap:
+        if isinstance(v, _Slice):
+            f = self.fmap(v.value)
+            return asm.FMap(f.addr, f.h, f.w, v.c, f.pitch, f.c_off + v.off, f.dtype)
+        b = self.buf_of[v.v_id]
+        off, c = b.members[v.v_id]
+        return asm.FMap(b.addr, b.h, b.w, c, b.pitch, off, b.dtype)
+
+    def _layers(self, s: _HardSpec) -> list[asm.Layer]:
+        out: list[asm.Layer] = []
+        base = 0
+        for low in s.lows:
+            out += low.make(_Resolver(self, s, base))
+            base += len(low.consts)
+        for src, dst in s.copies:
+            out.append(asm.Copy(self.fmap(src), self.fmap(dst), tag=s.op_id))
+        return out
+
+    def _n_layers(self, s: _HardSpec) -> int:
+        return len(s.lows) + len(s.copies)
+
+    def _emit(self, s: _HardSpec, dry: bool) -> np.ndarray | None:
+        if not s.lows and not s.copies:
+            return None
+        layers = self._layers(s)
+        for L in layers:
+            L.tag = s.op_id
+        return asm.emit_program(layers, self.cfg, end=False)
+
+    # --- 5. network -------------------------------------------------------------------------
+    def build(self, seq: list[Any], etm: dict) -> Network:
+        net = self.net
+        out = Network(net.name, framework_kind=net.framework_kind,
+                      framework_version=net.framework_version, icraft_version=net.icraft_version,
+                      icraft_xir_version=net.icraft_xir_version, tags=dict(net.tags))
+        out._next_v_id = net._next_v_id
+        out._next_op_id = net._next_op_id
+        for b in self.buffers:
+            if b is None:
+                continue
+            for vid, (off, c) in b.members.items():
+                v = self._value(vid)
+                if v is None:
+                    continue
+                v.mtype = MemType("etm", b.addr + off * b.esize)
+                v.tags = {**v.tags, TAG: {"buffer": b.owner, "base": b.addr, "bytes": b.nbytes,
+                                          "h": b.h, "w": b.w, "pitch": b.pitch, "c_off": off,
+                                          "c": c, "dtype": b.dtype, "real": vid == b.owner,
+                                          "host": b.host}}
+        n_hard = 0
+        for item in seq:
+            if not isinstance(item, _HardSpec):
+                out.ops.append(item)
+                continue
+            n_hard += 1
+            out.ops.append(self._hardop(item, out))
+        out.relink()
+        out.tags[TAG] = {**out.tags.get(TAG, {}), "etm": {k: etm[k] for k in
+                                                           ("weight", "ftmp", "instr")},
+                         "layers": etm["layers"], "hardops": n_hard, "isa_version": ISA_VERSION,
+                         "channel_unit": {"int8": self.cfg.channel_unit("int8"),
+                                          "int16": self.cfg.channel_unit("int16")},
+                         "host_ops": {str(k): v for k, v in self.why_host.items()}}
+        out.validate()
+        return out
+
+    def _value(self, vid: int) -> Value | None:
+        try:
+            return self.net.getValueById(vid)
+        except Exception:
+            return None
+
+    def _hardop(self, s: _HardSpec, net: Network) -> Any:
+        HardOp = OP_REGISTRY["HardOp"]
+        instr = None
+        if s.words is not None:
+            instr = Params(net.newVId(), TensorType(UINT64, (s.words.size,)), s.words,
+                           f"{s.ops[0].name}.instr", MemType("etm", s.instr_addr))
+        params = []
+        if s.blob is not None:
+            params.append(Params(net.newVId(), TensorType(UINT8, (s.blob.size,)), s.blob,
+                                 f"{s.ops[0].name}.weights", MemType("etm", s.blob_addr)))
+        scratch = []
+        for bid in s.scratch:
+            b = self.buffers[bid]
+            scratch.append({"v_id": b.owner, "addr": b.addr, "bytes": b.nbytes})
+        kinds = [low.kind for low in s.lows] + ["copy"] * len(s.copies)
+        info = {"target": "zg330", "isa_version": ISA_VERSION, "layers": len(kinds),
+                "kinds": kinds, "alias": not kinds, "scratch": scratch,
+                "macs": int(sum(low.macs for low in s.lows)),
+                "instr_bytes": 0 if s.words is None else int(s.words.nbytes),
+                "weight_bytes": 0 if s.blob is None else int(s.blob.nbytes)}
+        return HardOp(list(s.inputs), list(s.outputs), instr=instr, params=params,
+                      op_id=s.op_id, name=s.ops[0].name or f"hardop{s.op_id}",
+                      compile_target=ZG_TARGET, origin_ops_id=[op.op_id for op in s.ops],
+                      device_info=info, layer_count=s.layer_end, sub_hard_ops=[])
+
+
+@dataclass
+class _Slice:
+    """A channel window of a value's map (the source or target of a COPY layer)."""
+
+    value: Value
+    off: int
+    c: int
+
+
+def lower(adapted: Network, options: dict | None = None) -> Network:
+    """The ZG330 generated stage of an adapted network (a new network; the input is kept)."""
+    net, _ = clone_network(adapted)
+    L = _Lowering(net, dict(options or {}))
+    L.select()
+    seq = L.plan()
+    etm = L.layout(seq)
+    out = L.build(seq, etm)
+    n_hard = sum(1 for op in out.ops if op.op_type == "HardOp")
+    log.info("lowered %s for zg330: %d HardOps (%d layers), %d host ops; ETM weights %d B, "
+             "feature maps %d B, instructions %d B", net.name, n_hard, etm["layers"],
+             len(out.ops) - n_hard, etm["weight"][1] - etm["weight"][0],
+             etm["ftmp"][1] - etm["ftmp"][0], etm["instr"][1] - etm["instr"][0])
+    return out

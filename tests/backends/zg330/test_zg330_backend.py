@@ -1,0 +1,284 @@
+"""ZG330Backend: zoo networks bit-exact against the HostBackend reference, merge on/off,
+configuration call order, misuse, and proof that results come from the instructions in ETM."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from test_zg330_lowering_lib import zdev  # noqa: F401  (fixture)
+
+from host_backend import HostBackend
+from xrt import Device, HostDevice, Session
+from xrt.errors import CallOrderError, DeviceError, TensorError, UnsupportedOpError, XrtError
+from zg330backend import OcmOpt, SegmentType, ZG330Backend, ZG330Device
+
+_CACHE: dict = {}
+
+
+def _compiled(name: str, **kw):
+    key = (name, tuple(sorted(kw.items())))
+    if key not in _CACHE:
+        from xir import zoo
+        from xir.quant.quantize import quantize_network
+        from zg330backend.lowering import adapt, lower
+
+        net = zoo.build(name, **kw)
+        import inspect
+
+        fast = {"weight_rounding": "nearest"} if "weight_rounding" in \
+            inspect.signature(quantize_network).parameters else {}
+        q = quantize_network(net, zoo.calibration_set(name, count=2, **kw), bits=8,
+                             method="minmax", **fast)
+        _CACHE[key] = (q, lower(adapt(q)))
+    return _CACHE[key]
+
+
+def _x(q, seed=0):
+    return np.random.default_rng(seed).normal(size=q.inputs()[0].shape).astype(np.float32)
+
+
+def _host(q, x):
+    s = Session.Create([HostBackend], q.view(0), [HostDevice.Default()])
+    s.apply()
+    return [np.asarray(t).copy() for t in s.forward([x])]
+
+
+def _zg(z, dev, x, merge=True, profile=False):
+    s = Session.Create([ZG330Backend, HostBackend], z.view(0), [dev, HostDevice.Default()])
+    if not merge:
+        s.backends[0].disableMergeHardOp()
+    s.enableTimeProfile(profile)
+    s.apply()
+    return s, [np.asarray(t).copy() for t in s.forward([x])]
+
+
+def _bit_exact(name, dev, **kw):
+    q, z = _compiled(name, **kw)
+    x = _x(q)
+    ref = _host(q, x)
+    s, got = _zg(z, dev, x)
+    for a, b in zip(ref, got):
+        np.testing.assert_array_equal(a, b)
+    s.close()
+
+
+def test_tiny_cnn_bit_exact_and_bindings(zdev):  # noqa: F811
+    q, z = _compiled("tiny_cnn")
+    x = _x(q)
+    ref = _host(q, x)
+    s, got = _zg(z, zdev, x, profile=True)
+    np.testing.assert_array_equal(ref[0], got[0])
+    binds = s.backendBindings()
+    for op in z.ops:
+        assert isinstance(binds[op.op_id], ZG330Backend) == (op.op_type == "HardOp")
+    zb = ZG330Backend(s.backends[0])
+    assert zb.is_applied_ and zb.precheck()
+    prof = zb.profileInfo()
+    assert prof and all({"cycles", "macs", "etm_bytes", "ocm_bytes", "utilisation"} <= set(d)
+                        for d in prof.values())
+    assert all(0 <= d["utilisation"] <= 1 for d in prof.values())
+    times = s.timeProfileResults()
+    assert sum(t[2] for t in times.values()) > 0
+    s.close()
+
+
+def test_yolov5s_160_bit_exact(zdev):  # noqa: F811
+    _bit_exact("yolov5s", zdev, input_size=160)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name,kw", [("resnet18", {}), ("mobilenet_v2", {}),
+                                     ("yolov5s", {"input_size": 320})])
+def test_zoo_bit_exact_slow(zdev, name, kw):  # noqa: F811
+    _bit_exact(name, zdev, **kw)
+
+
+def test_merge_identical_and_cheaper(zdev):  # noqa: F811
+    q, z = _compiled("tiny_cnn")
+    x = _x(q, 1)
+    s1, a = _zg(z, zdev, x, merge=True, profile=True)
+    t1 = s1.timeProfileResults()
+    s2, b = _zg(z, zdev, x, merge=False, profile=True)
+    t2 = s2.timeProfileResults()
+    np.testing.assert_array_equal(a[0], b[0])
+    hard1, hard2 = sum(t[2] for t in t1.values()), sum(t[2] for t in t2.values())
+    assert hard1 < hard2
+    zb1 = s1.backends[0]
+    merged = [k for k, hi in zb1.forward_info.hardop_map.items() if hi.merge_from]
+    assert merged and min(merged) > max(z.opIds())  # synthetic ids above the real ones
+    assert set(merged) <= set(t1)
+    assert not any(hi.merge_from for hi in s2.backends[0].forward_info.hardop_map.values())
+    s1.close()
+    s2.close()
+
+
+def test_structures_and_logic_segments(zdev, tmp_path, monkeypatch):  # noqa: F811
+    monkeypatch.chdir(tmp_path)
+    q, z = _compiled("tiny_cnn")
+    be = ZG330Backend.Init()
+    view = z.view([op.op_id for op in z.ops if op.op_type == "HardOp"])
+    be.init(view, zdev)
+    segs = be.logic_segment_map
+    assert set(segs) == set(SegmentType)
+    for st in (SegmentType.WEIGHT, SegmentType.INSTR, SegmentType.FTMP):
+        assert segs[st].byte_size > 0
+    assert segs[SegmentType.INPUT].info_map and segs[SegmentType.OUTPUT].info_map
+    assert be.is_mergeHardop and be.is_etmOptimize and be.ocmopt == OcmOpt.BEST_SCORE
+    fake = [vi for vi in be.value_info.values() if not vi.real]
+    assert fake and all(vi.fake_from is not None for vi in fake)
+    be.apply()
+    assert set(be.phy_segment_map) == set(SegmentType)
+    assert be.phy_segment_map[SegmentType.WEIGHT].phy_addr % 4096 == 0
+    assert len(be.phy_segment_map[SegmentType.INPUT].multi_chunk) == 1
+    assert be.ocmopt == OcmOpt.NONE  # BEST_SCORE resolved to the winner (no OCM plan yet)
+    path = be.log()
+    with open(path, encoding="utf-8") as fh:
+        assert "segment WEIGHT" in fh.read()
+    be.deinit()
+
+
+def test_call_order(zdev):  # noqa: F811
+    q, z = _compiled("tiny_cnn")
+    s = Session.Create([ZG330Backend, HostBackend], z.view(0), [zdev, HostDevice.Default()])
+    zb = s.backends[0]
+    with pytest.raises(CallOrderError):
+        zb.precheck()
+    with pytest.raises(CallOrderError):
+        zb.log()
+    hard = next(op for op in z.ops if op.op_type == "HardOp" and op.instr is not None)
+    with pytest.raises(CallOrderError, match="before apply"):
+        zb.forwardOp(hard, [], [])
+    zb.ocmOptimize(OcmOpt.OPTION2)
+    zb.disableEtmOptimize()
+    s.apply()
+    for call in (zb.disableMergeHardOp, zb.disableEtmOptimize,
+                 lambda: zb.ocmOptimize(OcmOpt.NONE)):
+        with pytest.raises(CallOrderError, match="before apply"):
+            call()
+    chunk = zdev.defaultMemRegion().malloc(1 << 16, True, 4096)
+    with pytest.raises(CallOrderError):
+        zb.userReuseSegment(chunk, SegmentType.FTMP)
+    with pytest.raises(CallOrderError, match="already"):
+        zb.apply()
+    s.close()
+
+
+def test_user_chunks(zdev):  # noqa: F811
+    q, z = _compiled("tiny_cnn")
+    x = _x(q, 2)
+    ref = _host(q, x)
+    s = Session.Create([ZG330Backend, HostBackend], z.view(0), [zdev, HostDevice.Default()])
+    zb = s.backends[0]
+    region = zdev.defaultMemRegion()
+    for st in (SegmentType.WEIGHT, SegmentType.INSTR, SegmentType.FTMP):
+        zb.userReuseSegment(region.malloc(zb.logic_segment_map[st].byte_size, True, 4096), st)
+    out_v = next(iter(zb.logic_segment_map[SegmentType.OUTPUT].info_map))
+    zb.userConnectNetwork(region.malloc(1 << 12, True, 4096), out_v)
+    with pytest.raises(XrtError, match="4096"):
+        zb.userReuseSegment(_misaligned(region), SegmentType.FTMP)
+    with pytest.raises(XrtError, match="not an input or output"):
+        zb.userConnectNetwork(region.malloc(4096, True, 4096), 10 ** 6)
+    s.apply()
+    assert all(ps.single_chunk.user_used for st, ps in zb.phy_segment_map.items()
+               if st in (SegmentType.WEIGHT, SegmentType.INSTR, SegmentType.FTMP))
+    np.testing.assert_array_equal(np.asarray(s.forward([x])[0]), ref[0])
+    s.close()
+
+
+def _misaligned(region):
+    keep = []
+    while True:
+        c = region.malloc(64, True, 64)
+        if c.addr % 4096:
+            return c
+        keep.append(c)
+
+
+def test_forward_with_caller_outputs_zero_copy_input(zdev):  # noqa: F811
+    """A ZG-only view (HardOps between the Casts): inputs already on ETM are mapped by the MMU,
+    caller-allocated outputs receive the results."""
+    q, z = _compiled("tiny_cnn")
+    hard_ids = [op.op_id for op in z.ops if op.op_type == "HardOp"]
+    view = z.view(hard_ids)
+    s = Session.Create([ZG330Backend], view, [zdev])
+    s.apply()
+    (vin,) = view.inputs()
+    (vout,) = view.outputs()
+    full = Session.Create([HostBackend], z.view(0, z.index(hard_ids[0])),
+                          [HostDevice.Default()])
+    full.apply()
+    x = _x(q, 3)
+    qin_host = full.stepTo(z.ops[z.index(hard_ids[0]) - 1].op_id, [x])[0]
+    from xrt import Tensor
+
+    t_in = qin_host.to(zdev.defaultMemRegion())
+    out = Tensor.empty(vout.dtype, zdev.defaultMemRegion())
+    assert s.forward([t_in], [out]) is None
+    ref = s.forward([t_in])[0]
+    np.testing.assert_array_equal(np.asarray(out), np.asarray(ref))
+    with pytest.raises(TensorError):
+        s.forward([np.zeros((1, 32, 32, 31), np.int8)])
+    with pytest.raises(TensorError):
+        s.forward([np.zeros(vin.shape, np.int16)])
+    s.close()
+
+
+def test_corrupted_instruction_or_missing_weights_change_results(zdev):  # noqa: F811
+    q, z = _compiled("tiny_cnn")
+    x = _x(q, 4)
+    s, good = _zg(z, zdev, x)
+    zb = s.backends[0]
+    hard = [op for op in z.ops if op.op_type == "HardOp" and op.params]
+    hi = zb.forward_info.hardop_map[hard[1].op_id]
+    instr = zb.phy_segment_map[SegmentType.INSTR].single_chunk.memChunk
+    off = hi.instr_logic_addr - zb.logic_segment_map[SegmentType.INSTR].logic_addr
+    saved = instr.view(off, 8).copy()
+    instr.write(off, np.array([0x7F << 56], np.uint64).view(np.uint8))  # illegal opcode
+    assert not zb.precheck() and zb.precheck_failures[0][0] == hard[1].op_id
+    with pytest.raises(DeviceError, match="illegal opcode"):
+        s.forward([x])
+    instr.write(off, saved)
+    assert zb.precheck()
+    wchunk = zb.phy_segment_map[SegmentType.WEIGHT].single_chunk.memChunk
+    wchunk.fill(0)  # as if the weights had never been uploaded
+    assert not zb.precheck()
+    bad = np.asarray(s.forward([x])[0])
+    assert not np.array_equal(bad, good[0])
+    s.close()
+
+
+def test_mock_device_applies_but_cannot_forward():
+    q, z = _compiled("tiny_cnn")
+    dev = Device.Open("mock://zg330")
+    s = Session.Create([ZG330Backend, HostBackend], z.view(0), [dev, HostDevice.Default()])
+    s.apply()
+    assert s.backends[0].precheck()
+    with pytest.raises(UnsupportedOpError, match="mock"):
+        s.forward([_x(q)])
+    s.close()
+    dev.close()
+
+
+def test_foreign_target_refused(zdev):  # noqa: F811
+    q, z = _compiled("tiny_cnn")
+    import copy
+
+    z2 = copy.deepcopy(z)
+    hard = next(op for op in z2.ops if op.op_type == "HardOp")
+    hard.compile_target = "@buyi"
+    with pytest.raises(UnsupportedOpError, match="@buyi"):
+        Session.Create([ZG330Backend, HostBackend], z2.view(0), [zdev, HostDevice.Default()])
+    with pytest.raises(XrtError):
+        ZG330Backend.Create(ZG330Backend, z2.view(0), zdev)
+
+
+def test_vendor_exports_and_plugin():
+    import zg330backend
+    from xrt import plugins
+
+    for name in ("ZG330Backend", "ZG330Device", "SegmentType", "OcmOpt", "ValueInfo",
+                 "HardOpInfo", "LogicSegment", "MemChunkInfo", "PhySegment", "ForwardInfo"):
+        assert name in zg330backend.__all__
+    assert plugins.backend_class("ZG330") is ZG330Backend
+    assert ZG330Backend.default_url == "sim://zg330"
+    assert isinstance(Device.Open(ZG330Backend.default_url), ZG330Device)

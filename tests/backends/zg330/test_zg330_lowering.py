@@ -1,0 +1,258 @@
+"""ZG330 lowering: bit-exactness of the lowered network on the simulator against the HostBackend
+integer reference (randomised one-layer networks, int8 and int16), and the compile contract."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from test_zg330_lowering_lib import conv_params, out_type, qin, qtype, rand_input, run_both
+from test_zg330_lowering_lib import zdev  # noqa: F401  (fixture)
+
+from xir.builder import NetworkBuilder
+
+SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                                      HealthCheck.too_slow], derandomize=True)
+
+
+def _check(net, rng, bits, dev, merge=True):
+    xs = [rand_input(rng, v, bits) for v in net.inputs()]
+    ref, got, z = run_both(net, xs, dev, merge)
+    for a, b in zip(ref, got):
+        assert a.dtype == b.dtype and a.shape == b.shape
+        np.testing.assert_array_equal(a, b)
+    return z
+
+
+# --- convolutions ------------------------------------------------------------------------------
+
+
+@st.composite
+def conv_cfg(draw, bits):
+    k = draw(st.sampled_from([1, 2, 3, 5]))
+    kw = draw(st.sampled_from([k, 1, 3]))
+    groups_kind = draw(st.sampled_from(["dense", "dense", "grouped", "depthwise"]))
+    if groups_kind == "depthwise":
+        g = cin = cout = draw(st.integers(1, 40))
+    elif groups_kind == "grouped":
+        g = draw(st.integers(2, 4))
+        cin = g * draw(st.integers(1, 12))
+        cout = g * draw(st.integers(1, 12))
+    else:
+        g, cin, cout = 1, draw(st.integers(1, 70)), draw(st.integers(1, 70))
+    s = (draw(st.integers(1, 3)), draw(st.integers(1, 3)))
+    d = (draw(st.sampled_from([1, 1, 2])), draw(st.sampled_from([1, 1, 2])))
+    pads = tuple(draw(st.integers(0, 2)) for _ in range(4))
+    h = draw(st.integers(max(1, d[0] * (k - 1) + 1 - pads[0] - pads[1]), 14))
+    w = draw(st.integers(max(1, d[1] * (kw - 1) + 1 - pads[2] - pads[3]), 14))
+    act = draw(st.sampled_from(["none", "relu", "relu6", "leaky", "leaky6"]))
+    return dict(k=(k, kw), g=g, cin=cin, cout=cout, s=s, d=d, pads=pads, h=h, w=w, act=act,
+                bias=draw(st.booleans()), seed=draw(st.integers(0, 2 ** 31)), bits=bits,
+                s_out=draw(st.floats(0.2, 4.0)))
+
+
+def _conv_net(c):
+    rng = np.random.default_rng(c["seed"])
+    bits = c["bits"]
+    b = NetworkBuilder("conv")
+    s_in = float(rng.uniform(0.005, 0.05))
+    x = qin(b, (1, c["h"], c["w"], c["cin"]), bits, s_in)
+    ins, s_w = conv_params(b, rng, *c["k"], c["cin"] // c["g"], c["cout"], bits, s_in,
+                           c["bias"])
+    k_red = c["k"][0] * c["k"][1] * c["cin"] // c["g"]
+    s_out = s_in * float(np.mean(s_w)) * np.sqrt(k_red) * (127 if bits == 8 else 32767) \
+        / (12 if bits == 8 else 3000) * c["s_out"]
+    act = {"none": {}, "relu": dict(act="relu"), "relu6": dict(act="relu", act_max=6.0 * s_out * 20),
+           "leaky": dict(act="relu", act_alpha=0.1),
+           "leaky6": dict(act="relu", act_alpha=0.2, act_max=s_out * 50)}[c["act"]]
+    pt, pb, pl, pr = c["pads"]
+    from xir.ops.base import OP_REGISTRY
+
+    probe = OP_REGISTRY["Conv2d"]([x] + ins, [], stride_height=c["s"][0],
+                                  stride_width=c["s"][1], pad_top=pt, pad_bottom=pb,
+                                  pad_left=pl, pad_right=pr, dilation_height=c["d"][0],
+                                  dilation_width=c["d"][1], groups=c["g"])
+    shape = probe.infer_shapes([v.shape for v in [x] + ins])[0]
+    y = b.op("Conv2d", [x] + ins, out_types=[out_type(shape, bits, s_out)],
+             stride_height=c["s"][0], stride_width=c["s"][1], pad_top=pt, pad_bottom=pb,
+             pad_left=pl, pad_right=pr, dilation_height=c["d"][0], dilation_width=c["d"][1],
+             groups=c["g"], **act)
+    b.output(y)
+    return b.build(), rng
+
+
+@settings(max_examples=160, **SETTINGS)
+@given(conv_cfg(8))
+def test_conv_int8_bit_exact(zdev, c):  # noqa: F811
+    net, rng = _conv_net(c)
+    z = _check(net, rng, 8, zdev)
+    assert any(op.op_type == "HardOp" and op.device_info["kinds"] == ["conv"] for op in z.ops)
+
+
+@settings(max_examples=50, **SETTINGS)
+@given(conv_cfg(16))
+def test_conv_int16_bit_exact(zdev, c):  # noqa: F811
+    net, rng = _conv_net(c)
+    _check(net, rng, 16, zdev)
+
+
+# --- element-wise, pools, tables, upsample, matmul ------------------------------------------------
+
+
+@st.composite
+def small_map(draw):
+    return (draw(st.integers(1, 12)), draw(st.integers(1, 12)), draw(st.integers(1, 70)))
+
+
+@settings(max_examples=60, **SETTINGS)
+@given(st.sampled_from(["Add", "Sub", "Multiply"]), small_map(), st.sampled_from([8, 16]),
+       st.sampled_from(["same", "b_pixel", "a_pixel"]), st.sampled_from(["none", "relu",
+                                                                         "leaky", "relu6"]),
+       st.integers(0, 2 ** 31))
+def test_eltw_bit_exact(zdev, op, hwc, bits, bcast, act, seed):  # noqa: F811
+    rng = np.random.default_rng(seed)
+    h, w, c = hwc
+    sa, sb = rng.uniform(0.001, 0.1, 2)
+    s_out = float(rng.uniform(0.002, 0.2))
+    b = NetworkBuilder("eltw")
+    sha = (1, 1, 1, c) if bcast == "a_pixel" else (1, h, w, c)
+    shb = (1, 1, 1, c) if bcast == "b_pixel" else (1, h, w, c)
+    x = qin(b, sha, bits, float(sa), "a")
+    yv = qin(b, shb, bits, float(sb), "b")
+    attrs = {}
+    if op == "Add" and act != "none":
+        attrs = {"relu": dict(act="relu"), "leaky": dict(act="relu", act_alpha=0.25),
+                 "relu6": dict(act="relu", act_max=s_out * 60)}[act]
+    out = b.op(op, [x, yv], out_types=[out_type((1, h, w, c), bits, s_out)], **attrs)
+    b.output(out)
+    net = b.build()
+    z = _check(net, rng, bits, zdev)
+    lowered = op != "Sub" or bcast != "a_pixel"
+    assert any(o.op_type == "HardOp" for o in z.ops) == lowered
+
+
+@settings(max_examples=50, **SETTINGS)
+@given(st.sampled_from(["MaxPool2d", "AvgPool2d", "global"]), small_map(), st.integers(1, 3),
+       st.integers(1, 3), st.integers(0, 1), st.booleans(), st.booleans(),
+       st.sampled_from([8, 16]), st.integers(0, 2 ** 31))
+def test_pool_bit_exact(zdev, kind, hwc, k, s, p, ceil, incl, bits, seed):  # noqa: F811
+    rng = np.random.default_rng(seed)
+    h, w, c = hwc
+    h, w = max(h, k), max(w, k)
+    p = min(p, k // 2)
+    s_in = float(rng.uniform(0.01, 0.1))
+    s_out = s_in if kind == "MaxPool2d" else float(s_in * rng.uniform(0.5, 2))
+    b = NetworkBuilder("pool")
+    x = qin(b, (1, h, w, c), bits, s_in)
+    if kind == "global":
+        attrs = dict(pool_height=1, pool_width=1, is_global=True)
+        op = "AvgPool2d"
+    else:
+        attrs = dict(pool_height=k, pool_width=k, stride_height=s, stride_width=s, pad_top=p,
+                     pad_bottom=p, pad_left=p, pad_right=p, ceil_mode=ceil)
+        op = kind
+        if kind == "AvgPool2d":
+            attrs["count_include_pad"] = incl
+    from xir.ops.base import OP_REGISTRY
+
+    shape = OP_REGISTRY[op]([x], [], **attrs).infer_shapes([x.shape])[0]
+    y = b.op(op, [x], out_types=[out_type(shape, bits, s_out)], **attrs)
+    b.output(y)
+    _check(b.build(), rng, bits, zdev)
+
+
+@settings(max_examples=40, **SETTINGS)
+@given(st.sampled_from(["Sigmoid", "Silu", "Hardswish", "Upsample", "Matmul", "MatmulT"]),
+       small_map(), st.sampled_from([8, 16]), st.integers(0, 2 ** 31))
+def test_lut_upsample_matmul_bit_exact(zdev, kind, hwc, bits, seed):  # noqa: F811
+    rng = np.random.default_rng(seed)
+    h, w, c = hwc
+    s_in = float(rng.uniform(0.01, 0.1))
+    b = NetworkBuilder("misc")
+    if kind.startswith("Matmul"):
+        n = int(rng.integers(1, 50))
+        x = qin(b, (w, c), bits, s_in)
+        qmax = 127 if bits == 8 else 32767
+        B = rng.integers(-qmax, qmax + 1, size=(n, c) if kind == "MatmulT" else (c, n))
+        s_b = rng.uniform(0.002, 0.02, n)
+        bp = b.params(B.astype(np.int8 if bits == 8 else np.int16), "B", None,
+                      qtype(bits, s_b, axis=0 if kind == "MatmulT" else 1))
+        y = b.op("Matmul", [x, bp], out_types=[out_type((w, n), bits, s_in * 0.01 * np.sqrt(c)
+                                                        * (1 if bits == 8 else 200))],
+                 transpose_b=kind == "MatmulT")
+    elif kind == "Upsample":
+        x = qin(b, (1, h, w, c), bits, s_in)
+        y = b.op("Upsample", [x], out_types=[out_type((1, 2 * h, 3 * w, c), bits, s_in)],
+                 scale_height=2, scale_width=3)
+    else:
+        x = qin(b, (1, h, w, c), bits, s_in)
+        y = b.op(kind, [x], out_types=[out_type((1, h, w, c), bits, s_in * 0.7)])
+    b.output(y)
+    _check(b.build(), rng, bits, zdev)
+
+
+# --- data movement: concat in place / by COPY, split, reshape ---------------------------------------
+
+
+@settings(max_examples=30, **SETTINGS)
+@given(st.integers(1, 40), st.integers(1, 40), st.booleans(), st.booleans(),
+       st.integers(0, 2 ** 31))
+def test_concat_split_bit_exact(zdev, c1, c2, reuse_host_input, split, seed):  # noqa: F811
+    rng = np.random.default_rng(seed)
+    bits, s = 8, 0.05
+    b = NetworkBuilder("cat")
+    x = qin(b, (1, 6, 5, 7), bits, s)
+    i1, _ = conv_params(b, rng, 1, 1, 7, c1, bits, s)
+    i2, _ = conv_params(b, rng, 3, 3, 7, c2, bits, s)
+    y1 = b.op("Conv2d", [x] + i1, out_types=[out_type((1, 6, 5, c1), bits, s)])
+    y2 = b.op("Conv2d", [x] + i2, out_types=[out_type((1, 6, 5, c2), bits, s)], pad_top=1,
+              pad_bottom=1, pad_left=1, pad_right=1)
+    parts = [y1, x, y2] if reuse_host_input else [y1, y2]
+    ct = sum(v.shape[-1] for v in parts)
+    cat = b.op("Concat", parts, out_types=[out_type((1, 6, 5, ct), bits, s)], axis=3)
+    outs = [cat]
+    if split:
+        secs = [ct // 2, ct - ct // 2] if ct > 1 else [1]
+        sp = b.op("Split", [cat], axis=3, sections=secs,
+                  out_types=[out_type((1, 6, 5, n), bits, s) for n in secs])
+        sp = sp if isinstance(sp, list) else [sp]
+        outs = [b.op("Add", [v, v], out_types=[out_type(v.shape, bits, s * 2)]) for v in sp]
+    b.output(*outs)
+    z = _check(b.build(), rng, bits, zdev)
+    kinds = [k for op in z.ops if op.op_type == "HardOp" for k in op.device_info["kinds"]]
+    # the host-fed input cannot be written in place: exactly one COPY, for it
+    assert kinds.count("copy") == (1 if reuse_host_input else 0)
+
+
+def test_compile_cli_writes_zg(tmp_path):
+    """`xrt compile --target zg330` writes the *_ZG.json/raw pair; it loads and validates."""
+    import xir
+    from xrt import plugins
+    from xrt.cli.compile_cmd import DEFAULTS, compile_model
+
+    lower = plugins.target("zg330")
+    assert lower.suffix == "ZG" and callable(lower.adapt)
+    opts = dict(DEFAULTS, model="tiny_cnn", target="zg330", output=str(tmp_path / "out"),
+                method="minmax", calib_count=2)
+    written = compile_model(opts)
+    assert set(written) >= {"quantized", "adapted", "ZG"}
+    net = xir.Network.CreateFromJsonFile(written["ZG"])
+    net.loadParamsFromFile(written["ZG"].replace(".json", ".raw"))
+    hard = [op for op in net.ops if op.op_type == "HardOp"]
+    assert hard and all(op.compile_target == "@zhuget(330)" for op in hard)
+    adapted = xir.Network.CreateFromJsonFile(written["adapted"])
+    types = [op.op_type for op in adapted.ops]
+    assert types[:4] == ["Input", "AlignAxis", "Cast", "PruneAxis"]
+    assert types[-4:] == ["AlignAxis", "Cast", "PruneAxis", "Output"]
+    # layout contract: 64 reserved bytes, 64-aligned, weights < feature maps < instructions
+    etm = net.tags["zg330"]["etm"]
+    assert etm["weight"][0] == 64 and etm["weight"][1] <= etm["ftmp"][0] <= etm["instr"][0]
+    for op in hard:
+        if op.instr is not None:
+            assert op.instr.mtype.kind == "etm" and op.instr.mtype.addr % 64 == 0
+            assert op.instr.data.dtype == np.uint64 and op.instr.data.nbytes % 64 == 0
+        for p in op.params:
+            assert p.mtype.addr % 64 == 0 and p.data.dtype == np.uint8
+        for v in op.inputs + op.outputs:
+            assert v.mtype.kind == "etm" and v.tags["zg330"]["base"] % 64 == 0
