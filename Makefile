@@ -15,8 +15,12 @@ $(STAMP): requirements-dev.txt pyproject.toml $(wildcard backends/*/pyproject.to
 
 install: $(STAMP)
 
+# The main job: yolov5s (640x640) compiled for ZG330 (cached in .icraft/cache) and run on the
+# simulated chip, with its per-layer profile, a Perfetto trace and a plot of the layer times.
 run: $(STAMP)
-	$(PY) -m xrt run resnet18 --backends Host --profile
+	mkdir -p out
+	$(PY) -m xrt run yolov5s --target zg330 --backends "ZG330,sim://zg330;Host" --profile \
+		--trace out/yolov5s_zg330_trace.json --plot out/yolov5s_zg330_profile.png
 
 test: $(STAMP)
 	$(PY) -m pytest -q -m "not slow"

@@ -45,7 +45,10 @@ def print_profile(rows: list[dict[str, Any]], title: str = "per-op time profile"
     from rich.console import Console
     from rich.table import Table
 
-    console = console or Console()
+    if console is None:
+        console = Console()
+        if not console.is_terminal:  # files and pipes get the whole table, not 80 columns
+            console = Console(width=200)
     table = Table(title=title, show_lines=False)
     hw = any("cycles" in r for r in rows)
     cols = [("op", "right"), ("type", "left"), ("backend", "left"), ("MMACs", "right")]
