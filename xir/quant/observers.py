@@ -7,6 +7,8 @@ Every observer takes batches through ``update(x)`` and answers ``amax()`` (the t
 - ``MinMaxObserver``: exact ``max |x|``.
 - ``PercentileObserver``: a percentile of ``|x|`` read off a streaming histogram.
 - ``KLObserver``: TensorRT-style entropy calibration on the same histogram.
+- ``MSEObserver``: the threshold that minimises the expected squared quantization error
+  (rounding inside the range plus clipping beyond it), searched on the same histogram.
 
 The histogram (``AbsHistogram``) has a fixed number of bins over ``[0, top)``; when a batch
 exceeds ``top``, ``top`` doubles (as often as needed) and each pair of adjacent bins merges
@@ -28,6 +30,7 @@ __all__ = [
     "MinMaxObserver",
     "PercentileObserver",
     "KLObserver",
+    "MSEObserver",
     "AbsHistogram",
     "make_observer",
     "weight_scales",
@@ -279,11 +282,54 @@ class KLObserver(Observer):
         return float(cands[best] * h.width)
 
 
-_METHODS = {"minmax": MinMaxObserver, "percentile": PercentileObserver, "kl": KLObserver}
+class MSEObserver(Observer):
+    """``amax`` minimising the mean squared quantization error of ``|x|`` (TensorRT's and
+    pytorch-quantization's "mse" calibration), searched over the histogram.
+
+    Candidates are the bin edges ``i * width`` for ``i`` from ``bins // 16`` to ``bins``. For a
+    candidate ``t`` with step ``s = t / qmax`` the error of the values of a bin with centre
+    ``c`` is modelled as ``(c - t)**2`` when ``c > t`` (clipped), ``c**2`` when ``c < s / 2``
+    (rounded to zero) and ``s**2 / 12`` otherwise (uniform rounding error). The model has no
+    rounding-grid artefacts, so the search is smooth and deterministic; ties go to the larger
+    threshold. ``margin`` (>= 1) multiplies the result: headroom for values beyond the
+    calibration set, which the unseen data of a deployment will have.
+    """
+
+    def __init__(self, bins: int = 2048, *, dtype: Any = np.int8, margin: float = 1.0) -> None:
+        if margin < 1.0:
+            raise ValueError(f"margin must be >= 1, got {margin}")
+        self.qmax = _qmax(dtype)
+        self.margin = float(margin)
+        self.hist = AbsHistogram(bins)
+        self.errors: np.ndarray | None = None
+
+    def update(self, x: np.ndarray) -> None:
+        self.hist.update(x)
+
+    def amax(self) -> float:
+        h = self.hist
+        if h.total == 0 or h.top == 0.0:
+            return 0.0
+        counts = h.counts.astype(np.float64)
+        centres = (np.arange(h.bins) + 0.5) * h.width
+        cands = np.arange(max(h.bins // 16, 1), h.bins + 1)
+        t = cands[:, None] * h.width
+        s = t / self.qmax
+        c = centres[None, :]
+        err = np.where(c > t, (c - t) ** 2, np.where(c < s / 2, c**2, s**2 / 12.0))
+        total = err @ counts
+        self.errors = total
+        best = len(total) - 1 - int(np.argmin(total[::-1]))
+        return float(cands[best] * h.width * self.margin)
+
+
+_METHODS = {"minmax": MinMaxObserver, "percentile": PercentileObserver, "kl": KLObserver,
+            "mse": MSEObserver}
 
 
 def make_observer(method: str, **kwargs: Any) -> Observer:
-    """Build an observer by name: ``"minmax"``, ``"percentile"`` or ``"kl"`` (kwargs passed on)."""
+    """Build an observer by name: ``"minmax"``, ``"percentile"``, ``"kl"`` or ``"mse"`` (kwargs
+    passed on)."""
     try:
         cls = _METHODS[method.lower()]
     except KeyError:

@@ -10,7 +10,9 @@ works on quantized element types:
   `QuantizedType` (Conv2d HWIO axis 3; ConvTranspose2d axis 3 when groups == 1; Matmul the N
   axis), narrow range; biases int32 (8-bit) / int64 (16-bit) Params quantized with scale
   `s_in * s_w[c]` (their `QuantizedType` says so);
-- activations: per tensor, `scale = max(amax / qmax, MIN_SCALE)`;
+- activations: per tensor, `scale = max(amax * headroom / qmax, MIN_SCALE)` (headroom 2 for
+  16 bits by default);
+- weight codes rounded by GPTQ against the calibration inputs (`weight_rounding="gptq"`);
 - **scale-sharing groups**: ops that must not rescale (Concat: inputs and output; Split,
   Slice, Reshape, Transpose, Squeeze, Unsqueeze, Pad, MaxPool2d, nearest Resize/Upsample,
   AlignAxis, PruneAxis: input and outputs) put their values in one group (union-find over the
@@ -42,6 +44,7 @@ from ..types import FP32, INT8, INT16, INT32, INT64, QuantizedType, ScalarType, 
 from ..values import Params, Value
 from .calibrate import calibrate, load_calibration
 from .fixed_point import quantize, quantize_bias
+from .gptq import collect_hessians, gptq_weights
 from .observers import scale_from_amax, weight_scales
 
 log = logging.getLogger(__name__)
@@ -53,6 +56,9 @@ PASS_THROUGH_OPS = frozenset({"Concat", "Split", "Slice", "Reshape", "Transpose"
                               "Unsqueeze", "Pad", "MaxPool2d", "AlignAxis", "PruneAxis"})
 #: Activations executed as lookup tables.
 LUT_OPS = {"Sigmoid": "sigmoid", "Silu": "silu", "Hardswish": "hardswish"}
+#: Default amax multiplier of 16-bit quantization: int16 has resolution to spare, and one
+#: bit of it buys headroom for values beyond the calibration set's range.
+INT16_HEADROOM = 2.0
 _REQUANT_OPS = frozenset({"Conv2d", "ConvTranspose2d", "Matmul", "Add", "Sub", "Multiply",
                           "AvgPool2d", "Relu", "Resize", "Upsample"})
 
@@ -126,6 +132,8 @@ def _assign_scales(net: Network, amax: dict[int, float], int_ops: set[int], dtyp
 
 def _observer_kw(method: str, bits: int, kw: dict) -> dict:
     out = dict(kw)
+    if method == "mse":
+        out.setdefault("dtype", np.int8 if bits == 8 else np.int16)
     if method == "kl":
         out.setdefault("dtype", np.int8 if bits == 8 else np.int16)
         if bits == 16:
@@ -134,13 +142,16 @@ def _observer_kw(method: str, bits: int, kw: dict) -> dict:
     return out
 
 
-def quantize_network(net: Network, samples: Any, *, bits: int = 8, method: str = "kl",
-                     per_channel: bool = True, **kw: Any) -> Network:
+def quantize_network(net: Network, samples: Any, *, bits: int = 8, method: str = "mse",
+                     per_channel: bool = True, weight_rounding: str = "gptq",
+                     headroom: float | None = None, **kw: Any) -> Network:
     """Quantize `net` (float) into a new network of integer ops; see the module docstring.
 
     `samples`: anything `load_calibration` accepts. `bits`: 8 or 16 (activations and weights).
-    `method`: "minmax", "percentile" or "kl" (observer keyword arguments in `kw`; for 16-bit KL
-    the defaults are bins=131072, stride=1024). The input network is not modified.
+    `method`: "mse" (default), "minmax", "percentile" or "kl" (observer keyword arguments in
+    `kw`; for 16-bit KL the defaults are bins=131072, stride=1024). `headroom` multiplies every
+    activation threshold (default 1 for 8 bits, `INT16_HEADROOM` for 16). `weight_rounding`:
+    "gptq" (default, `xir.quant.gptq`) or "nearest". The input network is not modified.
     """
     if bits not in (8, 16):
         raise QuantizationError(f"bits must be 8 or 16, not {bits}", field="bits")
@@ -149,14 +160,27 @@ def quantize_network(net: Network, samples: Any, *, bits: int = 8, method: str =
     bias_el = INT32 if bits == 8 else INT64
     opt = optimize(net)
     data = load_calibration(samples, opt)
+    if weight_rounding not in ("gptq", "nearest"):
+        raise QuantizationError(f"weight_rounding must be 'gptq' or 'nearest', not "
+                                f"{weight_rounding!r}", field="weight_rounding")
+    if headroom is None:
+        headroom = 1.0 if bits == 8 else INT16_HEADROOM
+    if headroom < 1.0:
+        raise QuantizationError(f"headroom must be >= 1, not {headroom}", field="headroom")
     amax = calibrate(opt, data, method, **_observer_kw(method, bits, kw))
+    amax = {vid: a * headroom for vid, a in amax.items()}
     int_ops = {op.op_id for op in opt.ops if integer_capable(op)}
     scales, groups = _assign_scales(opt, amax, int_ops, act_np)
+    codes: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+    if weight_rounding == "gptq" and per_channel:
+        codes = _gptq_codes(opt, data, int_ops, act_np)
 
     q = Network(opt.name, framework_kind=opt.framework_kind,
                 framework_version=opt.framework_version, icraft_version=opt.icraft_version,
                 icraft_xir_version=opt.icraft_xir_version, tags=dict(opt.tags))
     q.tags["quantization"] = {"bits": bits, "method": method, "per_channel": bool(per_channel),
+                              "weight_rounding": weight_rounding if per_channel else "nearest",
+                              "headroom": float(headroom),
                               "float_ops": sorted(op.op_id for op in opt.ops
                                                   if op.op_id not in int_ops
                                                   and op.op_type not in ("Input", "Output"))}
@@ -229,7 +253,8 @@ def quantize_network(net: Network, samples: Any, *, bits: int = 8, method: str =
                 outs.append(nv)
             q.ops.append(op.clone_with(ins, outs))
             continue
-        ins = _integer_inputs(op, get_q, scales, act_el, bias_el, per_channel)
+        ins = _integer_inputs(op, get_q, scales, act_el, bias_el, per_channel,
+                              codes.get(op.op_id))
         outs = []
         for v in op.outputs:
             nv = Value(v.v_id, qtype(v), v.name, v.mtype, tags_of(v))
@@ -247,6 +272,42 @@ def quantize_network(net: Network, samples: Any, *, bits: int = 8, method: str =
     return q
 
 
+def _weight_axis(op: Operation, ndim: int) -> int | None:
+    """The per-output-channel axis of `op`'s weight, None for per-tensor weights."""
+    t = op.op_type
+    if t == "Conv2d":
+        return 3
+    if t == "ConvTranspose2d" and int(op.attrs.get("groups", 1)) == 1:
+        return 3
+    if t == "Matmul" and ndim == 2:
+        return 0 if op.attrs.get("transpose_b", False) else 1
+    return None
+
+
+def _gptq_codes(opt: Network, data: list, int_ops: set[int], dt: Any
+                ) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+    """`{op_id: (codes, scales)}` for the integer Conv2d / Matmul ops with constant weights,
+    rounded by GPTQ (`xir.quant.gptq`) on the calibration samples."""
+    ops = [op for op in opt.ops if op.op_id in int_ops and op.op_type in ("Conv2d", "Matmul")
+           and op.inputs[1].is_params
+           and ((op.op_type == "Conv2d" and op.inputs[1].data.ndim == 4)
+                or (op.op_type == "Matmul" and op.inputs[1].data.ndim == 2
+                    and not op.attrs.get("transpose_b", False)))]
+    if not ops:
+        return {}
+    hess = collect_hessians(opt, data, ops)
+    qmax = int(np.iinfo(dt).max)
+    out = {}
+    for op in ops:
+        if op.op_id not in hess:
+            continue
+        w = np.asarray(op.inputs[1].data, np.float64)
+        s = weight_scales(w, w.ndim - 1, dt)
+        groups = int(op.attrs.get("groups", 1)) if op.op_type == "Conv2d" else 1
+        out[op.op_id] = (gptq_weights(w, s, hess[op.op_id], groups, dt, qmax), s)
+    return out
+
+
 def _weight_q(w: np.ndarray, axis: int | None, el, per_channel: bool
               ) -> tuple[np.ndarray, np.ndarray, int | None]:
     """Quantized weights, their scale(s), and the QuantizedType axis (None: per tensor)."""
@@ -260,7 +321,8 @@ def _weight_q(w: np.ndarray, axis: int | None, el, per_channel: bool
 
 
 def _integer_inputs(op: Operation, get_q, scales: dict[int, float], act_el, bias_el,
-                    per_channel: bool) -> list[Value]:
+                    per_channel: bool, codes: tuple[np.ndarray, np.ndarray] | None = None
+                    ) -> list[Value]:
     t = op.op_type
     if t in ("Conv2d", "ConvTranspose2d", "Matmul"):
         x = get_q(op.inputs[0])
@@ -268,14 +330,11 @@ def _integer_inputs(op: Operation, get_q, scales: dict[int, float], act_el, bias
         w = op.inputs[1]
         if w.is_params:
             wd = np.asarray(w.data, np.float32)
-            axis = None
-            if t == "Conv2d":
-                axis = 3
-            elif t == "ConvTranspose2d" and int(op.attrs.get("groups", 1)) == 1:
-                axis = 3
-            elif t == "Matmul" and wd.ndim == 2:
-                axis = 0 if op.attrs.get("transpose_b", False) else 1
-            wq, s_w, qaxis = _weight_q(wd, axis, act_el, per_channel)
+            axis = _weight_axis(op, wd.ndim)
+            if codes is not None:
+                wq, s_w, qaxis = codes[0], codes[1], wd.ndim - 1
+            else:
+                wq, s_w, qaxis = _weight_q(wd, axis, act_el, per_channel)
             w_el = QuantizedType(ScalarType.from_numpy(wq.dtype), s_w, axis=qaxis)
             wv = Params(w.v_id, TensorType(w_el, w.shape, w.dtype.layout), wq, w.name, w.mtype,
                         dict(w.tags))

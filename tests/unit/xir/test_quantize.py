@@ -183,6 +183,8 @@ def test_tiny_cnn_int8_and_int16_accuracy(tiny, tiny_q8):
     net, cal = tiny
     test = zoo.calibration_set("tiny_cnn", 2, seed=5)
     assert _min_cos(net, tiny_q8, test) >= 0.99
+    assert tiny_q8.tags["quantization"]["weight_rounding"] == "gptq"
+    assert _min_cos(net, quantize_network(net, cal, bits=8), test) >= 0.99  # default: mse
     q16 = quantize_network(net, cal, bits=16, method="minmax")
     assert _min_cos(net, q16, test) >= 0.999
     conv = next(op for op in q16.ops if op.op_type == "Conv2d")
@@ -238,15 +240,38 @@ def test_accuracy_report_json(tiny, tiny_q8):
     assert "logits" in console.export_text()
 
 
+def test_mse_observer_and_gptq():
+    from xir.quant.gptq import gptq_quantize
+    from xir.quant.observers import MSEObserver
+
+    r = np.random.default_rng(0)
+    x = r.standard_t(4, 100000)  # heavy tails: the MSE threshold clips below max |x|
+    obs = MSEObserver()
+    obs.update(x)
+    assert 0.2 * np.abs(x).max() < obs.amax() < np.abs(x).max()
+    assert MSEObserver(margin=2.0).amax() == 0.0
+    # GPTQ: output error ||X dw||^2 no worse than nearest rounding, codes on the same grid
+    xs = r.normal(size=(4000, 16)) + 3.0 * r.normal(size=(4000, 1))  # correlated inputs
+    w = r.normal(size=(16, 8))
+    s = np.abs(w).max(axis=0) / 127
+    q = gptq_quantize(w, s, xs.T @ xs, 127)
+    near = np.round(w / s)
+    assert np.abs(q).max() <= 127
+    err = lambda c: np.sum((xs @ (c * s - w)) ** 2)  # noqa: E731
+    assert err(q) < err(near)
+
+
 # --- zoo figures (heavy) -----------------------------------------------------------------------
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name,bits,method,floor", [
     ("resnet18", 8, "kl", 0.99),
+    ("resnet18", 8, "mse", 0.99),
     ("resnet18", 16, "minmax", 0.999),
-    # The zoo MobileNetV2 (random weights, BN statistics from synthetic images) amplifies
-    # int8 noise through its 17 bottlenecks: 0.975 at int8 (fakeQf 0.984), see the report.
-    ("mobilenet_v2", 8, "kl", 0.95),
+    # int8 MobileNetV2 misses 0.99: quantizing the network *input* to int8 alone costs 0.982
+    # (the stem's zero-sum edge filters amplify input rounding noise, and the random network
+    # amplifies it further); measured 0.977 held-out with mse + GPTQ (docs/quantization.md).
+    ("mobilenet_v2", 8, "mse", 0.97),
     ("mobilenet_v2", 16, "minmax", 0.999),
 ])
 def test_zoo_classifier_accuracy(name, bits, method, floor):
@@ -256,11 +281,11 @@ def test_zoo_classifier_accuracy(name, bits, method, floor):
 
 
 @pytest.mark.slow
-# Measured on an image the calibration never saw: int8 kl 0.964/0.947/0.917, int16 minmax
-# 0.994/0.987/0.976 (p3/p4/p5). The int16 loss is saturation beyond the 4-image minmax range
-# (on a calibration image at 160x160 int16 gives 0.99999); int8 compounds rounding noise
-# through the random-weight network (the per-layer report shows it layer by layer).
-@pytest.mark.parametrize("bits,method,floor", [(8, "kl", 0.9), (16, "minmax", 0.97)])
+# Held-out images (seed 1), 4 calibration images. int16 (minmax, 2x headroom): 1.0 / 1.0 /
+# 0.99999. int8 misses 0.99 on p4/p5 (0.991 / 0.982 / 0.967 with minmax + GPTQ, 0.999 / 0.999 /
+# 0.998 on calibration images): the random network's deep activations vary ~10x in magnitude
+# between images, so one per-tensor int8 scale cannot fit all of them (docs/quantization.md).
+@pytest.mark.parametrize("bits,method,floor", [(8, "minmax", 0.95), (16, "minmax", 0.999)])
 def test_yolov5s_accuracy(bits, method, floor):
     net = zoo.build("yolov5s")
     q = quantize_network(net, zoo.calibration_set("yolov5s", 4), bits=bits, method=method)
