@@ -130,10 +130,12 @@ def test_structures_and_logic_segments(zdev, tmp_path, monkeypatch):  # noqa: F8
     assert set(be.phy_segment_map) == set(SegmentType)
     assert be.phy_segment_map[SegmentType.WEIGHT].phy_addr % 4096 == 0
     assert len(be.phy_segment_map[SegmentType.INPUT].multi_chunk) == 1
-    assert be.ocmopt == OcmOpt.NONE  # BEST_SCORE resolved to the winner (no OCM plan yet)
+    # BEST_SCORE is resolved to the winning planner after apply
+    assert be.ocmopt in (OcmOpt.OPTION1, OcmOpt.OPTION2, OcmOpt.OPTION3)
     path = be.log()
     with open(path, encoding="utf-8") as fh:
-        assert "segment WEIGHT" in fh.read()
+        text = fh.read()
+    assert "segment" in text and "WEIGHT" in text and "INSTR" in text
     be.deinit()
 
 

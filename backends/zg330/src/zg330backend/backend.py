@@ -7,16 +7,21 @@ physical segments on the device's ETM, uploads instructions and weights, and bui
 table; forward runs each HardOp -- or each run of consecutive HardOps when merging is on -- with
 ``device.icoreCalc`` on the instruction bytes in simulated ETM. Nothing is computed in Python.
 
-Planning hooks for the next issue: `_plan_ftmp` (ETM reuse: new logical slots for FTMP buffers,
-applied with `relocate_words`), `_plan_ocm` (OCM placement: extra MMU entries into OCM), and a
-snapshot can serialise `logic_segment_map` / `phy_segment_map` / `forward_info` (plain data).
+Deployment options (docs/zg330-deployment.md): at apply, `deploy.plan` places the FTMP slots
+(OCM residents per `ocmopt`, then ETM reuse by lifetime), the instruction address words are
+relocated and uploaded; `userReuseSegment` / `userConnectNetwork` deploy into user chunks;
+`fork()` shares INSTR/WEIGHT; `log()` writes a text and a JSON report.
 """
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import hashlib
+import json
 import logging
 import os
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,6 +35,7 @@ from xrt.errors import CallOrderError, InvalidArgumentError, TensorError, Unsupp
 from xrt.tensor import Tensor
 from xir.types import TensorType
 
+from . import deploy
 from .lowering.common import TAG, ZG_TARGET
 from .structs import ForwardInfo, HardOpInfo, LogicSegment, MemChunkInfo, OcmOpt, PhySegment, \
     SegmentType, ValueInfo
@@ -78,6 +84,35 @@ class _Run:
     sid: int = -1  # synthetic op id (merged runs of 2+ HardOps), else the op id
 
 
+_arena_lock = threading.Lock()
+
+
+def _ocm_arena(dev: Any) -> Any:
+    """The device's OCM as one chunk shared by every ZG330Backend on it (a backend's OCM maps
+    live only while it runs; forwards on one device are serialised by `_device_lock`).
+    None when the OCM region is taken by someone else."""
+    with _arena_lock:
+        arena = getattr(dev, "_zg330_ocm_arena", None)
+        if arena is not None and not arena.is_freed:
+            return arena
+        region = dev.getMemRegion("ocm")
+        try:
+            arena = region.malloc(region.size, True, SEGMENT_ALIGN)
+        except Exception:  # the OCM is in use by the user: no OCM planning
+            log.warning("ZG330: the OCM of %r is in use; OCM optimisation is off", dev)
+            return None
+        dev._zg330_ocm_arena = arena
+        return arena
+
+
+def _device_lock(dev: Any) -> Any:
+    with _arena_lock:
+        lk = getattr(dev, "_zg330_lock", None)
+        if lk is None:
+            lk = dev._zg330_lock = threading.RLock()
+        return lk
+
+
 def _hardops(view: Any) -> list[Any]:
     return [op for op in view.ops if op.op_type == "HardOp"]
 
@@ -106,6 +141,7 @@ class ZG330Backend(Backend):
         self.ocmopt = OcmOpt.BEST_SCORE
         self._user_segments: dict[SegmentType, Any] = {}
         self._user_io: dict[int, Any] = {}
+        self._staged: dict[int, Any] = {}  # v_id -> user chunk (layouts differ: copied)
         self._buffers: dict[int, _Buffer] = {}
         self._runs: list[_Run] = []
         self._run_of: dict[int, int] = {}
@@ -119,6 +155,13 @@ class ZG330Backend(Backend):
         self._in_ids: set[int] = set()
         self._bound: dict[int, tuple[int, Any, int]] = {}  # owner -> (physical, chunk, offset)
         self.precheck_failures: list[tuple[int, str, str]] = []
+        self._slots: list[deploy.Slot] = []
+        self._plan: deploy.DeployPlan | None = None
+        self._instr_words: dict[int, np.ndarray] = {}
+        self._fingerprint: str | None = None
+        self._ocm_chunk: Any = None
+        self._holding = False
+        self._is_fork = False
 
     # --- binding --------------------------------------------------------------------------
     def isOpSupported(self, op: Any) -> bool:
@@ -231,6 +274,51 @@ class ZG330Backend(Backend):
         self.forward_info = ForwardInfo(
             value_map=dict(vinfo), hardop_map=dict(hinfo),
             idx_map={op.op_id: (self.zg330backend_id, op.layer_count) for op in hard})
+        self._build_slots(hard)
+        self._logic_base = self._base_logic()
+        self._estimate_ftmp()
+
+    def _build_slots(self, hard: list[Any]) -> None:
+        """The FTMP slots to plan: lifetimes over the view's HardOp order, ETM traffic scores."""
+        slots: dict[int, deploy.Slot] = {}
+        for b in self._buffers.values():
+            if b.segment == SegmentType.FTMP:
+                slots[b.owner] = deploy.Slot(b.owner, b.logic_addr, b.byte_size, 1 << 60, -1,
+                                             members=sorted(b.members))
+        scratch = []
+        for pos, op in enumerate(hard):
+            moves_data = op.instr is not None
+            for k, v in enumerate(op.inputs + op.outputs):
+                sl = slots.get(v.tags[TAG]["buffer"])
+                if sl is None:
+                    continue
+                sl.start, sl.end = min(sl.start, pos), max(sl.end, pos)
+                if moves_data:
+                    sl.score += self.value_info[v.v_id].byte_size
+            for sc in op.device_info.get("scratch", []):
+                scratch.append(deploy.Slot(int(sc["v_id"]), int(sc["addr"]), int(sc["bytes"]),
+                                           pos, pos, score=2 * int(sc["bytes"]), scratch=True))
+        for sl in slots.values():
+            if sl.end < 0:  # in no HardOp of the view (cannot happen for FTMP): keep it alive
+                sl.start, sl.end = 0, max(len(hard) - 1, 0)
+        self._slots = sorted(slots.values(), key=lambda s: s.old) + scratch
+
+    def _base_logic(self) -> int:
+        """First logical address above everything the compiler laid out for this view."""
+        ends = [ls.logic_addr + ls.byte_size for ls in self.logic_segment_map.values()]
+        ends += [b.logic_addr + b.byte_size for b in self._buffers.values()]
+        ends += [s.old + s.size for s in self._slots]
+        return deploy.align_up(max(ends, default=0) + 1, 1 << 20)
+
+    def _estimate_ftmp(self) -> None:
+        """The FTMP logic segment as it will be deployed (before OCM planning takes maps out
+        of it): what a user allocates for `userReuseSegment(chunk, FTMP)`."""
+        slots = [dataclasses.replace(s) for s in self._slots]
+        p = deploy.plan(slots, etm_reuse=self.is_etmOptimize, ocm_option=OcmOpt.NONE,
+                        ocm_capacity=0, base_logic=self._logic_base,
+                        num_ops=len(self._order))
+        lf = self.logic_segment_map[SegmentType.FTMP]
+        lf.logic_addr, lf.byte_size = p.ftmp_logic, p.ftmp_size
 
     @staticmethod
     def _set_range(seg: LogicSegment, ranges: list[tuple[int, int]], total: bool = False
@@ -258,6 +346,7 @@ class ZG330Backend(Backend):
         """Keep the compiler's one-slot-per-value FTMP layout (default: reuse planning on)."""
         self._config("disableEtmOptimize")
         self.is_etmOptimize = False
+        self._estimate_ftmp()
 
     def ocmOptimize(self, option: OcmOpt) -> None:
         """Choose the OCM placement option (OcmOpt.NONE turns OCM use off)."""
@@ -270,14 +359,34 @@ class ZG330Backend(Backend):
 
     def userReuseSegment(self, memchunk: Any, segment_type: SegmentType) -> None:
         """Deploy the WEIGHT, INSTR or FTMP segment into a chunk the user allocated
-        (4096-aligned, at least the logic segment's byte_size)."""
+        (4096-aligned, at least the logic segment's byte_size). Backends of one network may
+        share all three; backends of different networks only FTMP (run them one at a time)."""
         self._config("userReuseSegment")
-        st = SegmentType(segment_type)
+        try:
+            st = SegmentType(segment_type)
+        except ValueError:
+            raise InvalidArgumentError(f"userReuseSegment: {segment_type!r} is not a "
+                                       f"SegmentType") from None
         if st not in (SegmentType.WEIGHT, SegmentType.INSTR, SegmentType.FTMP):
             raise InvalidArgumentError(f"userReuseSegment: {st.name} segments are one chunk per "
                                        f"value; use userConnectNetwork(chunk, v_id)")
-        self._check_user_chunk(memchunk, self.logic_segment_map[st].byte_size, st.name)
+        self._check_user_chunk(memchunk, self.logic_segment_map[st].byte_size,
+                               f"the {st.name} segment")
+        deploy.claim(memchunk, st, self.fingerprint())
         self._user_segments[st] = memchunk
+
+    def fingerprint(self) -> str:
+        """md5 of the view's HardOps (ids, instructions, weights): 'the same network'."""
+        if self._fingerprint is None:
+            arrays: list[Any] = []
+            for op in _hardops(self._view):
+                arrays.append(str(op.op_id))
+                if op.instr is not None:
+                    arrays.append(op.instr.data)
+                if op.params:
+                    arrays.append(op.params[0].data)
+            self._fingerprint = deploy.digest(*arrays)
+        return self._fingerprint
 
     def userConnectNetwork(self, memchunk: Any, v_id: int) -> None:
         """Deploy the INPUT or OUTPUT buffer of value `v_id` into a user chunk (to connect the
@@ -290,8 +399,14 @@ class ZG330Backend(Backend):
             raise InvalidArgumentError(f"userConnectNetwork: v_id {v_id} is not an input or "
                                        f"output of this ZG330Backend's view (those are {io})")
         b = self._buffers[vi.value.tags[TAG]["buffer"]]
-        self._check_user_chunk(memchunk, b.byte_size, f"v_id {v_id}")
-        self._user_io[b.owner] = memchunk
+        t = vi.value.tags[TAG]
+        if int(v_id) == b.owner and t["c_off"] == 0 and t["pitch"] == t["c"] and \
+                vi.value.storageBytes() == b.byte_size:
+            self._check_user_chunk(memchunk, b.byte_size, f"v_id {v_id}")
+            self._user_io[b.owner] = memchunk  # in place: the MMU maps the buffer to it
+        else:  # the value is a window of a wider buffer: staged through the user chunk
+            self._check_user_chunk(memchunk, vi.value.storageBytes(), f"v_id {v_id}")
+            self._staged[int(v_id)] = memchunk
 
     def _check_user_chunk(self, chunk: Any, need: int, what: str) -> None:
         region = getattr(chunk, "region", None)
@@ -300,50 +415,111 @@ class ZG330Backend(Backend):
                                        f"backend's device")
         if chunk.addr % SEGMENT_ALIGN:
             raise InvalidArgumentError(f"the chunk for {what} starts at {chunk.addr:#x}, not "
-                                       f"{SEGMENT_ALIGN}-aligned")
+                                       f"{SEGMENT_ALIGN}-aligned: allocate it with "
+                                       f"malloc(size, True, {SEGMENT_ALIGN})")
         if chunk.byte_size < need:
             raise InvalidArgumentError(f"the chunk for {what} has {chunk.byte_size} bytes, "
-                                       f"{need} are needed")
+                                       f"{need} are needed (logic segment byte_size); "
+                                       f"allocate at least that, {SEGMENT_ALIGN}-aligned")
 
     # --- apply ---------------------------------------------------------------------------------
     def apply(self) -> None:
-        """Allocate the physical segments, upload instructions and weights, plan the MMU."""
+        """Plan (OCM, then ETM reuse), relocate the instructions, allocate the physical
+        segments, upload instructions and weights, build the MMU table."""
         self._require_init("apply")
         if self._applied:
             raise CallOrderError("ZG330Backend.apply() was already called; a backend is "
                                  "applied once")
-        dev = self._device
-        region = dev.defaultMemRegion()
-        self._plan_ftmp()
         self._plan_ocm()
+        self._plan_ftmp()
+        self._relocate()
+        self._allocate()
+        self._upload()
+        self._finish_apply()
+
+    def _ocm_capacity(self) -> int:
+        if self.ocmopt == OcmOpt.NONE:
+            return 0
+        arena = _ocm_arena(self._device)
+        return 0 if arena is None else arena.byte_size
+
+    def _plan_ocm(self) -> None:
+        """OCM and ETM planning in one pass (`deploy.plan`): OCM residents first (the chosen
+        `ocmopt`; BEST_SCORE resolves to the winner), then the ETM reuse plan of the rest."""
+        p = deploy.plan(self._slots, etm_reuse=self.is_etmOptimize, ocm_option=self.ocmopt,
+                        ocm_capacity=self._ocm_capacity(), base_logic=self._logic_base,
+                        num_ops=len(self._order))
+        self._plan = p
+        self.ocmopt = OcmOpt(p.ocm_used) if self.ocmopt == OcmOpt.BEST_SCORE else self.ocmopt
+
+    def _plan_ftmp(self) -> None:
+        """Apply the plan to the logical structures: FTMP segment, buffers, ValueInfo."""
+        p = self._plan
+        lf = self.logic_segment_map[SegmentType.FTMP]
+        lf.logic_addr, lf.byte_size = p.ftmp_logic, p.ftmp_size
+        for sl in self._slots:
+            if sl.scratch:
+                continue
+            b = self._buffers[sl.key]
+            b.logic_addr = sl.new
+            for m in b.members:
+                vi = self.value_info[m]
+                t = vi.value.tags[TAG]
+                vi.logic_addr = sl.new + t["c_off"] * (2 if t["dtype"] == "int16" else 1)
+                vi.is_ocm = sl.ocm
+
+    def _relocate(self) -> None:
+        moves = [(s.old, s.new, s.size) for s in self._slots if s.size]
+        self._instr_words = {op.op_id: deploy.relocate(op.instr.data.view(np.uint64), moves)
+                             for op in _hardops(self._view) if op.instr is not None}
+
+    def _allocate(self) -> None:
+        region = self._device.defaultMemRegion()
         phy: dict[SegmentType, PhySegment] = {}
         for st in (SegmentType.WEIGHT, SegmentType.INSTR, SegmentType.FTMP):
             ls = self.logic_segment_map[st]
             ps = PhySegment(st, byte_size=ls.byte_size, info_map=dict(ls.info_map),
                             hardop_map=dict(ls.hardop_map))
-            if ls.byte_size:
-                user = self._user_segments.get(st)
+            user = self._user_segments.get(st)
+            if ls.byte_size or user is not None:
+                if user is not None:
+                    self._check_user_chunk(user, ls.byte_size, f"the {st.name} segment")
                 chunk = user if user is not None else region.malloc(ls.byte_size, True,
                                                                     SEGMENT_ALIGN)
                 ps.single_chunk = MemChunkInfo(chunk, user is not None)
                 ps.phy_addr = chunk.addr
             phy[st] = ps
         for st in (SegmentType.INPUT, SegmentType.OUTPUT):
-            ls = self.logic_segment_map[st]
-            ps = PhySegment(st, byte_size=ls.byte_size, info_map=dict(ls.info_map))
-            for b in self._buffers.values():
-                if b.segment != st:
-                    continue
-                user = self._user_io.get(b.owner)
-                chunk = user if user is not None else region.malloc(b.byte_size, True,
-                                                                    SEGMENT_ALIGN)
-                ps.multi_chunk[b.owner] = MemChunkInfo(chunk, user is not None)
-            ps.phy_addr = min((c.memChunk.addr for c in ps.multi_chunk.values()), default=0)
-            phy[st] = ps
+            phy[st] = self._io_segment(st, region)
         self.phy_segment_map = phy
-        # upload, zero the feature-map chunks (padding channels read 0)
+        if any(s.ocm for s in self._slots):
+            self._ocm_chunk = _ocm_arena(self._device)
+
+    def _io_segment(self, st: SegmentType, region: Any, own: bool = False) -> PhySegment:
+        ls = self.logic_segment_map[st]
+        ps = PhySegment(st, byte_size=ls.byte_size, info_map=dict(ls.info_map))
+        for b in self._buffers.values():
+            if b.segment != st:
+                continue
+            user = None if own else self._user_io.get(b.owner)
+            chunk = user if user is not None else region.malloc(b.byte_size, True,
+                                                                SEGMENT_ALIGN)
+            ps.multi_chunk[b.owner] = MemChunkInfo(chunk, user is not None)
+            if not own:
+                ps.multi_chunk[b.owner].staged_chunk = {
+                    m: self._staged[m] for m in b.members if m in self._staged}
+        ps.phy_addr = min((c.memChunk.addr for c in ps.multi_chunk.values()), default=0)
+        return ps
+
+    def _upload(self) -> None:
+        """Weights and relocated instructions into their chunks; feature maps zeroed."""
+        phy = self.phy_segment_map
         w, i = phy[SegmentType.WEIGHT], phy[SegmentType.INSTR]
         lw, li = self.logic_segment_map[SegmentType.WEIGHT], self.logic_segment_map[SegmentType.INSTR]
+        if i.single_chunk.user_used:
+            deploy.claim_layout(i.single_chunk.memChunk, SegmentType.INSTR,
+                                deploy.digest(*[self._instr_words[k]
+                                                for k in sorted(self._instr_words)]))
         for op in _hardops(self._view):
             hi = self.forward_info.hardop_map[op.op_id]
             if op.params:
@@ -352,41 +528,49 @@ class ZG330Backend(Backend):
                 hi.weight_phy_addr = w.phy_addr + off
             if op.instr is not None:
                 off = hi.instr_logic_addr - li.logic_addr
-                i.single_chunk.memChunk.write(off, op.instr.data.view(np.uint8).ravel())
+                i.single_chunk.memChunk.write(off, self._instr_words[op.op_id].view(np.uint8))
                 hi.instr_phy_addr = i.phy_addr + off
-        for st in (SegmentType.FTMP,):
-            if phy[st].single_chunk.memChunk is not None and not phy[st].single_chunk.user_used:
-                phy[st].single_chunk.memChunk.fill(0)
+        self._zero_feature_maps()
+
+    def _zero_feature_maps(self) -> None:
+        phy = self.phy_segment_map
+        f = phy[SegmentType.FTMP].single_chunk
+        if f.memChunk is not None and not f.user_used:
+            f.memChunk.fill(0)
         for st in (SegmentType.INPUT, SegmentType.OUTPUT):
             for ci in phy[st].multi_chunk.values():
                 if not ci.user_used:
                     ci.memChunk.fill(0)
+
+    def _finish_apply(self) -> None:
+        phy = self.phy_segment_map
         self._plan_mmu()
         for vi in self.value_info.values():
             vi.phy_addr = self._phys_of_logic(vi.logic_addr)
+        self.forward_info.value_map = dict(self.value_info)
         self.forward_info.memchunk_map = {
             **{b: ci for st in (SegmentType.INPUT, SegmentType.OUTPUT)
                for b, ci in phy[st].multi_chunk.items()}}
+        if phy[SegmentType.FTMP].single_chunk.memChunk is not None:
+            for sl in self._slots:
+                if not sl.ocm and not sl.scratch:
+                    self.forward_info.memchunk_map[sl.key] = phy[SegmentType.FTMP].single_chunk
+        if self._ocm_chunk is not None:
+            oc = MemChunkInfo(self._ocm_chunk, False)
+            for sl in self._slots:
+                if sl.ocm and not sl.scratch:
+                    self.forward_info.memchunk_map[sl.key] = oc
         self._plan_runs()
         self._restore_io()
         if self._n_layers:
+            region = self._device.defaultMemRegion()
             self._prof_chunk = region.malloc(max(self._n_layers, 1) * 80, True, 64)
         self._applied = True
         self.is_applied_ = True
 
-    def _plan_ftmp(self) -> None:
-        """ETM reuse planning (next issue): re-place FTMP buffers by lifetime and relocate the
-        address words (`relocate_words`). Today: the compiler's one-slot-per-value layout."""
-
-    def _plan_ocm(self) -> None:
-        """OCM planning (next issue): choose feature maps for OCM per `ocmopt`. Today: none;
-        BEST_SCORE reports NONE as the winner."""
-        if self.ocmopt == OcmOpt.BEST_SCORE:
-            self.ocmopt = OcmOpt.NONE
-
     def _plan_mmu(self) -> None:
-        """MMU entries: WEIGHT, FTMP split around the INPUT/OUTPUT buffers, one per INPUT/OUTPUT
-        buffer. (logical, physical, size) triples, programmed before every run."""
+        """MMU entries (logical, physical, size): WEIGHT, FTMP, the OCM window, one per
+        INPUT/OUTPUT buffer. Programmed before a run whenever another backend ran in between."""
         entries: list[tuple[int, int, int]] = []
         w = self.phy_segment_map[SegmentType.WEIGHT]
         lw = self.logic_segment_map[SegmentType.WEIGHT]
@@ -394,19 +578,11 @@ class ZG330Backend(Backend):
             entries.append((lw.logic_addr, w.phy_addr, lw.byte_size))
         lf = self.logic_segment_map[SegmentType.FTMP]
         f = self.phy_segment_map[SegmentType.FTMP]
-        holes = sorted((b.logic_addr, b.byte_size) for b in self._buffers.values()
-                       if b.segment != SegmentType.FTMP)
         if lf.byte_size:
-            lo, hi = lf.logic_addr, lf.logic_addr + lf.byte_size
-            cur = lo
-            for a, n in holes:
-                if a >= hi or a + n <= lo:
-                    continue
-                if a > cur:
-                    entries.append((cur, f.phy_addr + (cur - lo), a - cur))
-                cur = max(cur, a + n)
-            if cur < hi:
-                entries.append((cur, f.phy_addr + (cur - lo), hi - cur))
+            entries.append((lf.logic_addr, f.phy_addr, lf.byte_size))
+        if self._ocm_chunk is not None and self._plan is not None:
+            size = deploy.align_up(max(self._plan.ocm_footprint, 64), 64)
+            entries.append((self._plan.ocm_logic, self._ocm_chunk.addr, size))
         for st in (SegmentType.INPUT, SegmentType.OUTPUT):
             for owner, ci in self.phy_segment_map[st].multi_chunk.items():
                 b = self._buffers[owner]
@@ -484,10 +660,32 @@ class ZG330Backend(Backend):
 
     def forwardHardOp(self, op: Any, inputs: list[Tensor], outputs: list[Tensor]
                       ) -> list[Tensor]:
+        """Run one HardOp (its whole merged run the first time). The device is held from the
+        first HardOp of a forward to the last (its OCM maps and MMU table are this
+        backend's meanwhile): forwards of backends in other threads wait."""
         if not self._applied:
             raise CallOrderError(f"ZG330Backend: forward of HardOp {op.op_id} before apply()")
         if op.op_id not in self._order:
             raise XrtError(f"HardOp {op.op_id} is not in this ZG330Backend's network view")
+        if not self._holding:
+            _device_lock(self._device).acquire()
+            self._holding = True
+        try:
+            res = self._forward_locked(op, inputs, outputs)
+        except BaseException:
+            self._release_device()
+            raise
+        if self._order[op.op_id] == len(self._order) - 1:
+            self._release_device()
+        return res
+
+    def _release_device(self) -> None:
+        if self._holding:
+            self._holding = False
+            _device_lock(self._device).release()
+
+    def _forward_locked(self, op: Any, inputs: list[Tensor], outputs: list[Tensor]
+                        ) -> list[Tensor]:
         pos = self._order[op.op_id]
         if pos <= self._last_pos or not self._done_in_forward:
             self._start_forward()
@@ -518,6 +716,10 @@ class ZG330Backend(Backend):
         results = []
         for k, v in enumerate(op.outputs):
             t = self._tensor_of(v)
+            if v.v_id in self._staged and not self._is_fork:
+                t0 = time.perf_counter()
+                t = self._stage(v, self._staged[v.v_id], to_user=True)
+                memcpy_ms += (time.perf_counter() - t0) * 1e3
             if k < len(user) and not user_mapped:
                 t0 = time.perf_counter()
                 user[k].copyFrom(0, t, 0, min(t.dtype().storageBytes(),
@@ -534,6 +736,16 @@ class ZG330Backend(Backend):
         b = self._buffers[v.tags[TAG]["buffer"]]
         if v.v_id not in self._in_ids or b.segment != SegmentType.INPUT:
             return 0.0  # produced on the NPU by this backend: already in FTMP/OUTPUT
+        if v.v_id in self._staged and not self._is_fork:
+            ci = self.phy_segment_map[SegmentType.INPUT].multi_chunk[b.owner]
+            self._bind(b, ci.memChunk, 0)
+            t0 = time.perf_counter()
+            src = self._staged[v.v_id]
+            if not (t.isOn(self._device.defaultMemRegion()) and t.chunk() == src
+                    and t.offset() == 0):
+                src.copyFrom(0, t.chunk(), t.offset(), v.storageBytes())
+            self._stage(v, src, to_user=False)
+            return (time.perf_counter() - t0) * 1e3
         want = v.dtype
         got = t.dtype()
         if tuple(got.shape) != tuple(want.shape) or got.numpy_dtype != want.numpy_dtype:
@@ -562,6 +774,25 @@ class ZG330Backend(Backend):
         self._mmu[b.mmu_index] = (lo, phys, n)
         if getattr(self._device, "_zg330_mmu_owner", None) is self:
             self._device.mmuMap(b.mmu_index, lo, phys, n)
+
+    def _stage(self, v: Any, user: Any, to_user: bool) -> Tensor:
+        """Copy value `v` between its channel window in its buffer and the dense user chunk
+        (`staged_chunk`): the two networks lay the map out differently."""
+        t = v.tags[TAG]
+        b = self._buffers[t["buffer"]]
+        _, chunk, base = self._bound[b.owner]
+        dt = np.int16 if t["dtype"] == "int16" else np.int8
+        esz = np.dtype(dt).itemsize
+        buf = chunk.view(base, t["h"] * t["w"] * t["pitch"] * esz).view(dt).reshape(
+            t["h"], t["w"], t["pitch"])
+        dense = user.view(0, t["h"] * t["w"] * t["c"] * esz).view(dt).reshape(
+            t["h"], t["w"], t["c"])
+        win = slice(t["c_off"], t["c_off"] + t["c"])
+        if to_user:
+            dense[...] = buf[:, :, win]
+        else:
+            buf[:, :, win] = dense
+        return Tensor(v.dtype, user, 0)
 
     def _restore_io(self) -> None:
         for st in (SegmentType.INPUT, SegmentType.OUTPUT):
@@ -609,7 +840,10 @@ class ZG330Backend(Backend):
         t = v.tags[TAG]
         b = self._buffers[t["buffer"]]
         esz = 2 if t["dtype"] == "int16" else 1
-        if b.segment == SegmentType.FTMP:
+        if b.segment == SegmentType.FTMP and self.value_info[b.owner].is_ocm:
+            chunk = self._ocm_chunk  # an OCM tensor: reads the on-chip memory
+            base = b.logic_addr - self._plan.ocm_logic
+        elif b.segment == SegmentType.FTMP:
             ps = self.phy_segment_map[SegmentType.FTMP]
             chunk = ps.single_chunk.memChunk
             base = b.logic_addr - self.logic_segment_map[SegmentType.FTMP].logic_addr
@@ -642,7 +876,8 @@ class ZG330Backend(Backend):
                      hi.weights_logic_addr)):
                 if p is None:
                     continue
-                want = p.data.view(np.uint8).ravel()
+                want = (self._instr_words[op.op_id] if what == "instructions"
+                        else p.data).view(np.uint8).ravel()
                 got = np.empty(want.size, np.uint8)
                 self.phy_segment_map[seg].single_chunk.memChunk.read(got, addr - lseg.logic_addr,
                                                                      want.size)
@@ -653,30 +888,159 @@ class ZG330Backend(Backend):
                     ok = False
         return ok
 
-    def log(self) -> str:
-        """Write the deployment log to ./.icraft/logs/ and return its path."""
-        self._after_apply("log")
-        path = os.path.join(os.getcwd(), ".icraft", "logs",
-                            f"zg330backend_{self.zg330backend_id}.log")
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        lines = [f"ZG330Backend {self.zg330backend_id}: merge={self.is_mergeHardop} "
-                 f"etm_optimize={self.is_etmOptimize} ocmopt={self.ocmopt.name}"]
-        for st, ls in self.logic_segment_map.items():
+    def deployment_report(self) -> dict[str, Any]:
+        """The deployment as plain data (what `log()` writes as JSON)."""
+        self._after_apply("deployment_report")
+        p = self._plan
+        segs = []
+        for st in SegmentType:
+            ls = self.logic_segment_map[st]
             ps = self.phy_segment_map.get(st)
-            lines.append(f"segment {st.name}: logical {ls.logic_addr:#x} +{ls.byte_size} -> "
-                         f"physical {ps.phy_addr if ps else 0:#x}")
-        for lo, ph, n in self._mmu:
-            lines.append(f"mmu {lo:#x} +{n} -> {ph:#x}")
+            segs.append({"segment": st.name, "logic_addr": ls.logic_addr,
+                         "byte_size": ls.byte_size, "phy_addr": ps.phy_addr if ps else 0,
+                         "user_chunk": bool(ps and (ps.single_chunk.user_used or any(
+                             c.user_used for c in ps.multi_chunk.values()))),
+                         "chunks": {str(k): {"phy_addr": c.memChunk.addr,
+                                             "byte_size": c.memChunk.byte_size,
+                                             "user": c.user_used}
+                                    for k, c in (ps.multi_chunk.items() if ps else [])}})
+        if self._ocm_chunk is not None:
+            segs.append({"segment": "OCM", "logic_addr": p.ocm_logic,
+                         "byte_size": p.ocm_footprint, "phy_addr": self._ocm_chunk.addr,
+                         "user_chunk": False, "chunks": {}})
+        values = []
         for v, vi in self.value_info.items():
-            lines.append(f"value {v}: {vi.segment.name} real={vi.real} logical "
-                         f"{vi.logic_addr:#x} physical {vi.phy_addr:#x} bytes {vi.byte_size}")
+            values.append({"v_id": v, "segment": vi.segment.name,
+                           "memory": "OCM" if vi.is_ocm else "ETM",
+                           "logic_addr": vi.logic_addr, "phy_addr": vi.phy_addr,
+                           "offset": vi.logic_addr - (p.ocm_logic if vi.is_ocm else
+                                                      self.logic_segment_map[vi.segment]
+                                                      .logic_addr),
+                           "byte_size": vi.byte_size, "real": vi.real,
+                           "fake_from": vi.fake_from.v_id if vi.fake_from is not None else None,
+                           "real_to": [r.v_id for r in vi.real_to]})
+        for sl in self._slots:
+            if sl.scratch:
+                values.append({"v_id": sl.key, "segment": "FTMP", "scratch": True,
+                               "memory": "OCM" if sl.ocm else "ETM", "logic_addr": sl.new,
+                               "phy_addr": self._phys_of_logic(sl.new), "offset": sl.offset,
+                               "byte_size": sl.size, "real": True, "fake_from": None,
+                               "real_to": []})
+        hardops = []
         for oid, hi in self.forward_info.hardop_map.items():
-            lines.append(f"hardop {oid}: instr {hi.instr_logic_addr:#x}+{hi.instr_size} "
-                         f"weights {hi.weights_logic_addr:#x}+{hi.weights_size} "
-                         f"sync {hi.sync_idx} merge_from {hi.merge_from}")
-        with open(path, "w", encoding="utf-8") as fh:
+            hardops.append({"op_id": oid, "instr_logic_addr": hi.instr_logic_addr,
+                            "instr_phy_addr": hi.instr_phy_addr, "instr_size": hi.instr_size,
+                            "weights_logic_addr": hi.weights_logic_addr,
+                            "weight_phy_addr": hi.weight_phy_addr,
+                            "weights_size": hi.weights_size, "sync_idx": list(hi.sync_idx),
+                            "merge_from": list(hi.merge_from)})
+        return {"backend_id": self.zg330backend_id, "fork": self._is_fork,
+                "merge": self.is_mergeHardop, "etm_optimize": self.is_etmOptimize,
+                "ocm": {"option": self.ocmopt.name,
+                        "requested": OcmOpt(p.ocm_requested).name, "score": p.ocm_score,
+                        "per_option_scores": p.ocm_per_option, "capacity": p.ocm_capacity,
+                        "footprint": p.ocm_footprint},
+                "etm": {"ftmp_bytes": p.ftmp_size, "lower_bound": p.ftmp_lower_bound,
+                        "no_reuse_bytes": p.ftmp_no_reuse,
+                        "compiler_layout_bytes": p.ftmp_compiler, "strategy": p.strategy},
+                "segments": segs,
+                "mmu": [{"logic_addr": lo, "phy_addr": ph, "byte_size": n}
+                        for lo, ph, n in self._mmu],
+                "values": values, "hardops": hardops}
+
+    def log(self) -> str:
+        """Write the deployment log to ./.icraft/logs/ (text, and a .json twin); returns the
+        text file's path."""
+        self._after_apply("log")
+        rep = self.deployment_report()
+        base = os.path.join(os.getcwd(), ".icraft", "logs",
+                            f"zg330backend_{self.zg330backend_id}")
+        os.makedirs(os.path.dirname(base), exist_ok=True)
+        e, o = rep["etm"], rep["ocm"]
+        lines = [f"ZG330Backend {self.zg330backend_id}: merge={self.is_mergeHardop} "
+                 f"etm_optimize={self.is_etmOptimize} ocmopt={self.ocmopt.name}",
+                 f"ETM feature maps: {e['ftmp_bytes']} bytes (lower bound {e['lower_bound']}, "
+                 f"no reuse {e['no_reuse_bytes']}, compiler layout "
+                 f"{e['compiler_layout_bytes']}; {e['strategy']})",
+                 f"OCM: option {o['option']} (requested {o['requested']}) score {o['score']:.0f} "
+                 f"per option {o['per_option_scores']} footprint {o['footprint']} of "
+                 f"{o['capacity']} bytes", ""]
+        lines.append(f"{'segment':<8} {'logical':>14} {'bytes':>12} {'physical':>14}")
+        for sg in rep["segments"]:
+            lines.append(f"{sg['segment']:<8} {sg['logic_addr']:#14x} {sg['byte_size']:>12} "
+                         f"{sg['phy_addr']:#14x}" + ("  (user chunk)" if sg["user_chunk"]
+                                                      else ""))
+            for k, c in sg["chunks"].items():
+                lines.append(f"  v{k:<6} {'':>14} {c['byte_size']:>12} {c['phy_addr']:#14x}")
+        lines += ["", "MMU"] + [f"  {m['logic_addr']:#14x} +{m['byte_size']:<10} -> "
+                                f"{m['phy_addr']:#x}" for m in rep["mmu"]]
+        lines += ["", f"{'value':>7} {'seg':<6} {'mem':<4} {'logical':>14} {'offset':>10} "
+                      f"{'bytes':>10} {'physical':>14}  aliasing"]
+        for v in rep["values"]:
+            alias = ("scratch" if v.get("scratch") else
+                     f"fake_from v{v['fake_from']}" if v["fake_from"] is not None else
+                     f"real_to {v['real_to']}" if v["real_to"] else "")
+            lines.append(f"{v['v_id']:>7} {v['segment']:<6} {v['memory']:<4} "
+                         f"{v['logic_addr']:#14x} {v['offset']:>10} {v['byte_size']:>10} "
+                         f"{v['phy_addr']:#14x}  {alias}")
+        lines += ["", f"{'hardop':>7} {'instr logical':>14} {'instr phys':>14} {'bytes':>8} "
+                      f"{'weights logical':>16} {'weights phys':>14} {'bytes':>9} sync  merged"]
+        for h in rep["hardops"]:
+            lines.append(f"{h['op_id']:>7} {h['instr_logic_addr']:#14x} "
+                         f"{h['instr_phy_addr']:#14x} {h['instr_size']:>8} "
+                         f"{h['weights_logic_addr']:#16x} {h['weight_phy_addr']:#14x} "
+                         f"{h['weights_size']:>9} {tuple(h['sync_idx'])} {h['merge_from'] or ''}")
+        with open(base + ".log", "w", encoding="utf-8") as fh:
             fh.write("\n".join(lines) + "\n")
-        return path
+        with open(base + ".json", "w", encoding="utf-8") as fh:
+            json.dump(rep, fh, indent=1)
+        return base + ".log"
+
+    def fork(self) -> ZG330Backend:
+        """A backend for another thread: shares this one's INSTR and WEIGHT chunks (and the
+        deployment: plan, relocated instructions, logical layout), owns its FTMP, INPUT and
+        OUTPUT chunks, profiler chunk and MMU table. Forwards on one device are serialised
+        (a device lock). Close forks before the backend they were forked from."""
+        self._after_apply("fork")
+        global _backend_count
+        region = self._device.defaultMemRegion()
+        other = copy.copy(self)
+        other._times = {}
+        other.zg330backend_id = _backend_count
+        _backend_count += 1
+        other._is_fork = True
+        other._holding = False
+        other._deinited = False
+        other._buffers = {k: dataclasses.replace(b) for k, b in self._buffers.items()}
+        other.value_info = {k: dataclasses.replace(vi, real_to=list(vi.real_to))
+                            for k, vi in self.value_info.items()}
+        other._user_segments, other._user_io = {}, {}
+        other._bound, other._profile, other._done_in_forward = {}, {}, set()
+        other._last_pos = -1
+        phy: dict[SegmentType, PhySegment] = {}
+        for st in (SegmentType.WEIGHT, SegmentType.INSTR):
+            ps = self.phy_segment_map[st]
+            phy[st] = dataclasses.replace(ps, single_chunk=MemChunkInfo(
+                ps.single_chunk.memChunk, True))  # borrowed: the parent frees it
+        f = self.phy_segment_map[SegmentType.FTMP]
+        ff = dataclasses.replace(f, single_chunk=MemChunkInfo())
+        if f.single_chunk.memChunk is not None:
+            chunk = region.malloc(max(f.byte_size, 1), True, SEGMENT_ALIGN)
+            chunk.fill(0)
+            ff.single_chunk, ff.phy_addr = MemChunkInfo(chunk, False), chunk.addr
+        phy[SegmentType.FTMP] = ff
+        for st in (SegmentType.INPUT, SegmentType.OUTPUT):
+            phy[st] = other._io_segment(st, region, own=True)
+        other.phy_segment_map = phy
+        other.forward_info = ForwardInfo(
+            value_map=dict(other.value_info), hardop_map=dict(self.forward_info.hardop_map),
+            idx_map={k: (other.zg330backend_id, v[1])
+                     for k, v in self.forward_info.idx_map.items()})
+        other._applied = False
+        other._prof_chunk = None
+        other._zero_feature_maps()
+        other._finish_apply()
+        return other
 
     def _after_apply(self, what: str) -> None:
         if not self._applied:

@@ -1,0 +1,159 @@
+"""`ZG330SocketDevice`: a ZG330 on a device server, opened as ``socket://zg330@host:port``.
+
+It *is* a `ZG330Device` to the rest of the runtime (ZG330Backend checks that type), but it
+builds no simulator: its "etm"/"ocm" regions and "regs" registers are remote
+(`xrt.remote.client`), so every inherited method that works through memory and registers
+(`readReg(cid, rid, offset)`, `configTimer`, `configProfiler`, `showLayerTime`, ...) runs
+unchanged over the socket. The methods that need the model itself (`icoreCalc`, `reset`,
+`stats`) or that would cost many register round trips (`mmuMap`, `mmuClear`, `calcTime`) are
+one CALL each, from the allow-list `plugin.SOCKET_METHODS` the server exposes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+
+from npu_model.config import NpuConfig
+from npu_model.mmu import MmuTable, Segment
+from xrt.errors import DeviceError, DeviceUrlError
+from xrt.remote.client import RemoteDeviceMixin, parse_socket_url
+
+from . import regs as R
+from .device import ZG330Device
+from .plugin import SOCKET_NAMES
+
+
+#: default per-request timeout: one icoreCalc of a large network may run for seconds on the
+#: simulator (change it with setWaitTime; 0 waits without limit)
+SOCKET_WAIT_TIME_MS = 60_000
+
+
+def _config(desc: dict[str, Any]) -> NpuConfig:
+    raw = dict(desc.get("config") or {})
+    kw = {}
+    for f in dataclasses.fields(NpuConfig):
+        if f.name in raw:
+            v = raw[f.name]
+            kw[f.name] = tuple(v) if isinstance(v, list) else v
+    return NpuConfig(**kw)
+
+
+class ZG330SocketDevice(RemoteDeviceMixin, ZG330Device):
+    """A ZG330 served by ``xrt serve zg330``; see the module docstring."""
+
+    def __init__(self, url: Any = "socket://zg330@127.0.0.1:5001", config: Any = None,
+                 mock: bool = False) -> None:
+        if not isinstance(url, str):  # ZG330Device(dev) cast of an opened device
+            return
+        name, host, port = parse_socket_url(url)
+        if name not in SOCKET_NAMES:
+            raise DeviceUrlError(f"{url!r}: the ZG330 plugin serves socket://"
+                                 f"{' or '.join(SOCKET_NAMES)}@host:port, not {name}")
+        from xrt.device import Device
+
+        Device.__init__(self, url, SOCKET_WAIT_TIME_MS)
+        desc = self._connect(url, host, port)
+        if desc.get("device_class") not in ("ZG330Device",) or "icoreCalc" not in \
+                desc.get("methods", ()):
+            self._conn.close()  # type: ignore[union-attr]
+            raise DeviceError(f"{url!r}: the server serves a {desc.get('device_class')}, not a "
+                              "ZG330; start it with `xrt serve zg330`")
+        self.config = _config(desc)
+        self.mock = bool(desc.get("mock", False))
+        self._etm = self.getMemRegion("etm")
+        self._ocm = self.getMemRegion("ocm")
+        self._reg = self.defaultRegRegion()
+        self.url_params = {}
+
+    # --- methods run by the served model -------------------------------------------------------
+
+    def icoreCalc(self, addr: int, size: int) -> None:
+        self._check_open()
+        self.call("icoreCalc", int(addr), int(size))
+
+    def reset(self, level: int = 0) -> None:
+        self._check_open()
+        self.call("reset", int(level))
+
+    def mmuMap(self, index: int, logical: int, physical: int, size: int,
+               valid: bool = True) -> None:
+        self.call("mmuMap", int(index), int(logical), int(physical), int(size), bool(valid))
+
+    def mmuClear(self) -> None:
+        self.call("mmuClear")
+
+    def calcTime(self) -> float:
+        return float(self.call("calcTime"))
+
+    def calcCycles(self) -> int:
+        return int(self.call("calcCycles"))
+
+    def layerCount(self) -> int:
+        return int(self.call("layerCount"))
+
+    def getRowsCols(self) -> tuple[int, int]:
+        rows, cols = self.call("getRowsCols")
+        return int(rows), int(cols)
+
+    def stats(self) -> dict[str, int]:
+        return dict(self.call("stats"))
+
+    def clear_stats(self) -> None:
+        self.call("clear_stats")
+
+    def check(self, level: int = 0) -> bool:
+        if not self.is_open:
+            return False
+        local = all(r.memManager().check() for r in self.mem_regions.values())
+        return local and bool(self.call("check", int(level)))
+
+    def status(self, level: int = 0) -> str:
+        return f"{self.url} ->\n" + str(self.call("status", int(level)))
+
+    def version(self) -> dict[str, str]:
+        v = {str(k): str(x) for k, x in dict(self.call("version")).items()}
+        v.update({"server": str(self.description.get("server", "")),
+                  "protocol": str(self.description.get("version", ""))})
+        return v
+
+    # --- read locally from remote registers and memory --------------------------------------------
+
+    def _mem_index(self, addr: int, size: int) -> int:
+        return 0 if self._etm.contains(addr, max(size, 1)) else 1
+
+    def mmu_table(self) -> MmuTable:
+        segs = []
+        for i in range(self.config.mmu_entries):
+            base = R.mmu_entry(i)
+            if not self._rd(base + R.MMU_FLAGS) & R.MMU_VALID:
+                continue
+            lo, sz, ph = (self._rd64(base + o) for o in (R.MMU_LOGIC_LO, R.MMU_SIZE_LO,
+                                                         R.MMU_PHYS_LO))
+            if sz > 0:
+                segs.append(Segment(lo, sz, ph, self._mem_index(ph, sz)))
+        return MmuTable(segs)
+
+    def _records(self, lo: int, size_reg: int, dtype: np.dtype, from_idx: int,
+                 count: int) -> np.ndarray:
+        area = self._area(lo, size_reg)
+        if area is None:
+            raise DeviceError(f"{self!r}: no {'timer' if lo == R.TIMER_ADDR_LO else 'profiler'} "
+                              "chunk configured; call configTimer / configProfiler first")
+        addr, size = area
+        slots = size // dtype.itemsize
+        from_idx = max(0, int(from_idx))
+        count = max(0, min(int(count), slots - from_idx))
+        if count == 0:
+            return np.zeros(0, dtype=dtype)
+        region = self._etm if self._mem_index(addr, size) == 0 else self._ocm
+        raw = region.storage.read(addr + from_idx * dtype.itemsize, count * dtype.itemsize)
+        return np.frombuffer(bytes(raw), dtype=dtype).copy()
+
+    def clone(self, depth: int = 1) -> ZG330SocketDevice:
+        return self
+
+    def __repr__(self) -> str:
+        return f"ZG330SocketDevice({self.url!r})"
