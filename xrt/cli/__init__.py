@@ -9,7 +9,7 @@ from typing import Callable, Sequence
 
 from ..errors import XrtError
 
-BUILTIN = ("plugins", "run", "compile", "quant-report")
+BUILTIN = ("plugins", "run", "compile", "quant-report", "serve")
 
 
 def _builtin(name: str) -> tuple[Callable, Callable, str]:

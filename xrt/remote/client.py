@@ -1,0 +1,411 @@
+"""The client side of `socket://`: a connection, and remote memory/register regions over it.
+
+A remote device is an ordinary `xrt.Device` whose pieces forward to a `DeviceServer`:
+
+  - `RemoteStorage`: the byte store of a memory region; `read`/`write`/`fill` are requests,
+    `view` is None (Tensor and chunk code then copy);
+  - `RemoteAllocator`: the region's allocator; the server places every chunk (so clients never
+    overlap), a local mirror keeps `MemManager` book-keeping and checks working;
+  - `RemoteRegRegion`: register reads and writes run on the server, with its device-model hooks;
+  - `RemoteDeviceMixin.call(name, *args)`: a method of the served device (an allow-list).
+
+Frees are queued and sent, batched, in front of the next request: a chunk's auto-free runs from
+the garbage collector at any moment, possibly in the middle of another request on this thread.
+
+`Device.setWaitTime(ms)` is the per-request timeout (0: wait without limit). A timed-out request
+raises XrtTimeoutError and the connection stays usable (its late reply is recognised by its
+request id and dropped); a lost connection raises DeviceError. Neither surfaces as OSError.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import socket
+import threading
+import time
+from typing import Any
+from urllib.parse import urlsplit
+
+import numpy as np
+
+from xrt.device import Device
+from xrt.errors import (
+    DeviceError,
+    DeviceUrlError,
+    UnsupportedOpError,
+    XrtTimeoutError,
+)
+from xrt.memory.allocator import Allocator
+from xrt.memory.manager import MemManager
+from xrt.memory.ptr import as_uint8_view
+from xrt.memory.region import MemRegion
+from xrt.memory.storage import Storage
+from xrt.regs import RegRegion
+
+from . import protocol as P
+from .protocol import Msg, ProtocolError
+
+log = logging.getLogger(__name__)
+
+
+def parse_socket_url(url: str) -> tuple[str, str, int]:
+    """`socket://name@host:port` -> (name, host, port)."""
+    parts = urlsplit(url)
+    if parts.scheme.lower() != "socket":
+        raise DeviceUrlError(f"{url!r} is not a socket:// URL")
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    if not parts.username or not parts.hostname or port is None:
+        raise DeviceUrlError(f"{url!r}: expected socket://DEVICE@HOST:PORT, e.g. "
+                             "socket://zg330@127.0.0.1:5001")
+    return parts.username.lower(), parts.hostname, port
+
+
+class Connection:
+    """One client connection: framed requests with ids, timeouts and queued frees.
+
+    Thread-safe: requests from several threads are serialised on the connection.
+    """
+
+    def __init__(self, host: str, port: int, timeout_ms: int, label: str) -> None:
+        self.label = label
+        self._lock = threading.Lock()
+        self._next_id = 1
+        self._ignore: set[int] = set()
+        self._frees: collections.deque[tuple[int, int]] = collections.deque()
+        self.closed = False
+        self.broken = ""
+        self.max_payload = P.MAX_PAYLOAD
+        self.chunk = P.CHUNK
+        try:
+            self.sock = socket.create_connection((host, port),
+                                                 timeout=timeout_ms / 1e3 if timeout_ms else None)
+        except OSError as exc:
+            raise DeviceError(f"cannot connect to {label}: {exc}; start the device server "
+                              f"there (e.g. `xrt serve zg330 --port {port}`)") from None
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._reader = P.FrameReader(P.MAX_PAYLOAD, label)
+
+    # --- requests -----------------------------------------------------------------------------
+
+    def request(self, mtype: int, *parts: Any, timeout_ms: int = 0) -> bytearray:
+        """Send one request and return its reply payload (an ERROR reply is raised)."""
+        with self._lock:
+            self._usable()
+            deadline = time.monotonic() + timeout_ms / 1e3 if timeout_ms else None
+            frames: list[Any] = []
+            free_ids = []
+            while self._frees:
+                frames += self._free_frames(free_ids)
+            req_id = self._new_id()
+            frames += P.frame(mtype, req_id, *parts)
+            try:
+                self._send(frames, deadline)
+                for fid in free_ids:
+                    self._ignore.add(fid)  # their replies are checked below as they come
+                return self._wait(req_id, mtype, deadline)
+            except socket.timeout:
+                self._ignore.add(req_id)
+                raise XrtTimeoutError(
+                    f"{self.label}: no reply to {Msg(mtype).name} within {timeout_ms} ms; raise "
+                    "the limit with device.setWaitTime(ms) (0: no limit)") from None
+            except (OSError, EOFError) as exc:
+                self._break(f"{type(exc).__name__}: {exc}")
+                raise DeviceError(f"{self.label}: connection lost ({self.broken}); open the "
+                                  "device again") from None
+            except ProtocolError as exc:
+                self._break(str(exc))
+                raise
+
+    def _new_id(self) -> int:
+        rid = self._next_id
+        self._next_id = (self._next_id + 1) & 0xFFFF_FFFF or 1
+        return rid
+
+    def _free_frames(self, ids: list[int]) -> list[Any]:
+        by_region: dict[int, list[int]] = {}
+        while self._frees:
+            r, addr = self._frees.popleft()
+            by_region.setdefault(r, []).append(addr)
+        out: list[Any] = []
+        for r, addrs in by_region.items():
+            for i in range(0, len(addrs), 4096):
+                rid = self._new_id()
+                ids.append(rid)
+                body = P.REGION.pack(r, 0)[:8] + np.asarray(addrs[i:i + 4096], "<u8").tobytes()
+                out += P.frame(Msg.FREE, rid, body)
+        return out
+
+    def _send(self, frames: list[Any], deadline: float | None) -> None:
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise socket.timeout()
+            self.sock.settimeout(left)
+        else:
+            self.sock.settimeout(None)
+        try:
+            P.send_parts(self.sock, frames)
+        except socket.timeout:
+            # part of a frame may be out: the stream is unusable from here on
+            self._break("timed out in the middle of sending a request")
+            raise
+
+    def _wait(self, req_id: int, mtype: int, deadline: float | None) -> bytearray:
+        while True:
+            rtype, rid, payload = self._reader.read(self.sock, deadline)
+            if rid == req_id:
+                if rtype == Msg.ERROR:
+                    raise P.decode_error(payload)
+                if rtype != (mtype | P.REPLY):
+                    raise ProtocolError(f"{self.label}: reply type {rtype:#06x} to request "
+                                        f"type {mtype:#06x}")
+                return payload
+            if rid in self._ignore:
+                self._ignore.discard(rid)
+                if rtype == Msg.ERROR and rid:
+                    log.warning("%s: late or queued request %d failed: %s", self.label, rid,
+                                P.decode_error(payload))
+                continue
+            if rtype == Msg.ERROR:
+                raise P.decode_error(payload)  # request id 0: the server is closing on us
+            raise ProtocolError(f"{self.label}: reply with unknown request id {rid}")
+
+    def _usable(self) -> None:
+        if self.closed:
+            raise DeviceError(f"{self.label}: the connection is closed; open the device again")
+        if self.broken:
+            raise DeviceError(f"{self.label}: the connection was lost ({self.broken}); open the "
+                              "device again")
+
+    def _break(self, why: str) -> None:
+        self.broken = why
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+
+    def queue_free(self, region: int, addr: int) -> None:
+        """Free `addr` on the server in front of the next request (safe from finalizers)."""
+        if not self.closed and not self.broken:
+            self._frees.append((region, addr))
+
+    def close(self) -> None:
+        """Say BYE (the server frees this client's memory) and close. Idempotent."""
+        if self.closed:
+            return
+        try:
+            if not self.broken:
+                self._frees.clear()
+                self.request(Msg.BYE, timeout_ms=2000)
+        except Exception as exc:  # the server may be gone already; it frees on disconnect
+            log.debug("%s: BYE failed: %s", self.label, exc)
+        finally:
+            self.closed = True
+            try:
+                self.sock.close()
+            except OSError:
+                pass
+
+
+# --- memory -----------------------------------------------------------------------------------
+
+class RemoteStorage(Storage):
+    """The bytes of a remote memory region: every access is a request; no zero-copy view."""
+
+    def __init__(self, device: RemoteDeviceMixin, index: int, name: str) -> None:
+        self._device = device
+        self.index = index
+        self.name = name
+
+    def read(self, addr: int, n: int) -> np.ndarray:
+        addr, n = int(addr), int(n)
+        out = np.empty(n, dtype=np.uint8)
+        step = self._device._conn.chunk
+        for off in range(0, n, step):
+            k = min(step, n - off)
+            data = self._device._request(Msg.READ, P.READ_REQ.pack(self.index, addr + off, k))
+            if len(data) != k:
+                raise ProtocolError(f"{self.name}: READ of {k} bytes returned {len(data)}")
+            out[off:off + k] = np.frombuffer(data, np.uint8)
+        return out
+
+    def write(self, addr: int, data: Any) -> None:
+        src = as_uint8_view(data, "source data")
+        step = self._device._conn.chunk
+        for off in range(0, src.size, step):
+            part = src[off:off + step]
+            self._device._request(Msg.WRITE, P.REGION.pack(self.index, int(addr) + off),
+                                  np.ascontiguousarray(part))
+
+    def fill(self, addr: int, n: int, value: int = 0) -> None:
+        self._device._request(Msg.FILL, P.FILL_REQ.pack(self.index, int(value) & 0xFF,
+                                                        int(addr), int(n)))
+
+    def copy(self, dst: int, src_storage: RemoteStorage, src: int, n: int) -> None:
+        """Copy `n` bytes on the server (both stores on the same remote device)."""
+        self._device._request(Msg.COPY, P.COPY_REQ.pack(self.index, src_storage.index,
+                                                        int(dst), int(src), int(n)))
+
+    def __repr__(self) -> str:
+        return f"RemoteStorage({self.name!r} on {self._device.url!r})"
+
+
+class RemoteAllocator(Allocator):
+    """Places chunks on the server; the inherited state mirrors this client's allocations."""
+
+    def __init__(self, device: RemoteDeviceMixin, index: int, base: int, size: int,
+                 name: str) -> None:
+        super().__init__(base, size, name)
+        self._device = device
+        self.index = index
+
+    def alloc(self, size: int, alignment: int = 1) -> int:
+        addr = U64(self._device._request(Msg.MALLOC, P.MALLOC_REQ.pack(self.index, int(size),
+                                                                       int(alignment))))
+        return super().reserve(addr, size)
+
+    def reserve(self, addr: int, size: int) -> int:
+        got = U64(self._device._request(Msg.RESERVE, P.RESERVE_REQ.pack(self.index, int(addr),
+                                                                         int(size))))
+        return super().reserve(got, size)
+
+    def free(self, addr: int) -> int:
+        size = super().free(addr)
+        conn = getattr(self._device, "_conn", None)
+        if conn is not None:
+            conn.queue_free(self.index, int(addr))
+        return size
+
+
+def U64(payload: Any) -> int:
+    if len(payload) != 8:
+        raise ProtocolError(f"expected an 8-byte reply, got {len(payload)} bytes")
+    return P.U64.unpack(payload)[0]
+
+
+class RemoteMemRegion(MemRegion):
+    """A memory region of a remote device (remote storage, server-side placement)."""
+
+    def __init__(self, device: RemoteDeviceMixin, index: int, name: str, base: int, size: int,
+                 alignment: int) -> None:
+        storage = RemoteStorage(device, index, f"region {name!r} on {device.url}")
+        super().__init__(name, device, base, size, storage, alignment)
+        self._manager = MemManager(self, RemoteAllocator(device, index, base, size,
+                                                         f"region {name!r}"))
+
+
+class RemoteRegRegion(RegRegion):
+    """Registers of a remote device: reads and writes run on the server, hooks included."""
+
+    def __init__(self, device: RemoteDeviceMixin, name: str, base: int, size: int,
+                 word_bytes: int) -> None:
+        super().__init__(name, device, base, size, word_bytes)
+        self._rdev = device
+
+    def read(self, addr: int, relative: bool = False) -> int:
+        a = self.absolute(addr, relative)
+        return U64(self._rdev._request(Msg.REG_READ, P.REG_READ_REQ.pack(a, 0)))
+
+    def write(self, addr: int, data: int, relative: bool = False) -> None:
+        a = self.absolute(addr, relative)
+        self._rdev._request(Msg.REG_WRITE, P.REG_WRITE_REQ.pack(a, self._value(data), 0))
+
+    def peek(self, addr: int, relative: bool = False) -> int:
+        a = self.absolute(addr, relative)
+        return U64(self._rdev._request(Msg.REG_READ, P.REG_READ_REQ.pack(a, P.REG_RAW)))
+
+    def poke(self, addr: int, data: int, relative: bool = False) -> None:
+        a = self.absolute(addr, relative)
+        self._rdev._request(Msg.REG_WRITE, P.REG_WRITE_REQ.pack(a, self._value(data), P.REG_RAW))
+
+    def reset(self) -> None:
+        self._rdev._request(Msg.REG_RESET)
+
+    def on_write(self, *args: Any, **kwargs: Any) -> Any:
+        raise UnsupportedOpError(f"{self!r} is remote: register hooks live in the server's "
+                                 "device model")
+
+    on_read = on_write
+
+
+# --- devices ----------------------------------------------------------------------------------
+
+class RemoteDeviceMixin:
+    """Connects a Device subclass to a server: regions, registers and `call` go over a socket.
+
+    A subclass calls `_connect(url, host, port)` from its `__init__` (after `Device.__init__`)
+    and then uses `self.description` (the server's HELLO reply) to finish setting up.
+    """
+
+    _conn: Connection | None = None
+    description: dict[str, Any] = {}
+
+    def _connect(self, url: str, host: str, port: int) -> dict[str, Any]:
+        self._conn = Connection(host, port, self.wait_time, url)  # type: ignore[attr-defined]
+        try:
+            desc = P.decode_json(self._request(
+                Msg.HELLO, P.U16.pack(P.VERSION) + b"xrt-client"))
+            self._conn.max_payload = int(desc.get("max_payload", P.MAX_PAYLOAD))
+            self._conn.chunk = max(1, min(int(desc.get("chunk", P.CHUNK)),
+                                          self._conn.max_payload - 64))
+            self._conn._reader.max_payload = max(self._conn.max_payload, P.MAX_PAYLOAD)
+            for i, m in enumerate(desc["mem"]):
+                self.add_mem_region(  # type: ignore[attr-defined]
+                    RemoteMemRegion(self, i, m["name"], m["base"], m["size"], m["alignment"]),
+                    default=m["name"] == desc.get("default_mem"))
+            if desc.get("reg"):
+                g = desc["reg"]
+                self.add_reg_region(  # type: ignore[attr-defined]
+                    RemoteRegRegion(self, g["name"], g["base"], g["size"], g["word_bytes"]),
+                    default=True)
+        except BaseException:
+            self._conn.close()
+            raise
+        self.description = desc
+        return desc
+
+    def _request(self, mtype: int, *parts: Any) -> bytearray:
+        conn = self._conn
+        if conn is None:
+            raise DeviceError(f"{self!r} is not connected")
+        return conn.request(mtype, *parts, timeout_ms=self.wait_time)  # type: ignore[attr-defined]
+
+    def call(self, method: str, *args: Any) -> Any:
+        """Call `method(*args)` on the served device (numbers and strings in and out)."""
+        out = P.decode_json(self._request(Msg.CALL, P.encode_json({"m": method,
+                                                                   "a": list(args)})))
+        return out["r"]
+
+    def server_info(self) -> dict[str, Any]:
+        """The server's counters: clients, requests, live chunks per region."""
+        return self.call("server_info")
+
+    def _on_close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+
+
+class RemoteDevice(RemoteDeviceMixin, Device):
+    """A device of any kind behind `socket://name@host:port`: memory, registers and `call`.
+
+    Device-specific plugins subclass their device class with `RemoteDeviceMixin` instead, so
+    backends see the device type they expect (see zg330backend.remote).
+    """
+
+    def __init__(self, url: str) -> None:
+        _, host, port = parse_socket_url(url)
+        Device.__init__(self, url)
+        self._connect(url, host, port)
+
+    def reset(self, level: int = 0) -> None:
+        self._check_open()
+        self.call("reset", int(level))
+
+    def version(self) -> dict[str, str]:
+        v = Device.version(self)
+        v.update({"server": str(self.description.get("server", "")), "protocol": str(P.VERSION)})
+        return v
