@@ -379,14 +379,42 @@ def quantize(
     ``-qmax`` instead of ``qmin`` (weights: keeps ``|q| <= 127`` for the int32 accumulator
     bound). NaN raises ``ValueError``; +-inf saturates.
     """
+    lo, hi = qrange(dtype, narrow_range=narrow_range)
+    xa = np.asarray(x)
+    if axis is None and np.ndim(scale) <= 1 and np.size(scale) == 1 and xa.size > 4096 \
+            and xa.dtype in (np.float32, np.float64) and np.dtype(dtype).itemsize <= 4:
+        # hot path (Cast of a feature map): the same float64 arithmetic, fused in one pass
+        out = np.empty(xa.shape, dtype=dtype)
+        if not _quantize_scalar_nb(np.ascontiguousarray(xa).reshape(-1),
+                                   float(np.asarray(scale).reshape(-1)[0]), float(lo),
+                                   float(hi), out.reshape(-1)):
+            raise ValueError("quantize: input contains NaN")
+        return out
     xf = np.asarray(x, dtype=np.float64)
     if np.isnan(xf).any():
         raise ValueError("quantize: input contains NaN")
-    lo, hi = qrange(dtype, narrow_range=narrow_range)
     # float(2**63 - 1) rounds up to 2**63: clip at the largest float that still fits
     lo_f, hi_f = float(lo), float(hi) if float(hi) <= hi else float(np.nextafter(float(hi), 0.0))
     v = np.clip(xf / _broadcast_scale(scale, xf.shape, axis), lo_f, hi_f)
     return round_half_away(v).astype(dtype)
+
+
+@njit(cache=True)
+def _quantize_scalar_nb(x, scale, lo, hi, out) -> bool:
+    """`quantize` for one scale: float64 divide, clip, round half away; False on NaN."""
+    for i in range(x.shape[0]):
+        v = np.float64(x[i]) / scale
+        if v != v:
+            return False
+        if v < lo:
+            v = lo
+        elif v > hi:
+            v = hi
+        a = abs(v)
+        fl = np.floor(a)
+        r = fl + 1.0 if a - fl >= 0.5 else fl
+        out[i] = -r if v < 0 else r
+    return True
 
 
 def dequantize(
