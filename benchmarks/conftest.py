@@ -9,6 +9,11 @@ import time  # noqa: E402
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
+import scipy.linalg  # noqa: E402,F401 - loads scipy's BLAS (the one Numba's np.dot calls)
+from threadpoolctl import threadpool_limits  # noqa: E402
+
+# numpy may have started its BLAS pool before this file ran: cap every loaded pool now.
+_LIMITS = threadpool_limits(limits=1)
 
 
 def best_of(fn, rounds: int = 5, warmup: int = 2) -> float:
