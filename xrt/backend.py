@@ -106,6 +106,25 @@ class Backend:
         self._device = device
         return self
 
+    # --- snapshots (docs/snapshot-format.md) -------------------------------------------------
+    def snapshotState(self) -> tuple[dict[str, Any], dict[str, bytes]]:
+        """This backend's deployed state for `Session.dumpSnapshot`, after apply: a JSON-able
+        object and named byte blobs. The default is no state (a backend whose apply computes
+        nothing worth keeping, such as HostBackend)."""
+        if not self._applied:
+            raise CallOrderError(f"{self._label()}: snapshotState() before apply()")
+        return {}, {}
+
+    def restoreSnapshot(self, network_view: Any, device: Any, state: dict[str, Any],
+                        blobs: dict[str, Any]) -> None:
+        """Become the applied backend `snapshotState` described, bound to `network_view` on
+        `device`, without re-running its deployment. The default (no state) binds and calls
+        `apply()`, which is right for a backend whose apply computes nothing worth storing;
+        a backend with state overrides both hooks and must not plan again here."""
+        self.init(network_view, device)
+        self.apply()
+        self._snapshot = True
+
     # --- ops ------------------------------------------------------------------------------
     def getForwardFunc(self, op: Any) -> Optional[ForwardFunc]:
         """The forward function of `op` on this backend, or None if it cannot run it."""
@@ -178,6 +197,10 @@ class Backend:
             raise CallOrderError(f"{self._label()}: {what}() before init(network_view, device)")
 
     def _require_not_applied(self, what: str) -> None:
+        if self._snapshot:
+            raise CallOrderError(f"{self._label()}: {what}() on a backend restored from a "
+                                 f"snapshot; its settings are frozen at dump time (configure "
+                                 f"before apply and dump a new snapshot)")
         if self._applied:
             raise CallOrderError(f"{self._label()}: {what}() must be called before apply()")
 

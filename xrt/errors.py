@@ -87,3 +87,8 @@ class DumpFormatError(TensorError):
 
 class PluginError(XrtError, RuntimeError):
     """A plugin failed to load, or registered something invalid."""
+
+
+class SnapshotError(XrtError, ValueError):
+    """A snapshot file is unreadable (truncated, corrupted, wrong magic or version) or does not
+    match the backends and devices it is loaded onto."""

@@ -7,6 +7,7 @@ list that supports it. Tensors crossing from one backend's memory to another's m
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import time
@@ -42,6 +43,7 @@ class Session:
         self._time_profile = False
         self._profile: dict[int, tuple[float, float, float, float]] = {}
         self._total_ms = 0.0
+        self._from_snapshot = False
 
     # --- construction -------------------------------------------------------------------
     @staticmethod
@@ -125,9 +127,118 @@ class Session:
         sess._bindings = chosen
         return sess
 
+    @staticmethod
+    def CreateWithSnapshot(file_path: str | os.PathLike, backend_types: Sequence[type],
+                           devices: Sequence[Any]) -> Session:
+        """A session from a `dumpSnapshot` file, already applied: the network and the op ->
+        backend binding come from the file, each backend restores its deployed state on its
+        device (no binding, lowering or planning is re-run; settings are frozen).
+
+        `backend_types` must name the snapshot's backends in the same order (by `name`), one
+        device each. Raises SnapshotError for a damaged file or a mismatch."""
+        from xir.serialize.json import network_from_dict
+        from xir.serialize.raw import read_raw_bytes
+
+        from .errors import SnapshotError
+        from .snapshot import read_snapshot
+
+        path = os.fspath(file_path)
+        snap = read_snapshot(path)
+        hdr = snap.header
+        stored = hdr["backends"]
+        names = [str(b.get("name", "")) for b in stored]
+        types = list(backend_types)
+        if len(types) != len(stored):
+            raise SnapshotError(f"snapshot '{path}' holds {len(stored)} backends ({names}), "
+                                f"{len(types)} backend types were given; pass them in order")
+        if len(devices) != len(types):
+            raise SnapshotError(f"CreateWithSnapshot('{path}'): {len(types)} backend types but "
+                                f"{len(devices)} devices; they pair up one to one")
+        backends = [t.Init() if isinstance(t, type) else t for t in types]
+        for k, (b, want) in enumerate(zip(backends, names)):
+            if not isinstance(b, Backend):
+                raise XrtError(f"CreateWithSnapshot: {b!r} is not a Backend type")
+            if type(b).name != want:
+                raise SnapshotError(f"snapshot '{path}': backend {k} was {want!r} at dump time, "
+                                    f"{type(b).__name__} ({type(b).name!r}) was given; pass "
+                                    f"the backend types in the snapshot's order {names}")
+        try:
+            obj = json.loads(bytes(snap.section("network.json")).decode("utf-8"))
+        except ValueError as exc:
+            raise SnapshotError(f"snapshot '{path}': the network section is not JSON") from exc
+        # the container's sha256 covers the raw bytes: skip the raw's own md5 pass
+        md5, obj["params_md5"] = obj.get("params_md5", ""), ""
+        net = network_from_dict(obj, file=path)
+        read_raw_bytes(net, bytearray(snap.section("network.raw")), file=path)
+        net.params_md5 = md5
+        view = net.view([int(i) for i in hdr["network"]["view_op_ids"]])
+        bindings = {int(o): int(k) for o, k in hdr["bindings"]}
+        if set(bindings) != {op.op_id for op in view.ops} or \
+                any(not 0 <= k < len(backends) for k in bindings.values()):
+            raise SnapshotError(f"snapshot '{path}': the op bindings do not cover the view")
+        done: list[Backend] = []
+        try:
+            for k, (b, d, entry) in enumerate(zip(backends, devices, stored)):
+                ids = [op.op_id for op in view.ops if bindings[op.op_id] == k]
+                blobs = {n: snap.section(sec) for n, sec in entry.get("blobs", {}).items()}
+                b.restoreSnapshot(net.view(ids), d, entry.get("state", {}), blobs)
+                done.append(b)
+        except BaseException:
+            for b in done:  # free what the backends restored so far
+                b.deinit()
+            raise
+        sess = Session()
+        sess._view = view
+        sess._backends = backends
+        sess._bindings = {o: backends[k] for o, k in bindings.items()}
+        sess._applied = True
+        sess._from_snapshot = True
+        return sess
+
+    def dumpSnapshot(self, file_path: str | os.PathLike) -> None:
+        """Write this applied session (network, bindings, every backend's deployed state) to
+        one file, atomically (docs/snapshot-format.md)."""
+        import io
+
+        from xir.serialize.json import network_to_dict
+        from xir.serialize.raw import _write_stream
+
+        from . import __version__
+        from .snapshot import write_snapshot
+
+        self._require_applied("dumpSnapshot")
+        root = getattr(self._view, "network", self._view)
+        raw = io.BytesIO()
+        size, md5 = _write_stream(raw, root.params())
+        obj = network_to_dict(root)
+        obj["params_bytes"], obj["params_md5"] = size, md5
+        sections: dict[str, Any] = {
+            "network.json": json.dumps(obj, separators=(",", ":")).encode("utf-8"),
+            "network.raw": raw.getbuffer()}
+        index = {id(b): k for k, b in enumerate(self._backends)}
+        entries = []
+        for k, b in enumerate(self._backends):
+            state, blobs = b.snapshotState()
+            names = {}
+            for n, data in blobs.items():
+                names[n] = f"backend.{k}.{n}"
+                sections[names[n]] = data
+            entries.append({"name": type(b).name, "class": type(b).__name__, "state": state,
+                            "blobs": names})
+        header = {"xrt_version": __version__,
+                  "network": {"name": root.name, "view_op_ids": [op.op_id for op in
+                                                                 self._view.ops]},
+                  "bindings": [[op.op_id, index[id(self._bindings[op.op_id])]]
+                               for op in self._view.ops],
+                  "backends": entries}
+        write_snapshot(file_path, header, sections)
+
     # --- lifecycle ------------------------------------------------------------------------
     def apply(self) -> None:
-        """Apply every backend (deploys networks on their devices)."""
+        """Apply every backend (deploys networks on their devices). A session made by
+        CreateWithSnapshot is applied already: apply() does nothing there."""
+        if self._from_snapshot:
+            return
         if self._applied:
             raise CallOrderError("Session.apply() was already called")
         for b in self._backends:

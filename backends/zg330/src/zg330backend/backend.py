@@ -332,6 +332,10 @@ class ZG330Backend(Backend):
 
     # --- configuration (before apply) --------------------------------------------------------
     def _config(self, what: str) -> None:
+        if self._snapshot:
+            raise CallOrderError(f"ZG330Backend.{what}(): this backend was restored from a "
+                                 f"snapshot; merge, ETM reuse and OCM settings are frozen at "
+                                 f"dump time (configure a normal session and dump again)")
         self._require_init(what)
         if self._applied:
             raise CallOrderError(f"ZG330Backend.{what}() must be called before apply(); the "
@@ -1041,6 +1045,24 @@ class ZG330Backend(Backend):
         other._zero_feature_maps()
         other._finish_apply()
         return other
+
+    # --- snapshots (docs/snapshot-format.md) ---------------------------------------------------
+    def snapshotState(self) -> tuple[dict[str, Any], dict[str, bytes]]:
+        """The deployment as snapshot state: settings, plan, logical layout, value and HardOp
+        infos, MMU layout; blobs "weight" and "instr" (relocated) segment images."""
+        from .snapshot import dump_state
+
+        self._after_apply("snapshotState")
+        return dump_state(self)
+
+    def restoreSnapshot(self, network_view: Any, device: Any, state: dict[str, Any],
+                        blobs: dict[str, Any]) -> None:
+        """Deploy from snapshot state on `device` without lowering or planning."""
+        from .snapshot import restore_state
+
+        if self._applied:
+            raise CallOrderError("ZG330Backend.restoreSnapshot() on an applied backend")
+        restore_state(self, network_view, device, state, blobs)
 
     def _after_apply(self, what: str) -> None:
         if not self._applied:

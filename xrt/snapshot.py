@@ -1,0 +1,185 @@
+"""The snapshot container: a deployed session as one file (docs/snapshot-format.md).
+
+Layout (little endian):
+
+    0   8 bytes   magic  89 'ICSNAP' 0A
+    8   u32       format version (FORMAT_VERSION)
+    12  u32       header length H
+    16  u64       file size, checksum included
+    24  H bytes   header: UTF-8 JSON (sections table, bindings, per-backend state)
+    ..  sections, each at a 64-byte aligned offset, zero padding between them
+    end 32 bytes  sha256 of every byte before it
+
+The container knows nothing of any backend: a backend's state is the JSON object and the named
+byte blobs its `snapshotState()` returns, stored as they are and handed back to its
+`restoreSnapshot()`. Reading checks in layers: size, magic, version and recorded file size
+first; then the checksum; then the header's structure (every section inside the file, no
+overlaps, required keys). What the sections mean is checked at session creation.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import struct
+import tempfile
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import SnapshotError
+
+MAGIC = b"\x89ICSNAP\n"
+FORMAT_VERSION = 1
+ALIGN = 64
+_FIXED = struct.Struct("<8sIIQ")
+_SUM = 32
+
+
+@dataclass
+class SnapshotFile:
+    """A parsed snapshot: the header object and the sections (name -> bytes view)."""
+
+    path: str
+    header: dict[str, Any]
+    sections: dict[str, memoryview] = field(default_factory=dict)
+
+    def section(self, name: str) -> memoryview:
+        if name not in self.sections:
+            raise SnapshotError(f"snapshot '{self.path}': section '{name}' is missing; the file "
+                                f"was not written by this xrt (dump it again)")
+        return self.sections[name]
+
+
+def _align(n: int) -> int:
+    return -(-n // ALIGN) * ALIGN
+
+
+def write_snapshot(path: str | os.PathLike, header: dict[str, Any],
+                   sections: dict[str, bytes | bytearray | memoryview]) -> int:
+    """Write a snapshot atomically (temporary file next to `path`, fsync, rename).
+
+    `header` gets a "sections" table added; returns the file size."""
+    path = os.fspath(path)
+    header = dict(header)
+    table = []
+    names = list(sections)
+    # The header's length depends on the offsets in it: place sections after a fixed-point.
+    start = _align(_FIXED.size + 1)
+    while True:
+        pos, table = start, []
+        for n in names:
+            size = memoryview(sections[n]).nbytes
+            table.append({"name": n, "offset": pos, "size": size})
+            pos = _align(pos + size)
+        header["sections"] = table
+        blob = json.dumps(header, separators=(",", ":"), sort_keys=True).encode("utf-8")
+        need = _align(_FIXED.size + len(blob))
+        if need <= start:
+            break
+        start = need
+    end = table[-1]["offset"] + table[-1]["size"] if table else _FIXED.size + len(blob)
+    total = end + _SUM
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp",
+                               dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            h = hashlib.sha256()
+
+            def put(b: Any) -> None:
+                fh.write(b)
+                h.update(b)
+
+            put(_FIXED.pack(MAGIC, FORMAT_VERSION, len(blob), total))
+            put(blob)
+            at = _FIXED.size + len(blob)
+            for entry in table:
+                if entry["offset"] > at:
+                    put(bytes(entry["offset"] - at))
+                put(memoryview(sections[entry["name"]]).cast("B"))
+                at = entry["offset"] + entry["size"]
+            assert at + _SUM == total
+            fh.write(h.digest())
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    return total
+
+
+def read_snapshot(path: str | os.PathLike) -> SnapshotFile:
+    """Read and check a snapshot file; raises SnapshotError naming the file and the fault."""
+    path = os.fspath(path)
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read()
+    except OSError as exc:
+        raise SnapshotError(f"cannot read snapshot '{path}': {exc.strerror or exc}") from exc
+    return parse_snapshot(data, path)
+
+
+def parse_snapshot(data: bytes, path: str = "<memory>") -> SnapshotFile:
+    """Check `data` in layers and split it into header and sections."""
+    size = len(data)
+    # 1. cheap: size, magic, version, recorded size
+    if size >= len(MAGIC) and data[:len(MAGIC)] != MAGIC:
+        raise SnapshotError(f"'{path}' is not an xrt snapshot: wrong magic "
+                            f"{bytes(data[:len(MAGIC)])!r} (expected {MAGIC!r}); pass a file "
+                            f"written by Session.dumpSnapshot")
+    if size < _FIXED.size + _SUM:
+        raise SnapshotError(f"snapshot '{path}' is truncated: {size} bytes, smaller than the "
+                            f"fixed header and checksum ({_FIXED.size + _SUM} bytes); copy "
+                            f"it again or dump it again")
+    _, version, hlen, recorded = _FIXED.unpack_from(data, 0)
+    if version != FORMAT_VERSION:
+        raise SnapshotError(f"snapshot '{path}' has format version {version}; this xrt reads "
+                            f"version {FORMAT_VERSION} only: dump the snapshot again with "
+                            f"this xrt")
+    if size < recorded:
+        raise SnapshotError(f"snapshot '{path}' is truncated: {size} bytes of the {recorded} "
+                            f"its header records; copy it again or dump it again")
+    if size > recorded:
+        raise SnapshotError(f"snapshot '{path}' has {size - recorded} bytes after its end "
+                            f"({recorded} bytes recorded); the file is damaged")
+    # 2. checksum
+    want = bytes(data[size - _SUM:])
+    got = hashlib.sha256(memoryview(data)[:size - _SUM]).digest()
+    if got != want:
+        raise SnapshotError(f"snapshot '{path}' is corrupted: its sha256 checksum does not "
+                            f"match the contents ({got.hex()[:16]}... vs recorded "
+                            f"{want.hex()[:16]}...); dump it again")
+    # 3. structure
+    if _FIXED.size + hlen > size - _SUM:
+        raise SnapshotError(f"snapshot '{path}': header length {hlen} runs past the end")
+    try:
+        header = json.loads(bytes(data[_FIXED.size:_FIXED.size + hlen]).decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise SnapshotError(f"snapshot '{path}': the header is not valid JSON ({exc})") from exc
+    if not isinstance(header, dict) or not isinstance(header.get("sections"), list):
+        raise SnapshotError(f"snapshot '{path}': the header has no sections table")
+    mv = memoryview(data)
+    sections: dict[str, memoryview] = {}
+    prev_end = _FIXED.size + hlen
+    for k, entry in enumerate(header["sections"]):
+        try:
+            name, off, n = str(entry["name"]), int(entry["offset"]), int(entry["size"])
+        except (KeyError, TypeError, ValueError):
+            raise SnapshotError(f"snapshot '{path}': section entry {k} is malformed "
+                                f"({entry!r})") from None
+        if off % ALIGN or off < prev_end or n < 0 or off + n > size - _SUM:
+            raise SnapshotError(f"snapshot '{path}': section '{name}' at {off} (+{n} bytes) is "
+                                f"misaligned, overlaps another or runs past the end")
+        if name in sections:
+            raise SnapshotError(f"snapshot '{path}': section '{name}' appears twice")
+        sections[name] = mv[off:off + n]
+        prev_end = off + n
+    for key in ("network", "backends", "bindings"):
+        if key not in header:
+            raise SnapshotError(f"snapshot '{path}': the header lacks '{key}'")
+    return SnapshotFile(path, header, sections)
