@@ -426,11 +426,27 @@ class Icore:
             return
         fdt, kc = (np.float32, mpe.KC_INT8_F32) if dtype == "int8" else \
             (np.float64, mpe.KC_INT16_F64)
-        wf = np.empty((g, kh * kw * cin_g, cout_g), dtype=fdt)
-        mpe.unpack_conv_weights(packed, g, kh, kw, cin_g, cout_g, cu, ocb, wf)
+        wf = self._unpacked_weights(wmem, d.get(F.WGT_ADDR, 0), packed, fdt, g, kh, kw, cin_g,
+                                    cout_g, cu, ocb)
         mpe.conv_dense(x.arr, x.rs, x.pitch, x.coff, x.h, x.w, wf, bias, mult, shift, mneg, sneg,
                        lo, hi, y.arr, y.rs, y.pitch, y.coff, y.h, y.w, kh, kw, sh, sw, dh, dw,
                        pt, pl, g, cin_g, cout_g, kc)
+
+    def _unpacked_weights(self, wmem, waddr, packed, fdt, g, kh, kw, cin_g, cout_g, cu, ocb):
+        """Dense float weights for the GEMM, cached per weight location; a cached entry is used
+        only while the packed bytes in memory are still identical."""
+        cache = self.__dict__.setdefault("_wf_cache", {})
+        key = (wmem, waddr, packed.dtype.str, packed.size, g, kh, kw, cin_g, cout_g, cu, ocb,
+               np.dtype(fdt).str)
+        hit = cache.get(key)
+        if hit is not None and np.array_equal(hit[0], packed):
+            return hit[1]
+        wf = np.empty((g, kh * kw * cin_g, cout_g), dtype=fdt)
+        mpe.unpack_conv_weights(packed, g, kh, kw, cin_g, cout_g, cu, ocb, wf)
+        if len(cache) >= 512:
+            cache.clear()
+        cache[key] = (packed.copy(), wf)
+        return wf
 
     def _matmul(self, d, mmu, a: Operand, y: Operand, lv, rows_en, lo, hi, compute):
         cfg = self.cfg

@@ -49,19 +49,52 @@ def unpack_conv_weights(packed, groups, kh, kw, cin_g, cout_g, icb, ocb, wf):
 
 
 @njit(cache=True)
-def _requant_store(acc, p0, npix, ow_n, y, yrs, ypitch, ycoff, ch0, bias_unused,
-                   mult, shift, mult_neg, shift_neg, lo, hi):
-    """Requantize a (npix, n) int64 tile for output pixels p0.. and channels ch0.. into y."""
-    n = acc.shape[1]
+def _requant_tile(src, first, bias, boff, p0, npix, ow_n, n, y, yrs, ypitch, ycoff, ch0,
+                  mult, shift, mult_neg, shift_neg, lo, hi):
+    """Requantize the float tile `src` plus ``first`` (int64 partial sums; empty when there is
+    one K-chunk, then the bias) for output pixels p0.. and channels ch0.. into y.
+
+    Same arithmetic as `requantize_one`, written branch-free over the sign of the sum: a
+    non-positive shift means no shift (``shift 0``, rounding term 0).
+    """
+    use_first = first.shape[0] > 0
+    mp = np.empty(n, dtype=np.int64)
+    sp = np.empty(n, dtype=np.int64)
+    rp = np.empty(n, dtype=np.int64)
+    mn = np.empty(n, dtype=np.int64)
+    sn = np.empty(n, dtype=np.int64)
+    rn = np.empty(n, dtype=np.int64)
+    for o in range(n):
+        c = ch0 + o
+        mp[o] = mult[c]
+        mn[o] = mult_neg[c]
+        s = shift[c]
+        sp[o] = s if s > 0 else 0
+        rp[o] = (np.int64(1) << np.int64(s - 1)) if s > 0 else 0
+        s = shift_neg[c]
+        sn[o] = s if s > 0 else 0
+        rn[o] = (np.int64(1) << np.int64(s - 1)) if s > 0 else 0
+    lo64 = np.int64(lo)
+    hi64 = np.int64(hi)
     for p in range(npix):
         q = p0 + p
         oh = q // ow_n
         ow = q - oh * ow_n
         base = oh * yrs + ow * ypitch + ycoff + ch0
         for o in range(n):
-            c = ch0 + o
-            y[base + o] = requantize_one(acc[p, o], mult[c], shift[c], mult_neg[c],
-                                         shift_neg[c], lo, hi)
+            a = np.int64(src[p, o])
+            if use_first:
+                a += first[p, o]
+            else:
+                a += bias[boff + o]
+            neg = a < 0
+            m = mn[o] if neg else mp[o]
+            s = sn[o] if neg else sp[o]
+            r = rn[o] if neg else rp[o]
+            v = (a * m + r) >> s
+            v = lo64 if v < lo64 else v
+            v = hi64 if v > hi64 else v
+            y[base + o] = v
 
 
 @njit(cache=True)
@@ -71,28 +104,36 @@ def conv_dense(x, xrs, xpitch, xcoff, ih_n, iw_n,
                kh, kw, sh, sw, dh, dw, pt, pl, groups, cin_g, cout_g, kc):
     """Dense / grouped convolution: im2col per pixel tile and K-chunk, exact float GEMM.
 
-    `wf` is float32 (int8 operands, kc <= 1024) or float64 (int16 operands).
+    `wf` is float32 (int8 operands, kc <= 1024) or float64 (int16 operands). Each chunk's
+    float result is exact; chunks are summed in int64 (the first chunk plus the bias seeds
+    the accumulator, the last one is added while requantizing).
     """
     npix_all = oh_n * ow_n
     taps = kh * kw
-    # pixel tile: keep one im2col chunk near 256 KiB
     kmax = min(kc, taps * cin_g)
-    tile = max(32, 65536 // max(kmax, 1))
+    # pixel tile: at least 256 pixels so BLAS amortises its packing of the weight panel
+    tile = max(128, 65536 // max(kmax, 1))
     if tile > npix_all:
         tile = npix_all
     colbuf = np.empty(tile * kmax, dtype=wf.dtype)
-    acc = np.empty((tile, cout_g), dtype=np.int64)
+    partbuf = np.empty((tile, cout_g), dtype=wf.dtype)
     full = cin_g <= kc
     tpc = kc // cin_g if full else 1
     nchunks_c = 1 if full else (cin_g + kc - 1) // kc
+    nchunks = ((taps + tpc - 1) // tpc) * nchunks_c
+    acc = np.empty((tile if nchunks > 1 else 0, cout_g), dtype=np.int64)
+    # 1x1 / stride 1 / unpadded over a dense map: the input tile is already the im2col matrix
+    direct = (kh == 1 and kw == 1 and sh == 1 and sw == 1 and pt == 0 and pl == 0
+              and groups == 1 and full and xcoff == 0 and xpitch == cin_g
+              and xrs == iw_n * xpitch and oh_n == ih_n and ow_n == iw_n)
     for g in range(groups):
         wg = wf[g]
         cin0 = xcoff + g * cin_g
+        boff = g * cout_g
         for p0 in range(0, npix_all, tile):
             npix = min(tile, npix_all - p0)
-            for p in range(npix):
-                for o in range(cout_g):
-                    acc[p, o] = bias[g * cout_g + o]
+            part = partbuf[:npix]
+            ci = 0
             for t0 in range(0, taps, tpc):
                 t1 = min(taps, t0 + tpc)
                 for cc in range(nchunks_c):
@@ -100,36 +141,76 @@ def conv_dense(x, xrs, xpitch, xcoff, ih_n, iw_n,
                     c1 = cin_g if full else min(cin_g, c0 + kc)
                     ncc = c1 - c0
                     klen = (t1 - t0) * ncc
-                    # im2col of this chunk (a C-contiguous (npix, klen) view of the buffer)
+                    if direct:
+                        s0 = p0 * cin_g
+                        ntot = npix * cin_g
+                        for i in range(ntot):
+                            colbuf[i] = x[s0 + i]
+                    else:
+                        # a tap row is one contiguous run when channel runs tile the pixels
+                        contig = ncc == xpitch and dw == 1
+                        for p in range(npix):
+                            q = p0 + p
+                            oh = q // ow_n
+                            ow = q - oh * ow_n
+                            ihb = oh * sh - pt
+                            iwb = ow * sw - pl
+                            d = p * klen
+                            t = t0
+                            while t < t1:
+                                ky = t // kw
+                                kx = t - ky * kw
+                                nrow = min(kw - kx, t1 - t)
+                                ih = ihb + ky * dh
+                                if ih < 0 or ih >= ih_n:
+                                    for i in range(nrow * ncc):
+                                        colbuf[d + i] = 0
+                                    d += nrow * ncc
+                                elif contig:
+                                    iw0 = iwb + kx
+                                    lead = min(nrow, max(0, -iw0))
+                                    nin = max(0, min(nrow - lead, iw_n - (iw0 + lead)))
+                                    for i in range(lead * ncc):
+                                        colbuf[d + i] = 0
+                                    d += lead * ncc
+                                    src = ih * xrs + (iw0 + lead) * xpitch + cin0 + c0
+                                    for i in range(nin * ncc):
+                                        colbuf[d + i] = x[src + i]
+                                    d += nin * ncc
+                                    for i in range((nrow - lead - nin) * ncc):
+                                        colbuf[d + i] = 0
+                                    d += (nrow - lead - nin) * ncc
+                                else:
+                                    rowb = ih * xrs + cin0 + c0
+                                    for j in range(nrow):
+                                        iw = iwb + (kx + j) * dw
+                                        if iw < 0 or iw >= iw_n:
+                                            for c in range(ncc):
+                                                colbuf[d + c] = 0
+                                        else:
+                                            src = rowb + iw * xpitch
+                                            for c in range(ncc):
+                                                colbuf[d + c] = x[src + c]
+                                        d += ncc
+                                t += nrow
                     cols = colbuf[:npix * klen].reshape((npix, klen))
-                    for p in range(npix):
-                        q = p0 + p
-                        oh = q // ow_n
-                        ow = q - oh * ow_n
-                        col = 0
-                        for t in range(t0, t1):
-                            ky = t // kw
-                            kx = t - ky * kw
-                            ih = oh * sh - pt + ky * dh
-                            iw = ow * sw - pl + kx * dw
-                            if ih < 0 or ih >= ih_n or iw < 0 or iw >= iw_n:
-                                for c in range(ncc):
-                                    cols[p, col + c] = 0
-                            else:
-                                src = ih * xrs + iw * xpitch + cin0 + c0
-                                for c in range(ncc):
-                                    cols[p, col + c] = x[src + c]
-                            col += ncc
                     if full:
                         r0 = t0 * cin_g
                     else:
                         r0 = t0 * cin_g + c0
-                    part = np.dot(cols, wg[r0:r0 + klen])
-                    for p in range(npix):
-                        for o in range(cout_g):
-                            acc[p, o] += np.int64(part[p, o])
-            _requant_store(acc, p0, npix, ow_n, y, yrs, ypitch, ycoff, g * cout_g, bias,
-                           mult, shift, mult_neg, shift_neg, lo, hi)
+                    np.dot(cols, wg[r0:r0 + klen], part)
+                    if ci < nchunks - 1:
+                        if ci == 0:
+                            for p in range(npix):
+                                for o in range(cout_g):
+                                    acc[p, o] = bias[boff + o] + np.int64(part[p, o])
+                        else:
+                            for p in range(npix):
+                                for o in range(cout_g):
+                                    acc[p, o] += np.int64(part[p, o])
+                    ci += 1
+            _requant_tile(part, acc, bias, boff, p0, npix, ow_n, cout_g, y, yrs, ypitch,
+                          ycoff, g * cout_g, mult, shift, mult_neg, shift_neg, lo, hi)
     return y
 
 

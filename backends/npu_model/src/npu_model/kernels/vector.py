@@ -119,12 +119,22 @@ def avgpool(x, xrs, xpitch, xcoff, ih_n, iw_n, y, yrs, ypitch, ycoff, oh_n, ow_n
 @njit(cache=True)
 def lut(x, xrs, xpitch, xcoff, table, qmin, y, yrs, ypitch, ycoff, h_n, w_n, c_n):
     """``y = table[x - qmin]`` (offset-binary index, docs/quantization.md section 5)."""
+    nt = table.shape[0]
+    tab = np.empty(nt, dtype=y.dtype)
+    for i in range(nt):
+        tab[i] = table[i]
+    if xpitch == c_n and ypitch == c_n and xrs == w_n * c_n and yrs == w_n * c_n:
+        # both maps dense: one flat pass
+        n = h_n * w_n * c_n
+        for i in range(n):
+            y[ycoff + i] = tab[np.int64(x[xcoff + i]) - qmin]
+        return y
     for h in range(h_n):
         for w in range(w_n):
             src = h * xrs + w * xpitch + xcoff
             dst = h * yrs + w * ypitch + ycoff
             for c in range(c_n):
-                y[dst + c] = table[np.int64(x[src + c]) - qmin]
+                y[dst + c] = tab[np.int64(x[src + c]) - qmin]
     return y
 
 
