@@ -19,7 +19,7 @@ install: $(STAMP)
 # simulated chip, with its per-layer profile, a Perfetto trace and a plot of the layer times.
 run: $(STAMP)
 	mkdir -p out
-	$(PY) -m xrt run yolov5s --target zg330 --backends "ZG330,sim://zg330;Host" --profile \
+	$(PY) -m xrt run yolov5s --target zg330 --backends "ZG330,sim://zg330;Host" --profile --repeat 2 \
 		--trace out/yolov5s_zg330_trace.json --plot out/yolov5s_zg330_profile.png
 
 test: $(STAMP)
