@@ -123,6 +123,9 @@ class ZG330Backend(Backend):
     name = "ZG330"
     default_url = "sim://zg330"
     supports_user_outputs = True
+    #: the lowering target this backend runs (tag key of the annotations, HardOp compile_target)
+    TAG = TAG
+    COMPILE_TARGET = ZG_TARGET
 
     def __init__(self, other: Any = None) -> None:
         super().__init__(other)
@@ -167,11 +170,12 @@ class ZG330Backend(Backend):
     def isOpSupported(self, op: Any) -> bool:
         if op.op_type != "HardOp":
             return False
-        if op.compile_target != ZG_TARGET:
+        if op.compile_target != self.COMPILE_TARGET:
             raise UnsupportedOpError(
                 f"op {op.op_id} (HardOp '{op.name}') was compiled for {op.compile_target}; "
-                f"ZG330Backend runs HardOps compiled for {ZG_TARGET} only: recompile with "
-                f"`xrt compile --target zg330` or bind it to the backend of that target first")
+                f"{type(self).__name__} runs HardOps compiled for {self.COMPILE_TARGET} only: "
+                f"recompile with `xrt compile --target {self.TAG}` or bind it to the backend of "
+                f"that target first")
         return True
 
     def getForwardFunc(self, op: Any) -> Any:
@@ -183,11 +187,9 @@ class ZG330Backend(Backend):
 
     # --- init --------------------------------------------------------------------------------
     def init(self, network_view: Any, device: Any) -> None:
-        from .device import ZG330Device
-
         if self._applied:
             raise CallOrderError(f"{self._label()}: init after apply; create a new backend")
-        if not isinstance(device, ZG330Device):
+        if not self._device_ok(device):
             raise InvalidArgumentError(
                 f"ZG330Backend needs a ZG330 device (Device.Open('sim://zg330')), got {device!r}")
         for op in network_view.ops:
@@ -203,6 +205,11 @@ class ZG330Backend(Backend):
         self._device = device
         self._build_logic(network_view)
 
+    def _device_ok(self, device: Any) -> bool:
+        from .device import ZG330Device
+
+        return isinstance(device, ZG330Device) and not getattr(device, "is_buyi", False)
+
     def _build_logic(self, view: Any) -> None:
         hard = _hardops(view)
         self._order = {op.op_id: i for i, op in enumerate(hard)}
@@ -212,13 +219,14 @@ class ZG330Backend(Backend):
         values: dict[int, Any] = {}
         for op in hard:
             for v in op.inputs + op.outputs:
-                if TAG not in v.tags:
+                if self.TAG not in v.tags:
                     raise XrtError(f"value {v.v_id} of HardOp {op.op_id} has no ETM placement "
-                                   f"(tags['{TAG}']); the network was not lowered for zg330")
+                                   f"(tags['{self.TAG}']); the network was not lowered for "
+                                   f"{self.TAG}")
                 values[v.v_id] = v
         bufs: dict[int, _Buffer] = {}
         for v in values.values():
-            t = v.tags[TAG]
+            t = v.tags[self.TAG]
             b = bufs.setdefault(t["buffer"], _Buffer(t["buffer"], t["base"], t["bytes"]))
             b.members.append(v.v_id)
         for b in bufs.values():
@@ -230,7 +238,7 @@ class ZG330Backend(Backend):
         segs = {s: LogicSegment(s) for s in SegmentType}
         vinfo: dict[int, ValueInfo] = {}
         for v in values.values():
-            t = v.tags[TAG]
+            t = v.tags[self.TAG]
             b = bufs[t["buffer"]]
             esz = 2 if t["dtype"] == "int16" else 1
             owner = values.get(b.owner)
@@ -289,7 +297,7 @@ class ZG330Backend(Backend):
         for pos, op in enumerate(hard):
             moves_data = op.instr is not None
             for k, v in enumerate(op.inputs + op.outputs):
-                sl = slots.get(v.tags[TAG]["buffer"])
+                sl = slots.get(v.tags[self.TAG]["buffer"])
                 if sl is None:
                     continue
                 sl.start, sl.end = min(sl.start, pos), max(sl.end, pos)
@@ -402,8 +410,8 @@ class ZG330Backend(Backend):
                         if i.segment in (SegmentType.INPUT, SegmentType.OUTPUT))
             raise InvalidArgumentError(f"userConnectNetwork: v_id {v_id} is not an input or "
                                        f"output of this ZG330Backend's view (those are {io})")
-        b = self._buffers[vi.value.tags[TAG]["buffer"]]
-        t = vi.value.tags[TAG]
+        b = self._buffers[vi.value.tags[self.TAG]["buffer"]]
+        t = vi.value.tags[self.TAG]
         if int(v_id) == b.owner and t["c_off"] == 0 and t["pitch"] == t["c"] and \
                 vi.value.storageBytes() == b.byte_size:
             self._check_user_chunk(memchunk, b.byte_size, f"v_id {v_id}")
@@ -468,7 +476,7 @@ class ZG330Backend(Backend):
             b.logic_addr = sl.new
             for m in b.members:
                 vi = self.value_info[m]
-                t = vi.value.tags[TAG]
+                t = vi.value.tags[self.TAG]
                 vi.logic_addr = sl.new + t["c_off"] * (2 if t["dtype"] == "int16" else 1)
                 vi.is_ocm = sl.ocm
 
@@ -737,7 +745,7 @@ class ZG330Backend(Backend):
         return results
 
     def _bind_input(self, op: Any, v: Any, t: Tensor) -> float:
-        b = self._buffers[v.tags[TAG]["buffer"]]
+        b = self._buffers[v.tags[self.TAG]["buffer"]]
         if v.v_id not in self._in_ids or b.segment != SegmentType.INPUT:
             return 0.0  # produced on the NPU by this backend: already in FTMP/OUTPUT
         if v.v_id in self._staged and not self._is_fork:
@@ -764,7 +772,7 @@ class ZG330Backend(Backend):
         ci = self.phy_segment_map[SegmentType.INPUT].multi_chunk[b.owner]
         self._bind(b, ci.memChunk, 0)
         t0 = time.perf_counter()
-        off = v.tags[TAG]["c_off"] * (2 if v.tags[TAG]["dtype"] == "int16" else 1)
+        off = v.tags[self.TAG]["c_off"] * (2 if v.tags[self.TAG]["dtype"] == "int16" else 1)
         ci.memChunk.copyFrom(off, t.chunk(), t.offset(), nbytes)
         return (time.perf_counter() - t0) * 1e3
 
@@ -782,7 +790,7 @@ class ZG330Backend(Backend):
     def _stage(self, v: Any, user: Any, to_user: bool) -> Tensor:
         """Copy value `v` between its channel window in its buffer and the dense user chunk
         (`staged_chunk`): the two networks lay the map out differently."""
-        t = v.tags[TAG]
+        t = v.tags[self.TAG]
         b = self._buffers[t["buffer"]]
         _, chunk, base = self._bound[b.owner]
         dt = np.int16 if t["dtype"] == "int16" else np.int8
@@ -804,7 +812,7 @@ class ZG330Backend(Backend):
                 self._bind(self._buffers[owner], ci.memChunk, 0)
 
     def _map_user_output(self, v: Any, t: Tensor) -> None:
-        b = self._buffers[v.tags[TAG]["buffer"]]
+        b = self._buffers[v.tags[self.TAG]["buffer"]]
         if b.segment != SegmentType.OUTPUT or v.v_id != b.owner:
             return
         region = self._device.defaultMemRegion()
@@ -841,7 +849,7 @@ class ZG330Backend(Backend):
             d["utilisation"] = d["macs"] / max(d["cycles"] * peak, 1)
 
     def _tensor_of(self, v: Any) -> Tensor:
-        t = v.tags[TAG]
+        t = v.tags[self.TAG]
         b = self._buffers[t["buffer"]]
         esz = 2 if t["dtype"] == "int16" else 1
         if b.segment == SegmentType.FTMP and self.value_info[b.owner].is_ocm:

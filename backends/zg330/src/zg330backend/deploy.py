@@ -23,7 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from npu_model.isa import PAYLOAD_MASK, F, Op, decode_arrays
+from npu_model.lowering.relocate import RelocationError
+from npu_model.lowering.relocate import relocate as _relocate
 from npu_model.planners import etm as etm_planner
 from npu_model.planners import ocm as ocm_planner
 from xrt.errors import InvalidArgumentError
@@ -32,8 +33,6 @@ from .structs import OcmOpt, SegmentType
 
 ALIGN = 64
 PAGE = 4096
-_ADDR_FIELDS = np.array([int(f) for f in (F.IN_ADDR, F.IN1_ADDR, F.OUT_ADDR, F.WGT_ADDR,
-                                          F.PRM_ADDR)], np.int64)
 
 
 def align_up(x: int, a: int) -> int:
@@ -125,26 +124,13 @@ def plan(slots: list[Slot], *, etm_reuse: bool, ocm_option: OcmOpt, ocm_capacity
 
 
 def relocate(words: np.ndarray, moves: list[tuple[int, int, int]]) -> np.ndarray:
-    """`backend.relocate_words`, vectorised: every operand address word (SET of
-    IN/IN1/OUT/WGT/PRM_ADDR) inside some ``[old, old + size)`` becomes ``new + (addr - old)``.
-    The `old` ranges must not overlap."""
-    out = np.array(words, dtype=np.uint64, copy=True).ravel()
-    if not moves or out.size == 0:
-        return out
-    mv = np.array(sorted(moves), dtype=np.int64).reshape(-1, 3)
-    ops, fids, payloads = decode_arrays(out)
-    sel = np.nonzero((ops == int(Op.SET)) & np.isin(fids, _ADDR_FIELDS))[0]
-    if sel.size == 0:
-        return out
-    a = payloads[sel]
-    k = np.searchsorted(mv[:, 0], a, side="right") - 1
-    ok = (k >= 0) & (a < mv[np.maximum(k, 0), 0] + mv[np.maximum(k, 0), 2])
-    idx, k = sel[ok], k[ok]
-    new = mv[k, 1] + (payloads[idx] - mv[k, 0])
-    if (new < 0).any() or (new > PAYLOAD_MASK).any():
-        raise InvalidArgumentError("relocated address does not fit the 48-bit payload")
-    out[idx] = (out[idx] & np.uint64(~PAYLOAD_MASK & (2 ** 64 - 1))) | new.astype(np.uint64)
-    return out
+    """`backend.relocate_words`, vectorised (`npu_model.lowering.relocate`, shared with Buyi):
+    every operand address word inside some ``[old, old + size)`` becomes
+    ``new + (addr - old)``. The `old` ranges must not overlap."""
+    try:
+        return _relocate(words, moves)
+    except RelocationError as exc:
+        raise InvalidArgumentError(str(exc)) from None
 
 
 # --- user chunks shared between backends ---------------------------------------------------------

@@ -1,15 +1,9 @@
-"""Shared helpers of the ZG330 lowering: target strings, dtypes, network cloning."""
+"""ZG330 specifics of the lowering: its target description (the code is `npu_model.lowering`)."""
 
 from __future__ import annotations
 
-from typing import Any
-
-import numpy as np
-
-from npu_model.config import NpuConfig
-from xir.network import Network
-from xir.types import QuantizedType
-from xir.values import Params, Value
+from npu_model.lowering.common import ETM_ALIGN, ETM_RESERVED, TargetConfig, align, \
+    clone_network, map3, npu_dtype, scale_of
 
 from ..config import ZG330_CONFIG
 
@@ -17,84 +11,14 @@ from ..config import ZG330_CONFIG
 ZG_TARGET = "@zhuget(330)"
 #: key of the lowering's annotations in value / op / network tags
 TAG = "zg330"
-#: the compiler's ETM layout: the first 64 logical addresses are reserved, every block 64-aligned
-ETM_RESERVED = 64
-ETM_ALIGN = 64
+#: the ZG330 as a lowering target
+ZG330_TARGET = TargetConfig(name="zg330", npu=ZG330_CONFIG, compile_target=ZG_TARGET,
+                            suffix="ZG", tag=TAG)
+
+__all__ = ["ZG_TARGET", "TAG", "ZG330_TARGET", "ETM_ALIGN", "ETM_RESERVED", "align",
+           "clone_network", "map3", "npu_dtype", "scale_of", "channel_unit"]
 
 
-def align(n: int, unit: int) -> int:
-    return -(-int(n) // int(unit)) * int(unit)
-
-
-def npu_dtype(v: Value) -> str | None:
-    """'int8' / 'int16' for a per-tensor quantized value with that storage, else None."""
-    el = v.dtype.element_dtype
-    if not isinstance(el, QuantizedType) or el.axis is not None:
-        return None
-    if np.any(el.zero_point != 0):
-        return None
-    return {np.dtype(np.int8): "int8", np.dtype(np.int16): "int16"}.get(np.dtype(el.numpy_dtype))
-
-
-def scale_of(v: Value) -> float:
-    return float(v.dtype.element_dtype.scale[0])
-
-
-def channel_unit(bits_or_dtype: Any, cfg: NpuConfig = ZG330_CONFIG) -> int:
-    """The channel unit for 8/16 bits or 'int8'/'int16'."""
-    dt = bits_or_dtype if isinstance(bits_or_dtype, str) else \
-        ("int8" if int(bits_or_dtype) == 8 else "int16")
-    return cfg.channel_unit(dt)
-
-
-def map3(shape: tuple[int, ...]) -> tuple[int, int, int] | None:
-    """A value shape as the NPU's (h, w, c) feature map, or None when it has no such form.
-
-    NHWC with N = 1 -> (H, W, C); (B, M, K) -> (B, M, K); (M, K) -> (1, M, K).
-    """
-    s = tuple(int(d) for d in shape)
-    if len(s) == 4 and s[0] == 1:
-        out = (s[1], s[2], s[3])
-    elif len(s) == 3:
-        out = s
-    elif len(s) == 2:
-        out = (1, s[0], s[1])
-    else:
-        return None
-    if min(out) < 1 or max(out) >= 1 << 16:
-        return None
-    return out
-
-
-def clone_network(net: Network) -> tuple[Network, dict[int, Value]]:
-    """A copy of `net` with fresh Value / op objects (Params share their data arrays)."""
-    out = Network(net.name, framework_kind=net.framework_kind,
-                  framework_version=net.framework_version, icraft_version=net.icraft_version,
-                  icraft_xir_version=net.icraft_xir_version, tags=_deep(net.tags))
-    vals: dict[int, Value] = {}
-
-    def cv(v: Value) -> Value:
-        if v.v_id not in vals:
-            if v.is_params:
-                nv: Value = Params(v.v_id, v.dtype, v.data, v.name, v.mtype, _deep(v.tags))
-            else:
-                nv = Value(v.v_id, v.dtype, v.name, v.mtype, _deep(v.tags))
-            vals[v.v_id] = nv
-        return vals[v.v_id]
-
-    for op in net.ops:
-        new = op.clone_with([cv(v) for v in op.inputs], [cv(v) for v in op.outputs])
-        new.tags = _deep(op.tags)
-        out.ops.append(new)
-    out.relink()
-    out.reserveIds(max(out.opIds(), default=-1), max(vals, default=-1))
-    out.reserveIds(net._next_op_id - 1, net._next_v_id - 1)
-    return out, vals
-
-
-def _deep(x: Any) -> Any:
-    if isinstance(x, dict):
-        return {k: _deep(v) for k, v in x.items()}
-    if isinstance(x, list):
-        return [_deep(v) for v in x]
-    return x
+def channel_unit(bits_or_dtype) -> int:
+    """The ZG330 channel unit for 8/16 bits or 'int8'/'int16'."""
+    return ZG330_TARGET.channel_unit(bits_or_dtype)

@@ -1,4 +1,4 @@
-"""Per-op lowering rules: which quantized ops the ZG330 runs, and their layers and constants.
+"""Per-op lowering rules: which quantized ops an NPU target runs, and their layers and constants.
 
 Each rule reads one quantized xir op and returns an `OpLowering`: the constants to pack into the
 HardOp's weight blob and a function that, given the final addresses, makes the npu_model layer

@@ -1,4 +1,4 @@
-"""The adapt stage for ZG330: AlignAxis / PruneAxis around the quantized region's Casts.
+"""The adapt stage of an NPU target: AlignAxis / PruneAxis around the quantized region's Casts.
 
 The vendor's generated graphs read ``Input -> AlignAxis -> Cast -> HardOp ... -> Cast ->
 PruneAxis -> Output``: the host pads the channel axis to the NPU's channel unit before
@@ -25,7 +25,7 @@ from xir.ops.base import OP_REGISTRY
 from xir.types import TensorType
 from xir.values import Value
 
-from .common import TAG, align, channel_unit, clone_network
+from .common import TargetConfig, align, clone_network
 
 log = logging.getLogger(__name__)
 
@@ -35,10 +35,11 @@ def _bits(net: Network, options: dict | None) -> int:
     return int((options or {}).get("bits") or q.get("bits", 8))
 
 
-def adapt(quantized: Network, options: dict | None = None) -> Network:
-    """The adapted network (a new object; `quantized` is not modified)."""
+def adapt(quantized: Network, target: TargetConfig, options: dict | None = None) -> Network:
+    """The adapted network for `target` (a new object; `quantized` is not modified)."""
+    TAG = target.tag
     net, _ = clone_network(quantized)
-    unit = channel_unit(_bits(net, options))
+    unit = target.channel_unit(_bits(net, options))
     AlignAxis, PruneAxis = OP_REGISTRY["AlignAxis"], OP_REGISTRY["PruneAxis"]
     new_ops = []
     count = 0
@@ -74,9 +75,7 @@ def adapt(quantized: Network, options: dict | None = None) -> Network:
     net.relink()
     net.tags.setdefault(TAG, {})["adapt"] = {"channel_unit": unit, "casts": count}
     net.validate()
-    log.info("adapt %s for zg330: %d casts padded to the channel unit %d", net.name, count, unit)
+    log.info("adapt %s for %s: %d casts padded to the channel unit %d", net.name, target.name,
+             count, unit)
     return net
 
-
-def adapt_hook(quantized: Network, options: Any = None) -> Network:
-    return adapt(quantized, dict(options or {}))

@@ -1,4 +1,4 @@
-"""`lower`: an adapted quantized network -> the ZG330 generated stage (`*_ZG.json/raw`).
+"""`lower`: an adapted quantized network -> a target's generated stage (`*_ZG` / `*_BY.json/raw`).
 
 Steps (the contract is docs/zg330-lowering.md):
 
@@ -32,8 +32,7 @@ from xir.ops.base import OP_REGISTRY
 from xir.types import TensorType, UINT8, UINT64
 from xir.values import MemType, Params, Value
 
-from ..config import ZG330_CONFIG
-from .common import ETM_ALIGN, ETM_RESERVED, TAG, ZG_TARGET, align, clone_network, map3, \
+from .common import ETM_ALIGN, ETM_RESERVED, TargetConfig, align, clone_network, map3, \
     npu_dtype
 from .layers import ALIAS_OPS, LUT_FUNCS, RULES, NotLowerable, OpLowering, alias_ok
 
@@ -105,13 +104,14 @@ class _Resolver:
 
 
 class _Lowering:
-    def __init__(self, net: Network, options: dict, cfg=ZG330_CONFIG) -> None:
+    def __init__(self, net: Network, options: dict, target: TargetConfig) -> None:
         self.net = net
         self.options = options
-        self.cfg = cfg
+        self.target = target
+        self.cfg = target.npu
         self.buf_of: dict[int, Buffer] = {}
         self.buffers: list[Buffer] = []
-        self.zg: dict[int, OpLowering | None] = {}  # op_id -> lowering (None: alias op)
+        self.npu_ops: dict[int, OpLowering | None] = {}  # op_id -> lowering (None: alias op)
         self.why_host: dict[int, str] = {}
 
     # --- 1. selection -------------------------------------------------------------------
@@ -121,24 +121,24 @@ class _Lowering:
             if rule is None or not op.is_quantized():
                 continue
             try:
-                self.zg[op.op_id] = rule(op, self.cfg)
+                self.npu_ops[op.op_id] = rule(op, self.cfg)
             except NotLowerable as exc:
                 self.why_host[op.op_id] = str(exc)
         changed = True
         while changed:
             changed = False
             for op in self.net.ops:
-                if op.op_id in self.zg or op.op_type not in ALIAS_OPS or not alias_ok(op):
+                if op.op_id in self.npu_ops or op.op_type not in ALIAS_OPS or not alias_ok(op):
                     continue
-                near = any(v.producer is not None and v.producer.op_id in self.zg
+                near = any(v.producer is not None and v.producer.op_id in self.npu_ops
                            for v in op.feature_inputs()) or \
-                    any(c.op_id in self.zg for v in op.outputs for c in v.consumers)
+                    any(c.op_id in self.npu_ops for v in op.outputs for c in v.consumers)
                 if near:
-                    self.zg[op.op_id] = None
+                    self.npu_ops[op.op_id] = None
                     changed = True
 
     def on_npu(self, op) -> bool:
-        return op is not None and op.op_id in self.zg
+        return op is not None and op.op_id in self.npu_ops
 
     def crosses(self, v: Value) -> bool:
         """Read by a host op (or the Output op)."""
@@ -175,14 +175,14 @@ class _Lowering:
         seq: list[Any] = []
         fused_into: dict[int, _HardSpec] = {}
         for op in self.net.ops:
-            if op.op_id not in self.zg:
+            if op.op_id not in self.npu_ops:
                 seq.append(op)
                 continue
             if op.op_id in fused_into:
                 continue
             for v in op.feature_inputs():
                 self._ensure_input(v)
-            low = self.zg[op.op_id]
+            low = self.npu_ops[op.op_id]
             if low is not None:
                 spec = _HardSpec([op], [low], list(op.feature_inputs()), list(op.outputs))
                 y = op.outputs[0]
@@ -192,7 +192,7 @@ class _Lowering:
                     sb.scratch = True
                     spec.scratch.append(sb.bid)
                     spec.ops.append(nxt)
-                    spec.lows.append(self.zg[nxt.op_id])
+                    spec.lows.append(self.npu_ops[nxt.op_id])
                     spec.outputs = list(nxt.outputs)
                     fused_into[nxt.op_id] = spec
                     y = nxt.outputs[0]
@@ -210,7 +210,7 @@ class _Lowering:
         if len(y.consumers) != 1:
             return None
         c = y.consumers[0]
-        if c.op_type in LUT_FUNCS and self.zg.get(c.op_id) is not None:
+        if c.op_type in LUT_FUNCS and self.npu_ops.get(c.op_id) is not None:
             return c
         return None
 
@@ -227,7 +227,7 @@ class _Lowering:
                 b = self.buf_of[x.v_id]
                 movable = (len(b.members) == 1 and not b.host and not b.scratch
                            and x.v_id not in seen and not self.crosses(x)
-                           and x.producer is not None and self.zg.get(x.producer.op_id)
+                           and x.producer is not None and self.npu_ops.get(x.producer.op_id)
                            is not None)
                 if movable and out.fits(off, c, False):
                     self.buffers[b.bid] = None  # type: ignore[call-overload]
@@ -336,7 +336,7 @@ class _Lowering:
 
     # --- 5. network -------------------------------------------------------------------------
     def build(self, seq: list[Any], etm: dict) -> Network:
-        net = self.net
+        net, tag = self.net, self.target.tag
         out = Network(net.name, framework_kind=net.framework_kind,
                       framework_version=net.framework_version, icraft_version=net.icraft_version,
                       icraft_xir_version=net.icraft_xir_version, tags=dict(net.tags))
@@ -350,7 +350,7 @@ class _Lowering:
                 if v is None:
                     continue
                 v.mtype = MemType("etm", b.addr + off * b.esize)
-                v.tags = {**v.tags, TAG: {"buffer": b.owner, "base": b.addr, "bytes": b.nbytes,
+                v.tags = {**v.tags, tag: {"buffer": b.owner, "base": b.addr, "bytes": b.nbytes,
                                           "h": b.h, "w": b.w, "pitch": b.pitch, "c_off": off,
                                           "c": c, "dtype": b.dtype, "real": vid == b.owner,
                                           "host": b.host}}
@@ -362,7 +362,7 @@ class _Lowering:
             n_hard += 1
             out.ops.append(self._hardop(item, out))
         out.relink()
-        out.tags[TAG] = {**out.tags.get(TAG, {}), "etm": {k: etm[k] for k in
+        out.tags[tag] = {**out.tags.get(tag, {}), "etm": {k: etm[k] for k in
                                                            ("weight", "ftmp", "instr")},
                          "layers": etm["layers"], "hardops": n_hard, "isa_version": ISA_VERSION,
                          "channel_unit": {"int8": self.cfg.channel_unit("int8"),
@@ -392,14 +392,15 @@ class _Lowering:
             b = self.buffers[bid]
             scratch.append({"v_id": b.owner, "addr": b.addr, "bytes": b.nbytes})
         kinds = [low.kind for low in s.lows] + ["copy"] * len(s.copies)
-        info = {"target": "zg330", "isa_version": ISA_VERSION, "layers": len(kinds),
+        info = {"target": self.target.name, "isa_version": ISA_VERSION, "layers": len(kinds),
                 "kinds": kinds, "alias": not kinds, "scratch": scratch,
                 "macs": int(sum(low.macs for low in s.lows)),
                 "instr_bytes": 0 if s.words is None else int(s.words.nbytes),
                 "weight_bytes": 0 if s.blob is None else int(s.blob.nbytes)}
         return HardOp(list(s.inputs), list(s.outputs), instr=instr, params=params,
                       op_id=s.op_id, name=s.ops[0].name or f"hardop{s.op_id}",
-                      compile_target=ZG_TARGET, origin_ops_id=[op.op_id for op in s.ops],
+                      compile_target=self.target.compile_target,
+                      origin_ops_id=[op.op_id for op in s.ops],
                       device_info=info, layer_count=s.layer_end, sub_hard_ops=[])
 
 
@@ -412,17 +413,17 @@ class _Slice:
     c: int
 
 
-def lower(adapted: Network, options: dict | None = None) -> Network:
-    """The ZG330 generated stage of an adapted network (a new network; the input is kept)."""
+def lower(adapted: Network, target: TargetConfig, options: dict | None = None) -> Network:
+    """`target`'s generated stage of an adapted network (a new network; the input is kept)."""
     net, _ = clone_network(adapted)
-    L = _Lowering(net, dict(options or {}))
+    L = _Lowering(net, dict(options or {}), target)
     L.select()
     seq = L.plan()
     etm = L.layout(seq)
     out = L.build(seq, etm)
     n_hard = sum(1 for op in out.ops if op.op_type == "HardOp")
-    log.info("lowered %s for zg330: %d HardOps (%d layers), %d host ops; ETM weights %d B, "
-             "feature maps %d B, instructions %d B", net.name, n_hard, etm["layers"],
+    log.info("lowered %s for %s: %d HardOps (%d layers), %d host ops; ETM weights %d B, "
+             "feature maps %d B, instructions %d B", net.name, target.name, n_hard, etm["layers"],
              len(out.ops) - n_hard, etm["weight"][1] - etm["weight"][0],
              etm["ftmp"][1] - etm["ftmp"][0], etm["instr"][1] - etm["instr"][0])
     return out

@@ -1,0 +1,209 @@
+"""BuyiBackend: bit-exact against the HostBackend integer reference (int8 / int16, MMU on / off),
+and every Buyi semantic that differs from the ZG330Backend (seed 001 section 一)."""
+
+from __future__ import annotations
+
+import tempfile
+
+import numpy as np
+import pytest
+from buyi_testlib import buyi_session, compiled, host_ref, rand_x, run_buyi
+
+from buyibackend import BuyiBackend, BuyiDevice, OcmTensor, SegmentType
+from host_backend import HostBackend
+from xrt import Device, HostDevice, Session, Tensor
+from xrt.errors import CallOrderError, InvalidArgumentError, UnsupportedOpError
+from zg330backend import OcmOpt, ZG330Backend
+
+
+@pytest.mark.parametrize("bits", [8, 16])
+def test_tiny_cnn_bit_exact_and_bindings(bdev, bits):
+    q, z = compiled("tiny_cnn", bits=bits)
+    x = rand_x(q)
+    ref = host_ref(q, x)
+    s, got = run_buyi(z, bdev, x)
+    np.testing.assert_array_equal(ref[0], got[0])
+    binds = s.backendBindings()
+    for op in z.ops:
+        assert isinstance(binds[op.op_id], BuyiBackend) == (op.op_type == "HardOp")
+        if op.op_type == "HardOp":
+            assert op.compile_target == "@buyi"
+    b = BuyiBackend(s.backends[0])
+    assert b.precheck()
+    assert bdev.dtype() == bits  # the runtime set the NPU's data type
+    s.close()
+
+
+@pytest.mark.parametrize("bits", [8, 16])
+def test_mmu_off_relocates_instructions_with_identical_results(bdev, bits):
+    q, z = compiled("tiny_cnn", bits=bits)
+    x = rand_x(q)
+    s_on, on = run_buyi(z, bdev, x)
+    words_on = dict(s_on.backends[0]._instr_words)
+    bdev.mmuModeSwitch(False)
+    s_off, off = run_buyi(z, bdev, x)
+    b = s_off.backends[0]
+    assert not b.mmu_mode and b.precheck()
+    np.testing.assert_array_equal(on[0], off[0])
+    np.testing.assert_array_equal(host_ref(q, x)[0], off[0])
+    # the addresses in the instructions are now physical (ETM at 0x4000_0000), not logical
+    assert any(not np.array_equal(words_on[k], b._instr_words[k]) for k in words_on)
+    # switching the MMU back after apply is caught at the next run
+    bdev.mmuModeSwitch(True)
+    with pytest.raises(CallOrderError, match="MMU"):
+        s_off.forward([x])
+
+
+def test_merge_and_ftmp_reuse_off_by_default_and_switched_on(bdev):
+    q, z = compiled("tiny_cnn")
+    x = rand_x(q)
+    s, base = run_buyi(z, bdev, x)
+    b = s.backends[0]
+    assert not b.is_mergeHardop and not b.is_etmOptimize
+    hard = [op for op in z.ops if op.op_type == "HardOp"]
+    assert len(b._runs) == len(hard)  # one icoreCalc per HardOp
+    ftmp_plain = b.logic_segment_map[SegmentType.FTMP].byte_size
+
+    def fast(bk):
+        bk.speedMode()
+        bk.compressFtmp()
+
+    s2, got = run_buyi(z, bdev, x, configure=fast)
+    b2 = s2.backends[0]
+    assert b2.is_mergeHardop and b2.is_etmOptimize
+    assert len(b2._runs) < len(hard)
+    assert b2.logic_segment_map[SegmentType.FTMP].byte_size < ftmp_plain
+    assert b2.etmTotalBytes() < b.etmTotalBytes()
+    np.testing.assert_array_equal(base[0], got[0])
+    with pytest.raises(CallOrderError):
+        b2.speedMode()  # after apply
+
+
+def test_no_ocm_option_and_zg330_options_refused(bdev):
+    q, z = compiled("tiny_cnn")
+    s = Session.Create([BuyiBackend, HostBackend], z.view(0), [bdev, HostDevice.Default()])
+    b = s.backends[0]
+    assert b.ocmopt == OcmOpt.NONE
+    for call in (lambda: b.ocmOptimize(OcmOpt.OPTION1), b.disableMergeHardOp,
+                 b.disableEtmOptimize):
+        with pytest.raises(UnsupportedOpError):
+            call()
+
+
+def test_ocm_decided_by_the_compiled_network_and_ocm_tensors_not_dumpable(bdev):
+    from buyibackend.lowering import adapt, lower
+
+    q, _ = compiled("tiny_cnn")
+    z = lower(adapt(q), {"ocm": 1})
+    assert z.tags["buyi"]["ocm"] == 1
+    x = rand_x(q)
+    s, got = run_buyi(z, bdev, x)
+    b = s.backends[0]
+    assert b.ocmopt == OcmOpt.OPTION1 and any(vi.is_ocm for vi in b.value_info.values())
+    np.testing.assert_array_equal(host_ref(q, x)[0], got[0])
+    s.setDumpOutputs(True, tempfile.mkdtemp())
+    with pytest.raises(UnsupportedOpError, match="OCM tensor"):
+        s.forward([x])
+    ocm_v = next(v for v, vi in b.value_info.items() if vi.is_ocm)
+    t = b._tensor_of(b.value_info[ocm_v].value)
+    assert isinstance(t, OcmTensor)
+    with pytest.raises(UnsupportedOpError):
+        t.numpy()
+
+
+def test_user_outputs_not_supported(bdev):
+    q, z = compiled("tiny_cnn")
+    x = rand_x(q)
+    s, got = run_buyi(z, bdev, x)
+    assert BuyiBackend.supports_user_outputs is False and ZG330Backend.supports_user_outputs
+    # through the session: the results are copied into the caller's tensors
+    out = Tensor(np.zeros_like(got[0]))
+    assert s.forward([x], [out]) is None
+    np.testing.assert_array_equal(np.asarray(out), got[0])
+    # the backend itself refuses to write into caller-provided outputs
+    hard = next(op for op in z.ops if op.op_type == "HardOp")
+    with pytest.raises(UnsupportedOpError, match="caller-provided output"):
+        s.backends[0].forwardHardOp(hard, [], [object()])
+
+
+def test_connect_network_requires_the_io_order(bdev):
+    q, z = compiled("tiny_cnn")
+    s = Session.Create([BuyiBackend, HostBackend], z.view(0), [bdev, HostDevice.Default()])
+    b = s.backends[0]
+    outs = b._io_order(SegmentType.OUTPUT)
+    ins = b._io_order(SegmentType.INPUT)
+    assert ins and outs
+    region = bdev.defaultMemRegion()
+    chunk = region.malloc(1 << 20, True, 4096)
+    if len(outs) > 1:
+        with pytest.raises(InvalidArgumentError, match="order"):
+            b.userConnectNetwork(chunk, outs[1])
+    b.userConnectNetwork(chunk, ins[0])  # in order: accepted
+    with pytest.raises(InvalidArgumentError, match="order"):
+        b.userConnectNetwork(region.malloc(1 << 20, True, 4096), ins[0])  # twice: out of order
+    x = rand_x(q)
+    s.apply()
+    got = [np.asarray(t).copy() for t in s.forward([x])]
+    np.testing.assert_array_equal(host_ref(q, x)[0], got[0])
+
+
+def test_only_buyi_hardops_and_devices_bind(bdev):
+    from zg330backend.lowering import adapt, lower
+
+    q, _ = compiled("tiny_cnn")
+    zg = lower(adapt(q))
+    hard = next(op for op in zg.ops if op.op_type == "HardOp")
+    with pytest.raises(UnsupportedOpError, match="@buyi"):
+        BuyiBackend().isOpSupported(hard)
+    _, z = compiled("tiny_cnn")
+    zdev = Device.Open("sim://zg330")
+    with pytest.raises(Exception, match="device"):
+        Session.Create([BuyiBackend, HostBackend], z.view(0), [zdev, HostDevice.Default()])
+    with pytest.raises(Exception, match="device"):
+        Session.Create([ZG330Backend, HostBackend], zg.view(0), [bdev, HostDevice.Default()])
+    Device.Close(zdev)
+
+
+def test_converter_cast_binds_to_buyi():
+    from buyibackend.backend import _is_converter_cast
+    from xir.ops.base import OP_REGISTRY
+    from xir.types import FP32, INT8, INT16, QuantizedType, TensorType
+    from xir.values import Value
+
+    def qv(i, storage, scale=0.05):
+        el = QuantizedType(storage, [scale], [0]) if storage is not FP32 else FP32
+        return Value(i, TensorType(el, (1, 4, 4, 8), "NHWC"), f"v{i}")
+
+    Cast = OP_REGISTRY["Cast"]
+    op = Cast([qv(1, INT8)], [qv(2, INT16, 0.001)], op_id=3, name="cvt")
+    assert _is_converter_cast(op) and BuyiBackend().isOpSupported(op)
+    assert BuyiBackend().getForwardFunc(op) is not None
+    to_float = Cast([qv(4, INT8)], [qv(5, FP32)], op_id=6, name="deq")
+    assert not BuyiBackend().isOpSupported(to_float)  # float casts stay on the host
+
+
+def test_converter_cast_runs_on_buyi_bit_exact(bdev):
+    """int8 -> int16 Cast bound to the Buyi (its data-type converter), float edges on the host;
+    the result equals the HostBackend's integer reference."""
+    from xir.builder import NetworkBuilder
+    from xir.types import INT8, INT16, QuantizedType, TensorType
+
+    shape = (1, 4, 4, 8)
+    b = NetworkBuilder("cvt")
+    x = b.input(shape)
+    q8 = b.op("Cast", [x], out_types=[TensorType(QuantizedType(INT8, [0.05], [0]), shape,
+                                                 "NHWC")])
+    q16 = b.op("Cast", [q8], out_types=[TensorType(QuantizedType(INT16, [0.001], [0]), shape,
+                                                   "NHWC")])
+    y = b.op("Cast", [q16], out_types=[TensorType(x.dtype.element_dtype, shape, "NHWC")])
+    b.output(y)
+    net = b.build()
+    xin = np.random.default_rng(1).normal(size=shape).astype(np.float32)
+    ref = host_ref(net, xin)
+    s = Session.Create([BuyiBackend, HostBackend], net.view(0), [bdev, HostDevice.Default()])
+    binds = s.backendBindings()
+    assert isinstance(binds[q16.producer.op_id], BuyiBackend)
+    assert isinstance(binds[q8.producer.op_id], HostBackend)
+    s.apply()
+    got = [np.asarray(t).copy() for t in s.forward([xin])]
+    np.testing.assert_array_equal(ref[0], got[0])
