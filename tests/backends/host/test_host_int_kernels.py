@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from host_backend.ops import INT_KERNELS
-from host_backend.ops.elementwise import add_rescale_params
+from xir.quant.fixed_point import add_rescale_params
 from xir.quant import quantize_multiplier, requant_multiplier
 from xir.quant.fixed_point import round_half_away
 from xir.quant.lut import LUT_FUNCTIONS

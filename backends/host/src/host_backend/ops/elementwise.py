@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from xir.quant.fixed_point import add_rescale_params
+
 from ._common import f32, fold_act, out32
 
 
@@ -23,37 +25,6 @@ def multiply(inputs: list[np.ndarray], attrs: dict) -> list[np.ndarray]:
 # --------------------------------------------------------------------------------------------
 # Integer kernels (docs/quantization.md, "Integer ops")
 # --------------------------------------------------------------------------------------------
-
-#: Add/Sub: the larger of the two input shifts is lowered until the shift difference is at most
-#: this, so that |a * m_a * 2**d| < 2**15 * 2**15 * 2**16 = 2**46 and the sum (< 2**47) times a
-#: 15-bit LeakyReLU multiplier stays below 2**62.
-ADD_MAX_SHIFT_DIFF = 16
-
-
-def add_rescale_params(s_a: float, s_b: float, s_out: float):
-    """Per-input ``(mult, shift)`` of Add/Sub and their common shift ``S``.
-
-    ``(m_i, sh_i) = requant_multiplier(s_i, 1.0, s_out)``; an input whose mult is 0 contributes
-    nothing and takes the other's shift. If ``sh_a - sh_b > ADD_MAX_SHIFT_DIFF`` (or the
-    reverse), the larger one is lowered by ``k = diff - ADD_MAX_SHIFT_DIFF``:
-    ``m' = (m + 2**(k-1)) >> k``, ``sh' = sh - k``. ``S = max(sh_a, sh_b)``.
-    """
-    from xir.quant.fixed_point import requant_multiplier
-
-    (ma, sa), (mb, sb) = (tuple(int(v) for v in requant_multiplier(s, 1.0, s_out))
-                          for s in (s_a, s_b))
-    if ma == 0:
-        sa = sb
-    if mb == 0:
-        sb = sa
-    if sa - sb > ADD_MAX_SHIFT_DIFF:
-        k = sa - sb - ADD_MAX_SHIFT_DIFF
-        ma, sa = (ma + (1 << (k - 1))) >> k, sa - k
-    elif sb - sa > ADD_MAX_SHIFT_DIFF:
-        k = sb - sa - ADD_MAX_SHIFT_DIFF
-        mb, sb = (mb + (1 << (k - 1))) >> k, sb - k
-    return (ma, sa), (mb, sb), max(sa, sb)
-
 
 def _add_sub_int(inputs, attrs, in_types, out_types, fake, sign):
     from xir.quant.fixed_point import quantize_multiplier

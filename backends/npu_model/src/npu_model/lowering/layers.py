@@ -15,7 +15,8 @@ from typing import Any, Callable
 import numpy as np
 
 from npu_model import asm
-from xir.quant.fixed_point import clip_bounds, quantize, quantize_multiplier, requant_multiplier
+from xir.quant.fixed_point import (add_rescale_params, clip_bounds, quantize, quantize_multiplier,
+                                   requant_multiplier)
 from xir.quant.lut import build_lut
 from xir.types import QuantizedType
 
@@ -26,7 +27,6 @@ LUT_FUNCS = {"Sigmoid": "sigmoid", "Silu": "silu", "Hardswish": "hardswish"}
 #: ops that never compute: they become channel offsets / aliases, or a COPY when they cannot
 ALIAS_OPS = frozenset({"Concat", "Split", "Reshape", "AlignAxis", "PruneAxis"})
 #: Add/Sub common-shift rule of docs/quantization.md section 9
-ADD_MAX_SHIFT_DIFF = 16
 
 Resolver = Any  # lower._Resolver: .fmap(value) -> asm.FMap, .const(index) -> logical address
 
@@ -170,21 +170,6 @@ def lower_matmul(op, cfg) -> OpLowering:
     return OpLowering("matmul", [packed, rec], make, [a], ah * aw * K * N)
 
 
-def add_rescale_params(s_a: float, s_b: float, s_out: float):
-    """((m_a, sh_a), (m_b, sh_b), S) of Add/Sub (docs/quantization.md section 9)."""
-    (ma, sa), (mb, sb) = (tuple(int(v) for v in requant_multiplier(s, 1.0, s_out))
-                          for s in (s_a, s_b))
-    if ma == 0:
-        sa = sb
-    if mb == 0:
-        sb = sa
-    if sa - sb > ADD_MAX_SHIFT_DIFF:
-        k = sa - sb - ADD_MAX_SHIFT_DIFF
-        ma, sa = (ma + (1 << (k - 1))) >> k, sa - k
-    elif sb - sa > ADD_MAX_SHIFT_DIFF:
-        k = sb - sa - ADD_MAX_SHIFT_DIFF
-        mb, sb = (mb + (1 << (k - 1))) >> k, sb - k
-    return (ma, sa), (mb, sb), max(sa, sb)
 
 
 def lower_eltw(op, cfg) -> OpLowering:
