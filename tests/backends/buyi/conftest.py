@@ -15,3 +15,13 @@ def bdev():
     d = Device.Open("sim://buyi")
     yield d
     Device.Close(d)
+
+
+@pytest.fixture(scope="module")
+def buyi_dev():
+    """One Buyi simulator for a whole module (hypothesis tests reuse it)."""
+    from xrt import Device
+
+    d = Device.Open("sim://buyi")
+    yield d
+    Device.Close(d)
