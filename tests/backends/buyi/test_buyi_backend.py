@@ -207,3 +207,17 @@ def test_converter_cast_runs_on_buyi_bit_exact(bdev):
     s.apply()
     got = [np.asarray(t).copy() for t in s.forward([xin])]
     np.testing.assert_array_equal(ref[0], got[0])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name, kw", [("resnet18", {}), ("mobilenet_v2", {}),
+                                      ("yolov5s", {"input_size": 320})])
+@pytest.mark.parametrize("bits", [8, 16])
+def test_zoo_bit_exact(bdev, name, kw, bits):
+    q, z = compiled(name, bits=bits, **kw)
+    x = rand_x(q)
+    ref = host_ref(q, x)
+    s, got = run_buyi(z, bdev, x)
+    for a, b in zip(ref, got):
+        np.testing.assert_array_equal(a, b)
+    s.close()
