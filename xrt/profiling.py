@@ -110,25 +110,41 @@ def write_chrome_trace(rows: list[dict[str, Any]], path: str) -> None:
 
 
 def plot_profile(rows: list[dict[str, Any]], path: str, title: str = "per-layer time") -> None:
-    """A PNG bar chart of each op's time split into memcpy / hard / other (matplotlib)."""
+    """A PNG of the per-layer profile (matplotlib).
+
+    With hardware counters (a simulated NPU) the top panel shows each layer's simulated cycles
+    and the bottom one the host wall time split into memcpy / hard / other; otherwise only the
+    wall-time panel is drawn.
+    """
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    labels = [f"{r['op_type']}#{r['op_id']}" for r in rows]
+    hw_rows = [r for r in rows if r.get("cycles")]
+    panels = 2 if hw_rows else 1
+    fig, axes = plt.subplots(panels, 1, figsize=(max(6.0, 0.18 * len(rows)), 3.6 * panels),
+                             squeeze=False)
+    if hw_rows:
+        ax = axes[0][0]
+        ax.bar(range(len(hw_rows)), [r["cycles"] / 1e3 for r in hw_rows], width=0.8,
+               color="tab:orange")
+        ax.set_xticks(list(range(len(hw_rows))))
+        ax.set_xticklabels([f"{r['op_type']}#{r['op_id']}" for r in hw_rows], rotation=90,
+                           fontsize=6)
+        ax.set_ylabel("simulated kcycles")
+        ax.set_title(f"{title}: simulated cycles per layer")
+    ax = axes[-1][0]
     x = range(len(rows))
-    parts = [("memcpy_ms", "memcpy"), ("hard_ms", "hard"), ("other_ms", "other")]
-    fig, ax = plt.subplots(figsize=(max(6.0, 0.18 * len(rows)), 4.0))
     bottom = [0.0] * len(rows)
-    for key, label in parts:
+    for key, label in (("memcpy_ms", "memcpy"), ("hard_ms", "hard"), ("other_ms", "other")):
         vals = [r[key] for r in rows]
         ax.bar(x, vals, bottom=bottom, label=label, width=0.8)
         bottom = [b + v for b, v in zip(bottom, vals)]
     ax.set_xticks(list(x))
-    ax.set_xticklabels(labels, rotation=90, fontsize=6)
+    ax.set_xticklabels([f"{r['op_type']}#{r['op_id']}" for r in rows], rotation=90, fontsize=6)
     ax.set_ylabel("ms")
-    ax.set_title(title)
+    ax.set_title(f"{title}: host wall time per op")
     ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=120)
