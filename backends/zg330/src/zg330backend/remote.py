@@ -7,6 +7,9 @@ builds no simulator: its "etm"/"ocm" regions and "regs" registers are remote
 unchanged over the socket. The methods that need the model itself (`icoreCalc`, `reset`,
 `stats`) or that would cost many register round trips (`mmuMap`, `mmuClear`, `calcTime`) are
 one CALL each, from the allow-list `plugin.SOCKET_METHODS` the server exposes.
+
+`ZG330RemoteMixin` holds all of that for any device class built on `ZG330Device`
+(`buyibackend.remote.BuyiSocketDevice` reuses it).
 """
 
 from __future__ import annotations
@@ -41,32 +44,41 @@ def _config(desc: dict[str, Any]) -> NpuConfig:
     return NpuConfig(**kw)
 
 
-class ZG330SocketDevice(RemoteDeviceMixin, ZG330Device):
-    """A ZG330 served by ``xrt serve zg330``; see the module docstring."""
+class ZG330RemoteMixin(RemoteDeviceMixin):
+    """The client side of a served ZG330-family device (the ZG330, and devices built on
+    `ZG330Device` such as the Buyi): mix it in front of the device class, set the class
+    attributes, and call `_open_remote(url)` from `__init__`."""
 
-    def __init__(self, url: Any = "socket://zg330@127.0.0.1:5001", config: Any = None,
-                 mock: bool = False) -> None:
-        if not isinstance(url, str):  # ZG330Device(dev) cast of an opened device
-            return
+    #: device names of ``socket://NAME@host:port`` the subclass opens
+    socket_names: tuple[str, ...] = SOCKET_NAMES
+    #: ``device_class`` values of the server's HELLO reply the subclass accepts
+    served_classes: tuple[str, ...] = ("ZG330Device",)
+    #: a method the served device must expose (tells a plugin's device from a bare one)
+    served_marker: str = "icoreCalc"
+    #: the device's name in messages, and the kind ``xrt serve KIND`` serves
+    family: str = "ZG330"
+    serve_kind: str = "zg330"
+
+    def _open_remote(self, url: str) -> None:
         name, host, port = parse_socket_url(url)
-        if name not in SOCKET_NAMES:
-            raise DeviceUrlError(f"{url!r}: the ZG330 plugin serves socket://"
-                                 f"{' or '.join(SOCKET_NAMES)}@host:port, not {name}")
+        if name not in self.socket_names:
+            raise DeviceUrlError(f"{url!r}: the {self.family} plugin serves socket://"
+                                 f"{' or '.join(self.socket_names)}@host:port, not {name}")
         from xrt.device import Device
 
-        Device.__init__(self, url, SOCKET_WAIT_TIME_MS)
+        Device.__init__(self, url, SOCKET_WAIT_TIME_MS)  # type: ignore[arg-type]
         desc = self._connect(url, host, port)
-        if desc.get("device_class") not in ("ZG330Device",) or "icoreCalc" not in \
+        if desc.get("device_class") not in self.served_classes or self.served_marker not in \
                 desc.get("methods", ()):
             self._conn.close()  # type: ignore[union-attr]
             raise DeviceError(f"{url!r}: the server serves a {desc.get('device_class')}, not a "
-                              "ZG330; start it with `xrt serve zg330`")
+                              f"{self.family}; start it with `xrt serve {self.serve_kind}`")
         self.config = _config(desc)
         self.mock = bool(desc.get("mock", False))
-        self._etm = self.getMemRegion("etm")
-        self._ocm = self.getMemRegion("ocm")
-        self._reg = self.defaultRegRegion()
-        self.url_params = {}
+        self._etm = self.getMemRegion("etm")  # type: ignore[attr-defined]
+        self._ocm = self.getMemRegion("ocm")  # type: ignore[attr-defined]
+        self._reg = self.defaultRegRegion()  # type: ignore[attr-defined]
+        self.url_params: dict[str, Any] = {}
 
     # --- methods run by the served model -------------------------------------------------------
 
@@ -152,8 +164,18 @@ class ZG330SocketDevice(RemoteDeviceMixin, ZG330Device):
         raw = region.storage.read(addr + from_idx * dtype.itemsize, count * dtype.itemsize)
         return np.frombuffer(bytes(raw), dtype=dtype).copy()
 
-    def clone(self, depth: int = 1) -> ZG330SocketDevice:
+    def clone(self, depth: int = 1) -> Any:
         return self
 
     def __repr__(self) -> str:
-        return f"ZG330SocketDevice({self.url!r})"
+        return f"{type(self).__name__}({self.url!r})"  # type: ignore[attr-defined]
+
+
+class ZG330SocketDevice(ZG330RemoteMixin, ZG330Device):
+    """A ZG330 served by ``xrt serve zg330``; see the module docstring."""
+
+    def __init__(self, url: Any = "socket://zg330@127.0.0.1:5001", config: Any = None,
+                 mock: bool = False) -> None:
+        if not isinstance(url, str):  # ZG330Device(dev) cast of an opened device
+            return
+        self._open_remote(url)
