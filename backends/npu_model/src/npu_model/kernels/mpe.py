@@ -49,6 +49,19 @@ def unpack_conv_weights(packed, groups, kh, kw, cin_g, cout_g, icb, ocb, wf):
 
 
 @njit(cache=True)
+def _cp(dst, src):
+    """``dst[:] = src`` with conversion (contiguous 1-D slices, vectorises)."""
+    for i in range(dst.shape[0]):
+        dst[i] = src[i]
+
+
+@njit(cache=True)
+def _zero(dst):
+    for i in range(dst.shape[0]):
+        dst[i] = 0
+
+
+@njit(cache=True)
 def _requant_tile(src, first, bias, boff, p0, npix, ow_n, n, y, yrs, ypitch, ycoff, ch0,
                   mult, shift, mult_neg, shift_neg, lo, hi):
     """Requantize the float tile `src` plus ``first`` (int64 partial sums; empty when there is
@@ -64,6 +77,7 @@ def _requant_tile(src, first, bias, boff, p0, npix, ow_n, n, y, yrs, ypitch, yco
     mn = np.empty(n, dtype=np.int64)
     sn = np.empty(n, dtype=np.int64)
     rn = np.empty(n, dtype=np.int64)
+    bv = np.empty(n, dtype=np.int64)
     for o in range(n):
         c = ch0 + o
         mp[o] = mult[c]
@@ -74,27 +88,126 @@ def _requant_tile(src, first, bias, boff, p0, npix, ow_n, n, y, yrs, ypitch, yco
         s = shift_neg[c]
         sn[o] = s if s > 0 else 0
         rn[o] = (np.int64(1) << np.int64(s - 1)) if s > 0 else 0
+        bv[o] = bias[boff + o]
     lo64 = np.int64(lo)
     hi64 = np.int64(hi)
+    tmp = np.empty_like(y[:n])
     for p in range(npix):
         q = p0 + p
         oh = q // ow_n
         ow = q - oh * ow_n
         base = oh * yrs + ow * ypitch + ycoff + ch0
+        add = first[p] if use_first else bv
+        sr = src[p]
+        # both signs computed and selected (no gathers), so the channel loop vectorises
         for o in range(n):
-            a = np.int64(src[p, o])
-            if use_first:
-                a += first[p, o]
-            else:
-                a += bias[boff + o]
-            neg = a < 0
-            m = mn[o] if neg else mp[o]
-            s = sn[o] if neg else sp[o]
-            r = rn[o] if neg else rp[o]
-            v = (a * m + r) >> s
+            a = np.int64(sr[o]) + add[o]
+            vp = (a * mp[o] + rp[o]) >> sp[o]
+            vn = (a * mn[o] + rn[o]) >> sn[o]
+            v = vn if a < 0 else vp
             v = lo64 if v < lo64 else v
             v = hi64 if v > hi64 else v
-            y[base + o] = v
+            tmp[o] = v
+        y[base:base + n] = tmp
+
+
+@njit(cache=True)
+def _im2col(x, xrs, xpitch, cbase, ih_n, iw_n, colbuf, p0, npix, ow_n, klen,
+            t0, t1, ncc, kw, sh, sw, dh, dw, pt, pl):
+    """Rows ``p0..p0+npix`` of the im2col matrix for taps t0..t1 and ``ncc`` channels from
+    input channel offset ``cbase`` into the flat `colbuf` (``npix * klen`` elements)."""
+    contig = ncc == xpitch and dw == 1
+    for p in range(npix):
+        q = p0 + p
+        oh = q // ow_n
+        ow = q - oh * ow_n
+        ihb = oh * sh - pt
+        iwb = ow * sw - pl
+        d = p * klen
+        t = t0
+        while t < t1:
+            ky = t // kw
+            kx = t - ky * kw
+            nrow = min(kw - kx, t1 - t)
+            ih = ihb + ky * dh
+            if ih < 0 or ih >= ih_n:
+                _zero(colbuf[d:d + nrow * ncc])
+                d += nrow * ncc
+            elif contig:
+                iw0 = iwb + kx
+                lead = min(nrow, max(0, -iw0))
+                nin = max(0, min(nrow - lead, iw_n - (iw0 + lead)))
+                if lead > 0:
+                    _zero(colbuf[d:d + lead * ncc])
+                d += lead * ncc
+                src = ih * xrs + (iw0 + lead) * xpitch + cbase
+                _cp(colbuf[d:d + nin * ncc], x[src:src + nin * ncc])
+                d += nin * ncc
+                tail = (nrow - lead - nin) * ncc
+                if tail > 0:
+                    _zero(colbuf[d:d + tail])
+                d += tail
+            else:
+                rowb = ih * xrs + cbase
+                for j in range(nrow):
+                    iw = iwb + (kx + j) * dw
+                    if iw < 0 or iw >= iw_n:
+                        for c in range(ncc):
+                            colbuf[d + c] = 0
+                    else:
+                        src = rowb + iw * xpitch
+                        for c in range(ncc):
+                            colbuf[d + c] = x[src + c]
+                    d += ncc
+            t += nrow
+
+
+@njit(cache=True)
+def _pad_compact(x, xrs, xpitch, cbase, ih_n, iw_n, ncc, pt, pl, hp, wp, xp):
+    """Channels ``cbase..cbase+ncc`` of the input, zero-padded (``pt`` rows / ``pl`` columns
+    before) to ``hp x wp`` pixels, as a dense float map ``xp[(h * wp + w) * ncc + c]``."""
+    rs = wp * ncc
+    for h in range(hp):
+        ih = h - pt
+        row = xp[h * rs:(h + 1) * rs]
+        if ih < 0 or ih >= ih_n:
+            _zero(row)
+            continue
+        w0 = min(max(pl, 0), wp)
+        w1 = max(w0, min(wp, pl + iw_n))
+        _zero(row[:w0 * ncc])
+        _zero(row[w1 * ncc:])
+        src = ih * xrs + cbase
+        for w in range(w0, w1):
+            s0 = src + (w - pl) * xpitch
+            for c in range(ncc):
+                row[w * ncc + c] = x[s0 + c]
+
+
+@njit(cache=True)
+def _im2col_padded(xp, wp, colbuf, p0, npix, ow_n, ldc, t0, t1, ncc, kw, sh, sw, dh):
+    """im2col rows from the padded dense map of `_pad_compact` (unit column dilation): a
+    tap row is one contiguous run, no bounds checks. Rows are ``ldc`` apart; columns past
+    the taps (K padding) are zeroed."""
+    rs = wp * ncc
+    for p in range(npix):
+        q = p0 + p
+        oh = q // ow_n
+        ow = q - oh * ow_n
+        b = oh * sh * rs + ow * sw * ncc
+        d = p * ldc
+        t = t0
+        while t < t1:
+            ky = t // kw
+            kx = t - ky * kw
+            n = min(kw - kx, t1 - t) * ncc
+            s0 = b + ky * dh * rs + kx * ncc
+            _cp(colbuf[d:d + n], xp[s0:s0 + n])
+            d += n
+            t += n // ncc
+        e = (p + 1) * ldc
+        if d < e:
+            _zero(colbuf[d:e])
 
 
 @njit(cache=True)
@@ -110,26 +223,49 @@ def conv_dense(x, xrs, xpitch, xcoff, ih_n, iw_n,
     """
     npix_all = oh_n * ow_n
     taps = kh * kw
-    kmax = min(kc, taps * cin_g)
-    # pixel tile: at least 256 pixels so BLAS amortises its packing of the weight panel
-    tile = max(128, 65536 // max(kmax, 1))
-    if tile > npix_all:
-        tile = npix_all
-    colbuf = np.empty(tile * kmax, dtype=wf.dtype)
-    partbuf = np.empty((tile, cout_g), dtype=wf.dtype)
     full = cin_g <= kc
-    tpc = kc // cin_g if full else 1
+    if full:
+        # balanced tap chunks: same number of chunks as greedy filling, none tiny
+        tmax = kc // cin_g
+        nt = (taps + tmax - 1) // tmax
+        tpc = (taps + nt - 1) // nt
+    else:
+        tpc = 1
     nchunks_c = 1 if full else (cin_g + kc - 1) // kc
     nchunks = ((taps + tpc - 1) // tpc) * nchunks_c
-    acc = np.empty((tile if nchunks > 1 else 0, cout_g), dtype=np.int64)
+    kmax = min(kc, tpc * cin_g)
+    # pixel tile: large enough that BLAS amortises its packing of the weight panel, small
+    # enough that the column buffer stays in L2
+    tile = max(256, 32768 // max(kmax, 1))
+    if tile > npix_all:
+        tile = npix_all
     # 1x1 / stride 1 / unpadded over a dense map: the input tile is already the im2col matrix
     direct = (kh == 1 and kw == 1 and sh == 1 and sw == 1 and pt == 0 and pl == 0
               and groups == 1 and full and xcoff == 0 and xpitch == cin_g
               and xrs == iw_n * xpitch and oh_n == ih_n and ow_n == iw_n)
+    # narrow channel runs inside a wider pitch (e.g. an RGB input in a 32-channel buffer):
+    # compact and zero-pad the group's input once so every tap row is one contiguous run
+    padded = (not direct and full and dw == 1 and cin_g != xpitch)
+    # single-chunk K not a multiple of 16 (e.g. 6*6*3 = 108): pad K with zero columns and
+    # zero weight rows (exact) so the GEMM rows are vector aligned
+    ktot = taps * cin_g
+    padk = padded and nchunks == 1 and ktot % 16 != 0
+    kp = (ktot + 15) // 16 * 16 if padk else kmax
+    wpad = np.zeros((kp if padk else 0, cout_g), dtype=wf.dtype)
+    colbuf = np.empty(tile * kp, dtype=wf.dtype)
+    partbuf = np.empty((tile, cout_g), dtype=wf.dtype)
+    acc = np.empty((tile if nchunks > 1 else 0, cout_g), dtype=np.int64)
+    hp = (oh_n - 1) * sh + (kh - 1) * dh + 1
+    wp = (ow_n - 1) * sw + (kw - 1) * dw + 1
+    xp = np.empty(hp * wp * cin_g if padded else 0, dtype=wf.dtype)
     for g in range(groups):
         wg = wf[g]
         cin0 = xcoff + g * cin_g
         boff = g * cout_g
+        if padk:
+            wpad[:ktot] = wg
+        if padded:
+            _pad_compact(x, xrs, xpitch, cin0, ih_n, iw_n, cin_g, pt, pl, hp, wp, xp)
         for p0 in range(0, npix_all, tile):
             npix = min(tile, npix_all - p0)
             part = partbuf[:npix]
@@ -144,61 +280,19 @@ def conv_dense(x, xrs, xpitch, xcoff, ih_n, iw_n,
                     if direct:
                         s0 = p0 * cin_g
                         ntot = npix * cin_g
-                        for i in range(ntot):
-                            colbuf[i] = x[s0 + i]
+                        _cp(colbuf[:ntot], x[s0:s0 + ntot])
+                    elif padded:
+                        _im2col_padded(xp, wp, colbuf, p0, npix, ow_n, kp if padk else klen,
+                                       t0, t1, ncc, kw, sh, sw, dh)
                     else:
-                        # a tap row is one contiguous run when channel runs tile the pixels
-                        contig = ncc == xpitch and dw == 1
-                        for p in range(npix):
-                            q = p0 + p
-                            oh = q // ow_n
-                            ow = q - oh * ow_n
-                            ihb = oh * sh - pt
-                            iwb = ow * sw - pl
-                            d = p * klen
-                            t = t0
-                            while t < t1:
-                                ky = t // kw
-                                kx = t - ky * kw
-                                nrow = min(kw - kx, t1 - t)
-                                ih = ihb + ky * dh
-                                if ih < 0 or ih >= ih_n:
-                                    for i in range(nrow * ncc):
-                                        colbuf[d + i] = 0
-                                    d += nrow * ncc
-                                elif contig:
-                                    iw0 = iwb + kx
-                                    lead = min(nrow, max(0, -iw0))
-                                    nin = max(0, min(nrow - lead, iw_n - (iw0 + lead)))
-                                    for i in range(lead * ncc):
-                                        colbuf[d + i] = 0
-                                    d += lead * ncc
-                                    src = ih * xrs + (iw0 + lead) * xpitch + cin0 + c0
-                                    for i in range(nin * ncc):
-                                        colbuf[d + i] = x[src + i]
-                                    d += nin * ncc
-                                    for i in range((nrow - lead - nin) * ncc):
-                                        colbuf[d + i] = 0
-                                    d += (nrow - lead - nin) * ncc
-                                else:
-                                    rowb = ih * xrs + cin0 + c0
-                                    for j in range(nrow):
-                                        iw = iwb + (kx + j) * dw
-                                        if iw < 0 or iw >= iw_n:
-                                            for c in range(ncc):
-                                                colbuf[d + c] = 0
-                                        else:
-                                            src = rowb + iw * xpitch
-                                            for c in range(ncc):
-                                                colbuf[d + c] = x[src + c]
-                                        d += ncc
-                                t += nrow
-                    cols = colbuf[:npix * klen].reshape((npix, klen))
-                    if full:
-                        r0 = t0 * cin_g
+                        _im2col(x, xrs, xpitch, cin0 + c0, ih_n, iw_n, colbuf, p0, npix, ow_n,
+                                klen, t0, t1, ncc, kw, sh, sw, dh, dw, pt, pl)
+                    if padk:
+                        np.dot(colbuf[:npix * kp].reshape((npix, kp)), wpad, part)
                     else:
-                        r0 = t0 * cin_g + c0
-                    np.dot(cols, wg[r0:r0 + klen], part)
+                        r0 = t0 * cin_g if full else t0 * cin_g + c0
+                        np.dot(colbuf[:npix * klen].reshape((npix, klen)),
+                               wg[r0:r0 + klen], part)
                     if ci < nchunks - 1:
                         if ci == 0:
                             for p in range(npix):

@@ -18,6 +18,27 @@ ELTW_MUL = 2
 
 
 @njit(cache=True)
+def _eltw_run(av, bv, yv, op, ka, kb, mp, sp, rp, mn, sn, rn, lo, hi):
+    """One contiguous channel run of `eltw`; `requantize_one` written branch-free (both
+    signs computed and selected; ``sp``/``sn`` clamped to >= 0, rounding 0 when no shift)."""
+    for c in range(yv.shape[0]):
+        va = np.int64(av[c]) * ka
+        vb = np.int64(bv[c]) * kb
+        if op == 0:
+            acc = va + vb
+        elif op == 1:
+            acc = va - vb
+        else:
+            acc = va * vb
+        vp = (acc * mp + rp) >> sp
+        vq = (acc * mn + rn) >> sn
+        v = vq if acc < 0 else vp
+        v = lo if v < lo else v
+        v = hi if v > hi else v
+        yv[c] = v
+
+
+@njit(cache=True)
 def eltw(a, ars, apitch, acoff, b, brs, bpitch, bcoff, b_bcast,
          y, yrs, ypitch, ycoff, h_n, w_n, c_n,
          op, ka, kb, m, s, mn, sn, lo, hi):
@@ -25,22 +46,31 @@ def eltw(a, ars, apitch, acoff, b, brs, bpitch, bcoff, b_bcast,
 
     `b_bcast`: B is one pixel (H = W = 1) broadcast over the map (per-channel operand).
     """
+    ka = np.int64(ka)
+    kb = np.int64(kb)
+    mp = np.int64(m)
+    mq = np.int64(mn)
+    sp = np.int64(s) if s > 0 else np.int64(0)
+    rp = (np.int64(1) << np.int64(s - 1)) if s > 0 else np.int64(0)
+    sq = np.int64(sn) if sn > 0 else np.int64(0)
+    rq = (np.int64(1) << np.int64(sn - 1)) if sn > 0 else np.int64(0)
+    lo64 = np.int64(lo)
+    hi64 = np.int64(hi)
     for h in range(h_n):
         for w in range(w_n):
             abase = h * ars + w * apitch + acoff
             bbase = bcoff if b_bcast else h * brs + w * bpitch + bcoff
             ybase = h * yrs + w * ypitch + ycoff
-            for c in range(c_n):
-                va = np.int64(a[abase + c]) * ka
-                vb = np.int64(b[bbase + c]) * kb
-                if op == 0:
-                    acc = va + vb
-                elif op == 1:
-                    acc = va - vb
-                else:
-                    acc = va * vb
-                y[ybase + c] = requantize_one(acc, m, s, mn, sn, lo, hi)
+            _eltw_run(a[abase:abase + c_n], b[bbase:bbase + c_n], y[ybase:ybase + c_n], op,
+                      ka, kb, mp, sp, rp, mq, sq, rq, lo64, hi64)
     return y
+
+
+@njit(cache=True)
+def _max_run(xs, best):
+    for c in range(best.shape[0]):
+        v = np.int64(xs[c])
+        best[c] = v if v > best[c] else best[c]
 
 
 @njit(cache=True)
@@ -48,10 +78,10 @@ def maxpool(x, xrs, xpitch, xcoff, ih_n, iw_n, y, yrs, ypitch, ycoff, oh_n, ow_n
             kh, kw, sh, sw, dh, dw, pt, pl, lo, hi):
     """Max pool; padding never wins (it is -inf); an all-padding window gives `lo`."""
     best = np.empty(c_n, dtype=np.int64)
+    tmp = np.empty_like(y[:c_n])
     for oh in range(oh_n):
         for ow in range(ow_n):
-            for c in range(c_n):
-                best[c] = -(1 << 62)
+            best[:] = -(1 << 62)
             for ky in range(kh):
                 ih = oh * sh - pt + ky * dh
                 if ih < 0 or ih >= ih_n:
@@ -61,18 +91,14 @@ def maxpool(x, xrs, xpitch, xcoff, ih_n, iw_n, y, yrs, ypitch, ycoff, oh_n, ow_n
                     if iw < 0 or iw >= iw_n:
                         continue
                     src = ih * xrs + iw * xpitch + xcoff
-                    for c in range(c_n):
-                        v = np.int64(x[src + c])
-                        if v > best[c]:
-                            best[c] = v
+                    _max_run(x[src:src + c_n], best)
             base = oh * yrs + ow * ypitch + ycoff
             for c in range(c_n):
                 v = best[c]
-                if v < lo:
-                    v = lo
-                if v > hi:
-                    v = hi
-                y[base + c] = v
+                v = lo if v < lo else v
+                v = hi if v > hi else v
+                tmp[c] = v
+            y[base:base + c_n] = tmp
     return y
 
 
@@ -117,24 +143,31 @@ def avgpool(x, xrs, xpitch, xcoff, ih_n, iw_n, y, yrs, ypitch, ycoff, oh_n, ow_n
 
 
 @njit(cache=True)
+def _lut_run(xs, tab, off, ys):
+    """``ys[i] = tab[xs[i] + off]`` over contiguous runs; the index is non-negative by
+    construction (``off = -qmin``), so it is taken unsigned (no wraparound handling)."""
+    for i in range(xs.shape[0]):
+        ys[i] = tab[np.uint64(np.int64(xs[i]) + off)]
+
+
+@njit(cache=True)
 def lut(x, xrs, xpitch, xcoff, table, qmin, y, yrs, ypitch, ycoff, h_n, w_n, c_n):
     """``y = table[x - qmin]`` (offset-binary index, docs/quantization.md section 5)."""
     nt = table.shape[0]
     tab = np.empty(nt, dtype=y.dtype)
     for i in range(nt):
         tab[i] = table[i]
+    off = -np.int64(qmin)
     if xpitch == c_n and ypitch == c_n and xrs == w_n * c_n and yrs == w_n * c_n:
         # both maps dense: one flat pass
         n = h_n * w_n * c_n
-        for i in range(n):
-            y[ycoff + i] = tab[np.int64(x[xcoff + i]) - qmin]
+        _lut_run(x[xcoff:xcoff + n], tab, off, y[ycoff:ycoff + n])
         return y
     for h in range(h_n):
         for w in range(w_n):
             src = h * xrs + w * xpitch + xcoff
             dst = h * yrs + w * ypitch + ycoff
-            for c in range(c_n):
-                y[dst + c] = tab[np.int64(x[src + c]) - qmin]
+            _lut_run(x[src:src + c_n], tab, off, y[dst:dst + c_n])
     return y
 
 
