@@ -67,6 +67,11 @@ class UnsupportedOpError(XrtError, NotImplementedError):
     """An operation (or op type) is not supported by the chosen backend or device."""
 
 
+class ProtocolError(DeviceError):
+    """A socket peer sent a frame that breaks the device protocol (magic, version, length,
+    payload); see docs/socket-protocol.md."""
+
+
 class XrtTimeoutError(XrtError, TimeoutError):
     """A device did not answer within its wait time (see `Device.setWaitTime`)."""
 

@@ -29,7 +29,7 @@ from enum import IntEnum
 from typing import Any
 
 from xrt import errors as _errors
-from xrt.errors import DeviceError, XrtError
+from xrt.errors import DeviceError, ProtocolError, XrtError  # noqa: F401 (re-exported)
 
 MAGIC = b"XRTS"
 VERSION = 1
@@ -40,10 +40,6 @@ MAX_PAYLOAD = 16 << 20
 #: bulk transfers are split into frames of at most this many data bytes
 CHUNK = 4 << 20
 REPLY = 0x8000
-
-
-class ProtocolError(DeviceError):
-    """A peer sent a frame that breaks the socket protocol (magic, version, length, payload)."""
 
 
 class Msg(IntEnum):
