@@ -101,12 +101,10 @@ class BuyiDevice(ZG330Device):
 
     def mmu_table(self) -> MmuTable:
         """The programmed table (MMU on), or the identity over ETM and OCM (MMU off)."""
-        if self._mmu_on:
+        if self.modeInfo():
             return super().mmu_table()
-        c = self.config
-        return MmuTable([Segment(c.etm_base, c.etm_size, c.etm_base, self.sim.bus.mem_of(
-            c.etm_base, c.etm_size)), Segment(c.ocm_base, c.ocm_size, c.ocm_base,
-                                              self.sim.bus.mem_of(c.ocm_base, c.ocm_size))])
+        return MmuTable([Segment(r.base, r.size, r.base, self._mem_index(r.base, r.size))
+                         for r in (self._etm, self._ocm)])
 
     def check(self, level: int = 0) -> bool:
         """Open, memory book-keeping consistent, the Buyi's identification, no fault."""

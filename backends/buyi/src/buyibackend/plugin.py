@@ -12,7 +12,6 @@ BuyiBackend and the compile target "buyi".
 
 from __future__ import annotations
 
-from xrt.errors import DeviceUrlError
 from xrt.hookspecs import hookimpl
 
 #: device names of ``socket://NAME@host:port`` this plugin opens
@@ -26,20 +25,11 @@ _HOSTS = {"sim": ("buyi",), "axi": ("ql100aiu", "buyi"), "mock": ("buyi",)}
 
 
 def open_url(url: str):
-    from zg330backend.device import parse_url
+    from zg330backend.device import open_simulated
 
     from .device import BuyiDevice
 
-    parts = parse_url(url)
-    scheme, host = parts["scheme"], parts["host"].lower()
-    allowed = set(_HOSTS.get(scheme, ()))
-    if host not in allowed:
-        raise DeviceUrlError(
-            f"{url!r}: the Buyi plugin opens {scheme}://{' or '.join(sorted(allowed))}, "
-            f"not {scheme}://{host}")
-    dev = BuyiDevice(url, mock=scheme == "mock")
-    dev.url_params = parts["params"]
-    return dev
+    return open_simulated(BuyiDevice, url, _HOSTS, "Buyi")
 
 
 def open_socket(url: str):

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from npu_model.mmu import MmuTable, Segment
 from zg330backend.remote import ZG330RemoteMixin
 
 from .device import BuyiDevice
@@ -49,10 +48,3 @@ class BuyiSocketDevice(ZG330RemoteMixin, BuyiDevice):
 
     def modeInfo(self) -> int:
         return int(self.call("modeInfo"))
-
-    def mmu_table(self) -> MmuTable:
-        """The programmed table (MMU on), or the identity over ETM and OCM (MMU off)."""
-        if self.modeInfo():
-            return super().mmu_table()
-        return MmuTable([Segment(r.base, r.size, r.base, i)
-                         for i, r in enumerate((self._etm, self._ocm))])

@@ -25,7 +25,7 @@ import numpy as np
 from npu_model.core import PROFILE_RECORD, TIMER_RECORD, Icore, MemoryBus, NpuFault
 from npu_model.mmu import MmuFault, MmuTable, Segment
 from xrt.device import Device
-from xrt.errors import DeviceError, InvalidArgumentError, UnsupportedOpError
+from xrt.errors import DeviceError, DeviceUrlError, InvalidArgumentError, UnsupportedOpError
 from xrt.memory.chunk import MemChunk
 from xrt.memory.region import MemRegion
 from xrt.regs import RegRegion
@@ -315,9 +315,13 @@ class ZG330Device(Device):
                 continue
             entries.append((self._rd64(base + R.MMU_LOGIC_LO), self._rd64(base + R.MMU_SIZE_LO),
                             self._rd64(base + R.MMU_PHYS_LO), flags))
-        segs = [Segment(lo, sz, ph, self.sim.bus.mem_of(ph, sz)) for lo, sz, ph, _ in entries
+        segs = [Segment(lo, sz, ph, self._mem_index(ph, sz)) for lo, sz, ph, _ in entries
                 if sz > 0]
         return MmuTable(segs)
+
+    def _mem_index(self, addr: int, size: int) -> int:
+        """Which memory a physical range is in (0 ETM, 1 OCM; MmuFault when neither)."""
+        return self.sim.bus.mem_of(addr, size)
 
     # --- timer and profiler -------------------------------------------------------------------------
 
@@ -357,8 +361,7 @@ class ZG330Device(Device):
         count = max(0, min(int(count), slots - from_idx))
         if count == 0:
             return np.zeros(0, dtype=dtype)
-        mem = self.sim.bus.mem_of(addr, size)
-        region = self._etm if mem == 0 else self._ocm
+        region = self._etm if self._mem_index(addr, size) == 0 else self._ocm
         raw = region.storage.read(addr + from_idx * dtype.itemsize, count * dtype.itemsize)
         return np.frombuffer(bytes(raw), dtype=dtype).copy()
 
@@ -456,3 +459,19 @@ def parse_url(url: str) -> dict[str, Any]:
     parts = urlsplit(url)
     return {"scheme": parts.scheme.lower(), "host": parts.netloc,
             "params": {k: v[0] for k, v in parse_qs(parts.query).items()}}
+
+
+def open_simulated(device_cls: type, url: str, hosts: dict[str, tuple[str, ...]],
+                   family: str) -> Any:
+    """Open `device_cls` for a ``sim://`` / ``axi://`` / ``mock://`` URL whose device name is
+    one of ``hosts[scheme]`` (mock opens allocation-only); the query goes to ``url_params``."""
+    parts = parse_url(url)
+    scheme, host = parts["scheme"], parts["host"].lower()
+    allowed = set(hosts.get(scheme, ()))
+    if host not in allowed:
+        raise DeviceUrlError(
+            f"{url!r}: the {family} plugin opens {scheme}://{' or '.join(sorted(allowed))}, "
+            f"not {scheme}://{host}")
+    dev = device_cls(url, mock=scheme == "mock")
+    dev.url_params = parts["params"]
+    return dev

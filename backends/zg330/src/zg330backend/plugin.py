@@ -11,7 +11,6 @@
 
 from __future__ import annotations
 
-from xrt.errors import DeviceUrlError
 from xrt.hookspecs import hookimpl
 
 #: device names of ``socket://NAME@host:port`` this plugin opens
@@ -23,22 +22,13 @@ SOCKET_METHODS = ("icoreCalc", "reset", "mmuMap", "mmuClear", "calcTime", "calcC
                   "setIcoreClkFreq", "setDDRClkFreq", "setMasterCID", "stats", "clear_stats",
                   "check", "status", "version")
 
-_HOSTS = {"sim": ("zg330", ""), "axi": ("zg330aiu", "zg330"), "mock": ("zg330", "")}
+_HOSTS = {"sim": ("zg330",), "axi": ("zg330aiu", "zg330"), "mock": ("zg330",)}
 
 
 def open_url(url: str):
-    from .device import ZG330Device, parse_url
+    from .device import ZG330Device, open_simulated
 
-    parts = parse_url(url)
-    scheme, host = parts["scheme"], parts["host"].lower()
-    allowed = {h for h in _HOSTS.get(scheme, ()) if h}
-    if host not in allowed:
-        raise DeviceUrlError(
-            f"{url!r}: the ZG330 plugin opens {scheme}://{' or '.join(sorted(allowed))}, "
-            f"not {scheme}://{host}")
-    dev = ZG330Device(url, mock=scheme == "mock")
-    dev.url_params = parts["params"]
-    return dev
+    return open_simulated(ZG330Device, url, _HOSTS, "ZG330")
 
 
 def open_socket(url: str):

@@ -17,14 +17,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-import numpy as np
-
 from npu_model.config import NpuConfig
-from npu_model.mmu import MmuTable, Segment
 from xrt.errors import DeviceError, DeviceUrlError
 from xrt.remote.client import RemoteDeviceMixin, parse_socket_url
 
-from . import regs as R
 from .device import ZG330Device
 from .plugin import SOCKET_NAMES
 
@@ -135,34 +131,6 @@ class ZG330RemoteMixin(RemoteDeviceMixin):
 
     def _mem_index(self, addr: int, size: int) -> int:
         return 0 if self._etm.contains(addr, max(size, 1)) else 1
-
-    def mmu_table(self) -> MmuTable:
-        segs = []
-        for i in range(self.config.mmu_entries):
-            base = R.mmu_entry(i)
-            if not self._rd(base + R.MMU_FLAGS) & R.MMU_VALID:
-                continue
-            lo, sz, ph = (self._rd64(base + o) for o in (R.MMU_LOGIC_LO, R.MMU_SIZE_LO,
-                                                         R.MMU_PHYS_LO))
-            if sz > 0:
-                segs.append(Segment(lo, sz, ph, self._mem_index(ph, sz)))
-        return MmuTable(segs)
-
-    def _records(self, lo: int, size_reg: int, dtype: np.dtype, from_idx: int,
-                 count: int) -> np.ndarray:
-        area = self._area(lo, size_reg)
-        if area is None:
-            raise DeviceError(f"{self!r}: no {'timer' if lo == R.TIMER_ADDR_LO else 'profiler'} "
-                              "chunk configured; call configTimer / configProfiler first")
-        addr, size = area
-        slots = size // dtype.itemsize
-        from_idx = max(0, int(from_idx))
-        count = max(0, min(int(count), slots - from_idx))
-        if count == 0:
-            return np.zeros(0, dtype=dtype)
-        region = self._etm if self._mem_index(addr, size) == 0 else self._ocm
-        raw = region.storage.read(addr + from_idx * dtype.itemsize, count * dtype.itemsize)
-        return np.frombuffer(bytes(raw), dtype=dtype).copy()
 
     def clone(self, depth: int = 1) -> Any:
         return self
