@@ -9,7 +9,6 @@ with building the same session from json+raw, in the same run (docs/snapshot-for
 
 from __future__ import annotations
 
-import inspect
 import sys
 import time
 
@@ -32,10 +31,8 @@ def compiled(name: str, size: int | None = None):
 
         kw = {"input_size": size} if size else {}
         net = zoo.build(name, **kw)
-        fast = {"weight_rounding": "nearest"} if "weight_rounding" in \
-            inspect.signature(quantize_network).parameters else {}
         q = quantize_network(net, zoo.calibration_set(name, count=2, **kw), bits=8,
-                             method="minmax", **fast)
+                             method="minmax", weight_rounding="nearest")
         _NETS[key] = (q, lower(adapt(q)))
     return _NETS[key]
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import inspect
-
 import numpy as np
 
 from host_backend import HostBackend
@@ -21,10 +19,8 @@ def compiled(name: str, bits: int = 8, **kw):
         from xir.quant.quantize import quantize_network
 
         net = zoo.build(name, **kw)
-        fast = {"weight_rounding": "nearest"} if "weight_rounding" in \
-            inspect.signature(quantize_network).parameters else {}
         q = quantize_network(net, zoo.calibration_set(name, count=2, **kw), bits=bits,
-                             method="minmax", **fast)
+                             method="minmax", weight_rounding="nearest")
         _CACHE[key] = (q, lower(adapt(q)))
     return _CACHE[key]
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from test_zg330_lowering_lib import compiled_zoo
 from test_zg330_lowering_lib import zdev  # noqa: F401  (fixture)
 
 from host_backend import HostBackend
@@ -12,25 +13,7 @@ from xrt import Device, HostDevice, Session
 from xrt.errors import CallOrderError, DeviceError, TensorError, UnsupportedOpError, XrtError
 from zg330backend import OcmOpt, SegmentType, ZG330Backend, ZG330Device
 
-_CACHE: dict = {}
-
-
-def _compiled(name: str, **kw):
-    key = (name, tuple(sorted(kw.items())))
-    if key not in _CACHE:
-        from xir import zoo
-        from xir.quant.quantize import quantize_network
-        from zg330backend.lowering import adapt, lower
-
-        net = zoo.build(name, **kw)
-        import inspect
-
-        fast = {"weight_rounding": "nearest"} if "weight_rounding" in \
-            inspect.signature(quantize_network).parameters else {}
-        q = quantize_network(net, zoo.calibration_set(name, count=2, **kw), bits=8,
-                             method="minmax", **fast)
-        _CACHE[key] = (q, lower(adapt(q)))
-    return _CACHE[key]
+_compiled = compiled_zoo
 
 
 def _x(q, seed=0):

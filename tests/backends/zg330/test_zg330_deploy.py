@@ -4,11 +4,11 @@ HostBackend's integer reference."""
 
 from __future__ import annotations
 
-import inspect
 import os
 
 import numpy as np
 import pytest
+from test_zg330_lowering_lib import compiled_zoo
 from test_zg330_lowering_lib import zdev  # noqa: F401  (fixture)
 
 from host_backend import HostBackend
@@ -23,20 +23,7 @@ from zg330backend.deploy import relocate
 _CACHE: dict = {}
 
 
-def compiled(name: str, **kw):
-    key = (name, tuple(sorted(kw.items())))
-    if key not in _CACHE:
-        from xir import zoo
-        from xir.quant.quantize import quantize_network
-        from zg330backend.lowering import adapt, lower
-
-        net = zoo.build(name, **kw)
-        fast = {"weight_rounding": "nearest"} if "weight_rounding" in \
-            inspect.signature(quantize_network).parameters else {}
-        q = quantize_network(net, zoo.calibration_set(name, count=2, **kw), bits=8,
-                             method="minmax", **fast)
-        _CACHE[key] = (q, lower(adapt(q)))
-    return _CACHE[key]
+compiled = compiled_zoo
 
 
 def x_of(q, seed=0):

@@ -72,3 +72,22 @@ def zdev():
     d = Device.Open("sim://zg330")
     yield d
     d.close()
+
+
+_ZOO: dict = {}
+
+
+def compiled_zoo(name: str, **kw):
+    """(quantized, ZG330-lowered) zoo network, quantized fast (minmax, 2 images, nearest
+    rounding), cached per process."""
+    key = (name, tuple(sorted(kw.items())))
+    if key not in _ZOO:
+        from xir import zoo
+        from xir.quant.quantize import quantize_network
+        from zg330backend.lowering import adapt, lower
+
+        net = zoo.build(name, **kw)
+        q = quantize_network(net, zoo.calibration_set(name, count=2, **kw), bits=8,
+                             method="minmax", weight_rounding="nearest")
+        _ZOO[key] = (q, lower(adapt(q)))
+    return _ZOO[key]
