@@ -122,8 +122,7 @@ class Session:
                     f"{', '.join(tried) or 'no backends'}")
         for b, d in zip(backends, devices):
             ops = [op for op in network.ops if chosen[op.op_id] is b]
-            b.init(network.network.view([op.op_id for op in ops]) if hasattr(network, "network")
-                   else network.view([op.op_id for op in ops]), d)
+            b.init(network.view([op.op_id for op in ops]), d)
         sess._bindings = chosen
         return sess
 

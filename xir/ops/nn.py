@@ -35,6 +35,16 @@ def _bias_check(op: Operation, shapes, cout: int) -> None:
         raise fail(op, f"bias must have shape [{cout}], got {list(shapes[2])}", "inputs")
 
 
+def _conv_operands(op: Operation, shapes):
+    """The (x, w) shapes of a convolution, checked: both rank 4, positive strides etc."""
+    x, w = shapes[0], shapes[1]
+    need_rank(op, x, 4)
+    need_rank(op, w, 4, "weight")
+    _check_positive(op, "stride_height", "stride_width", "dilation_height", "dilation_width",
+                    "groups")
+    return x, w
+
+
 @register_op
 class Conv2d(Operation):
     """2-D convolution: x NHWC, w HWIO (kh, kw, cin/groups, cout), optional bias (cout,)."""
@@ -45,12 +55,8 @@ class Conv2d(Operation):
     ATTRS = dict(_CONV_ATTRS)
 
     def infer_shapes(self, shapes):
-        x, w = shapes[0], shapes[1]
-        need_rank(self, x, 4)
-        need_rank(self, w, 4, "weight")
+        x, w = _conv_operands(self, shapes)
         a = self.attrs
-        _check_positive(self, "stride_height", "stride_width", "dilation_height",
-                        "dilation_width", "groups")
         n, h, wd, c = x
         kh, kw, cin_g, cout = w
         g = a["groups"]
@@ -77,12 +83,8 @@ class ConvTranspose2d(Operation):
     ATTRS = dict(_CONV_ATTRS, output_pad_height=(int, 0), output_pad_width=(int, 0))
 
     def infer_shapes(self, shapes):
-        x, w = shapes[0], shapes[1]
-        need_rank(self, x, 4)
-        need_rank(self, w, 4, "weight")
+        x, w = _conv_operands(self, shapes)
         a = self.attrs
-        _check_positive(self, "stride_height", "stride_width", "dilation_height",
-                        "dilation_width", "groups")
         n, h, wd, c = x
         kh, kw, cin, cout_g = w
         g = a["groups"]

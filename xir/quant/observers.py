@@ -18,6 +18,7 @@ bin width, ``top / bins`` with ``top < 2 * max|x|`` once the range has grown.
 
 from __future__ import annotations
 
+import abc
 from typing import Any
 
 import numpy as np
@@ -61,14 +62,16 @@ def _abs_finite(x: np.ndarray) -> np.ndarray:
     return a
 
 
-class Observer:
+class Observer(abc.ABC):
     """Common interface: ``update(x)``, ``amax()``, ``scale(dtype)``."""
 
+    @abc.abstractmethod
     def update(self, x: np.ndarray) -> None:
-        raise NotImplementedError
+        """Feed one calibration batch."""
 
+    @abc.abstractmethod
     def amax(self) -> float:
-        raise NotImplementedError
+        """The symmetric clipping threshold chosen from what was seen."""
 
     def scale(self, dtype: Any = np.int8) -> float:
         """``amax() / qmax(dtype)``, at least :data:`MIN_SCALE`."""
