@@ -1,0 +1,14 @@
+"""Handlers for ONNX ops, one module per op family.
+
+Importing this package imports every family module, which registers its handlers in
+`registry._HANDLERS`; `SUPPORTED_ONNX_OPS` is read from the registry afterwards.
+"""
+
+from __future__ import annotations
+
+from ..registry import _HANDLERS
+from . import (activation, batchnorm, conv_pool, elementwise, matmul,  # noqa: F401 - registers
+               passthrough, reshape, resize, slicing)
+
+SUPPORTED_ONNX_OPS = frozenset(_HANDLERS)
+"""ONNX op types the importer maps to xir ops (any op whose inputs are constant also folds)."""
