@@ -12,15 +12,29 @@ from test_zg330_lowering_lib import compiled_zoo
 from test_zg330_lowering_lib import zdev  # noqa: F401  (fixture)
 
 from host_backend import HostBackend
+from npu_model.isa import F, Op, decode_arrays, set_word
 from npu_model.mmu import MEM_OCM
 from npu_model.planners import etm as etm_planner
 from xrt import Device, HostDevice, Session
 from xrt.errors import CallOrderError, InvalidArgumentError
 from zg330backend import OcmOpt, SegmentType, ZG330Backend
-from zg330backend.backend import relocate_words
 from zg330backend.deploy import relocate
 
 _CACHE: dict = {}
+_ADDR_FIELDS = [int(f) for f in (F.IN_ADDR, F.IN1_ADDR, F.OUT_ADDR, F.WGT_ADDR, F.PRM_ADDR)]
+
+
+def relocate_words(words: np.ndarray, moves: list[tuple[int, int, int]]) -> np.ndarray:
+    """The word-by-word reference of `deploy.relocate` (docs/zg330-isa.md address words)."""
+    out = np.array(words, dtype=np.uint64, copy=True)
+    ops, fids, payloads = decode_arrays(out)
+    for i in np.nonzero((ops == Op.SET) & np.isin(fids, _ADDR_FIELDS))[0]:
+        a = int(payloads[i])
+        for old, new, size in moves:
+            if old <= a < old + size:
+                out[i] = np.uint64(set_word(F(int(fids[i])), new + (a - old)))
+                break
+    return out
 
 
 compiled = compiled_zoo

@@ -97,10 +97,9 @@ def test_restore_runs_no_lowering_or_planning(zdev, mock, tmp_path, monkeypatch)
     import zg330backend.lowering as lowering
     from npu_model.planners import etm as etm_planner
     from npu_model.planners import ocm as ocm_planner
-    from zg330backend import backend as zbackend
     from zg330backend import deploy
 
-    for mod, attr in [(deploy, "plan"), (deploy, "relocate"), (zbackend, "relocate_words"),
+    for mod, attr in [(deploy, "plan"), (deploy, "relocate"),
                       (etm_planner, "plan_etm_detailed"), (etm_planner, "plan_no_reuse"),
                       (etm_planner, "lower_bound"), (ocm_planner, "plan_ocm"),
                       (lowering, "lower"), (lowering, "adapt"),

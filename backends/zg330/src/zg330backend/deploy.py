@@ -124,8 +124,8 @@ def plan(slots: list[Slot], *, etm_reuse: bool, ocm_option: OcmOpt, ocm_capacity
 
 
 def relocate(words: np.ndarray, moves: list[tuple[int, int, int]]) -> np.ndarray:
-    """`backend.relocate_words`, vectorised (`npu_model.lowering.relocate`, shared with Buyi):
-    every operand address word inside some ``[old, old + size)`` becomes
+    """Instruction words with their addresses moved (`npu_model.lowering.relocate`, shared
+    with Buyi): every operand address word inside some ``[old, old + size)`` becomes
     ``new + (addr - old)``. The `old` ranges must not overlap."""
     try:
         return _relocate(words, moves)

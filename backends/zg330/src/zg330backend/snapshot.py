@@ -18,6 +18,8 @@ import numpy as np
 from xrt.errors import InvalidArgumentError, SnapshotError, UnsupportedOpError
 
 from . import deploy
+from .device_state import _ocm_arena
+from .layout import _Buffer, _hardops
 from .structs import ForwardInfo, HardOpInfo, LogicSegment, OcmOpt, SegmentType, ValueInfo
 
 STATE_VERSION = 1
@@ -25,8 +27,6 @@ STATE_VERSION = 1
 
 def _image(backend: Any, st: SegmentType) -> np.ndarray:
     """The bytes `apply` uploaded to segment `st` (WEIGHT or INSTR), zero where nothing is."""
-    from .backend import _hardops
-
     ls = backend.logic_segment_map[st]
     img = np.zeros(ls.byte_size, np.uint8)
     for op in _hardops(backend._view):
@@ -87,7 +87,6 @@ def dump_state(b: Any) -> tuple[dict[str, Any], dict[str, bytes]]:
 def restore_state(b: Any, view: Any, device: Any, state: dict[str, Any],
                   blobs: dict[str, Any]) -> None:
     """Make `b` (fresh from `ZG330Backend.Init()`) the applied backend `state` describes."""
-    from .backend import _Buffer, _hardops, _ocm_arena
     from .device import ZG330Device
 
     if not isinstance(device, ZG330Device):
