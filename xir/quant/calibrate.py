@@ -236,9 +236,12 @@ def run_float(net: Any, samples: Iterable[list[np.ndarray]], on_value) -> list[l
 
 
 def calibrate(net: Any, samples: Any, method: str = "minmax", *,
-              skip_zeros: bool | None = None, **kw: Any) -> dict[int, float]:
+              skip_zeros: bool | None = None, per_value: dict[int, dict] | None = None,
+              **kw: Any) -> dict[int, float]:
     """`{v_id: amax}` of every float value of `net` over `samples` (anything
-    `load_calibration` accepts), with one `make_observer(method, **kw)` per value.
+    `load_calibration` accepts), with one `make_observer(method, **kw)` per value
+    (`per_value[v_id]`, when given, replaces `kw` for that value: mixed-precision networks
+    calibrate their 16-bit values with 16-bit observers).
 
     `skip_zeros` (default: on for "kl", off otherwise) leaves exact zeros out of the
     histograms, as pytorch-quantization's `HistogramCalibrator(skip_zeros=True)` does: after a
@@ -249,13 +252,14 @@ def calibrate(net: Any, samples: Any, method: str = "minmax", *,
     data = load_calibration(samples, net)
     observers: dict[int, Any] = {}
     skip = (method == "kl") if skip_zeros is None else bool(skip_zeros)
+    per_value = per_value or {}
 
     def feed(v, arr):
         if arr.dtype.kind != "f":
             return
         obs = observers.get(v.v_id)
         if obs is None:
-            obs = observers[v.v_id] = make_observer(method, **kw)
+            obs = observers[v.v_id] = make_observer(method, **per_value.get(v.v_id, kw))
         if skip:
             arr = arr[arr != 0]
             if arr.size == 0:

@@ -112,20 +112,93 @@ class _UnionFind:
             self.parent[max(ra, rb)] = min(ra, rb)
 
 
-def _assign_scales(net: Network, amax: dict[int, float], int_ops: set[int], dtype: Any
-                   ) -> tuple[dict[int, float], dict[int, int]]:
-    """Per-value scales with the sharing groups resolved (largest amax of the group)."""
+def _scale_groups(net: Network, int_ops: set[int]) -> _UnionFind:
+    """Union-find of the values that must share one scale (and so one dtype)."""
     uf = _UnionFind()
     for op in net.ops:
         if op.op_id in int_ops and _shares_scale(op):
             vals = [v.v_id for v in op.feature_inputs()] + [v.v_id for v in op.outputs]
             for v in vals[1:]:
                 uf.union(vals[0], v)
+    return uf
+
+
+def _resolve_op_bits(net: Network, op_bits: Any, bits: int, int_ops: set[int]
+                     ) -> dict[int, int]:
+    """`{op_id: bits}` from the user's `{op name or op_id: bits}`, checked."""
+    by_name = {op.name: op for op in net.ops}
+    by_id = {op.op_id: op for op in net.ops}
+    out: dict[int, int] = {}
+    for key, b in dict(op_bits or {}).items():
+        op = by_id.get(key) if isinstance(key, int) else by_name.get(str(key))
+        if op is None:
+            raise QuantizationError(f"op_bits names op {key!r}, which the optimized network "
+                                    f"does not have (folded activations and BatchNorms are "
+                                    f"gone; name the op they folded into)", field="op_bits")
+        if b not in (8, 16) or b < bits:
+            raise QuantizationError(f"op_bits[{key!r}] = {b}: an op can only be raised from "
+                                    f"bits={bits} to 16", field="op_bits")
+        if op.op_id not in int_ops:
+            raise QuantizationError(f"op_bits names {op.op_type} '{op.name}', which has no "
+                                    f"integer form and stays float", field="op_bits")
+        out[op.op_id] = int(b)
+    return out
+
+
+def _value_bits(net: Network, int_ops: set[int], uf: _UnionFind, bits: int,
+                op_bits: dict[int, int], input_bits: int | None) -> dict[int, int]:
+    """Storage bits of the activation values that differ from `bits` (mixed precision).
+
+    An op raised by `op_bits` needs its feature inputs at its precision; `input_bits` raises
+    the network inputs. From there, to a fixed point: a scale-sharing group takes its widest
+    member's bits, and a rescaling op (Conv2d, Add, LUT, ...) computes at the widest bits of
+    its feature inputs, so all of them are raised to it. Rescaling ops write any dtype, so
+    precision changes only ever happen inside them: no integer-to-integer Casts are needed.
+    """
+    vb: dict[int, int] = {}
+
+    def need(vid: int, b: int) -> bool:
+        if b > vb.get(vid, bits):
+            vb[vid] = b
+            return True
+        return False
+
+    if input_bits is not None:
+        for v in net.inputs():
+            need(v.v_id, input_bits)
+    ops = {op.op_id: op for op in net.ops}
+    for oid, b in op_bits.items():
+        for v in ops[oid].feature_inputs():
+            need(v.v_id, b)
+    changed = bool(vb)
+    while changed:
+        changed = False
+        gmax: dict[int, int] = {}
+        for vid, b in vb.items():
+            r = uf.find(vid)
+            gmax[r] = max(gmax.get(r, bits), b)
+        for op in net.ops:
+            if op.op_id not in int_ops:
+                continue
+            feats = op.feature_inputs()
+            for v in feats + op.outputs:
+                changed |= need(v.v_id, gmax.get(uf.find(v.v_id), bits))
+            if feats and not _shares_scale(op):
+                b = max(vb.get(v.v_id, bits) for v in feats)
+                for v in feats:
+                    changed |= need(v.v_id, b)
+    return vb
+
+
+def _assign_scales(amax: dict[int, float], uf: _UnionFind, dtype_of: Any
+                   ) -> tuple[dict[int, float], dict[int, int]]:
+    """Per-value scales with the sharing groups resolved (largest amax of the group)."""
     group_amax: dict[int, float] = {}
     for vid, a in amax.items():
         r = uf.find(vid)
         group_amax[r] = max(group_amax.get(r, 0.0), a)
-    scales = {vid: float(scale_from_amax(group_amax[uf.find(vid)], dtype)) for vid in amax}
+    scales = {vid: float(scale_from_amax(group_amax[uf.find(vid)], dtype_of(vid)))
+              for vid in amax}
     groups = {vid: uf.find(vid) for vid in amax}
     return scales, groups
 
@@ -144,43 +217,66 @@ def _observer_kw(method: str, bits: int, kw: dict) -> dict:
 
 def quantize_network(net: Network, samples: Any, *, bits: int = 8, method: str = "mse",
                      per_channel: bool = True, weight_rounding: str = "gptq",
-                     headroom: float | None = None, **kw: Any) -> Network:
+                     headroom: float | None = None, op_bits: Any = None,
+                     input_bits: int | None = None, **kw: Any) -> Network:
     """Quantize `net` (float) into a new network of integer ops; see the module docstring.
 
     `samples`: anything `load_calibration` accepts. `bits`: 8 or 16 (activations and weights).
     `method`: "mse" (default), "minmax", "percentile" or "kl" (observer keyword arguments in
     `kw`; for 16-bit KL the defaults are bins=131072, stride=1024). `headroom` multiplies every
-    activation threshold (default 1 for 8 bits, `INT16_HEADROOM` for 16). `weight_rounding`:
-    "gptq" (default, `xir.quant.gptq`) or "nearest". The input network is not modified.
+    activation threshold (default 1 for 8-bit values, `INT16_HEADROOM` for 16-bit ones).
+    `weight_rounding`: "gptq" (default, `xir.quant.gptq`) or "nearest".
+    Mixed precision: `op_bits` maps op names (or op_ids) of the optimized network to 16, so
+    those ops compute with 16-bit inputs, weights and int64 bias; `input_bits=16` does the same
+    for the network inputs and the ops reading them (the usual 16-bit first layer: the input
+    keeps its resolution through the stem, whose edge filters amplify rounding). Rescaling ops
+    requantize between precisions, so an int16 stem writes int8 for the next layer.
+    The input network is not modified.
     """
     if bits not in (8, 16):
         raise QuantizationError(f"bits must be 8 or 16, not {bits}", field="bits")
-    act_el = INT8 if bits == 8 else INT16
-    act_np = act_el.numpy_dtype
-    bias_el = INT32 if bits == 8 else INT64
+    if input_bits is not None and (input_bits not in (8, 16) or input_bits < bits):
+        raise QuantizationError(f"input_bits must be 16 (or equal to bits={bits}), not "
+                                f"{input_bits}", field="input_bits")
     opt = optimize(net)
     data = load_calibration(samples, opt)
     if weight_rounding not in ("gptq", "nearest"):
         raise QuantizationError(f"weight_rounding must be 'gptq' or 'nearest', not "
                                 f"{weight_rounding!r}", field="weight_rounding")
-    if headroom is None:
-        headroom = 1.0 if bits == 8 else INT16_HEADROOM
-    if headroom < 1.0:
+    if headroom is not None and headroom < 1.0:
         raise QuantizationError(f"headroom must be >= 1, not {headroom}", field="headroom")
-    amax = calibrate(opt, data, method, **_observer_kw(method, bits, kw))
-    amax = {vid: a * headroom for vid, a in amax.items()}
     int_ops = {op.op_id for op in opt.ops if integer_capable(op)}
-    scales, groups = _assign_scales(opt, amax, int_ops, act_np)
+    uf = _scale_groups(opt, int_ops)
+    raised = _resolve_op_bits(opt, op_bits, bits, int_ops)
+    vbits = _value_bits(opt, int_ops, uf, bits, raised, input_bits)
+
+    def bits_of(vid: int) -> int:
+        return vbits.get(vid, bits)
+
+    def el_of(vid: int) -> ScalarType:
+        return INT8 if bits_of(vid) == 8 else INT16
+
+    per_value = {vid: _observer_kw(method, b, kw) for vid, b in vbits.items()}
+    amax = calibrate(opt, data, method, per_value=per_value, **_observer_kw(method, bits, kw))
+    amax = {vid: a * (headroom if headroom is not None else
+                      1.0 if bits_of(vid) == 8 else INT16_HEADROOM) for vid, a in amax.items()}
+    scales, groups = _assign_scales(amax, uf, lambda vid: el_of(vid).numpy_dtype)
+    op_el = {op.op_id: el_of(op.feature_inputs()[0].v_id) for op in opt.ops
+             if op.op_id in int_ops and op.feature_inputs()}
     codes: dict[int, tuple[np.ndarray, np.ndarray]] = {}
     if weight_rounding == "gptq" and per_channel:
-        codes = _gptq_codes(opt, data, int_ops, act_np)
+        codes = _gptq_codes(opt, data, int_ops, op_el)
 
     q = Network(opt.name, framework_kind=opt.framework_kind,
                 framework_version=opt.framework_version, icraft_version=opt.icraft_version,
                 icraft_xir_version=opt.icraft_xir_version, tags=dict(opt.tags))
     q.tags["quantization"] = {"bits": bits, "method": method, "per_channel": bool(per_channel),
                               "weight_rounding": weight_rounding if per_channel else "nearest",
-                              "headroom": float(headroom),
+                              "headroom": float(headroom if headroom is not None else
+                                                 1.0 if bits == 8 else INT16_HEADROOM),
+                              "input_bits": input_bits,
+                              "op_bits": {str(oid): 16 for oid, el in op_el.items()
+                                          if el.storage.bits > bits},
                               "float_ops": sorted(op.op_id for op in opt.ops
                                                   if op.op_id not in int_ops
                                                   and op.op_type not in ("Input", "Output"))}
@@ -198,7 +294,8 @@ def quantize_network(net: Network, samples: Any, *, bits: int = 8, method: str =
         if v.v_id not in scales:
             raise QuantizationError(f"value {v.v_id} ('{v.name}') was never seen during "
                                     f"calibration", field="samples")
-        return TensorType(QuantizedType(act_el, scales[v.v_id]), v.shape, v.dtype.layout)
+        return TensorType(QuantizedType(el_of(v.v_id), scales[v.v_id]), v.shape,
+                          v.dtype.layout)
 
     def tags_of(v: Value) -> dict:
         t = dict(v.tags)
@@ -253,8 +350,9 @@ def quantize_network(net: Network, samples: Any, *, bits: int = 8, method: str =
                 outs.append(nv)
             q.ops.append(op.clone_with(ins, outs))
             continue
-        ins = _integer_inputs(op, get_q, scales, act_el, bias_el, per_channel,
-                              codes.get(op.op_id))
+        act_el = op_el.get(op.op_id, INT8 if bits == 8 else INT16)
+        bias_el = INT32 if act_el.storage.bits == 8 else INT64
+        ins = _integer_inputs(op, get_q, act_el, bias_el, per_channel, codes.get(op.op_id))
         outs = []
         for v in op.outputs:
             nv = Value(v.v_id, qtype(v), v.name, v.mtype, tags_of(v))
@@ -267,7 +365,8 @@ def quantize_network(net: Network, samples: Any, *, bits: int = 8, method: str =
     q.relink()
     q.reserveIds(next_op[0] - 1, next_vid[0] - 1)
     q.validate()
-    log.info("quantized %s: %d integer ops, %d float ops, int%d, %s", net.name, len(int_ops),
+    log.info("quantized %s: %d integer ops (%d at 16 bits), %d float ops, int%d, %s", net.name,
+             len(int_ops), len(q.tags["quantization"]["op_bits"]),
              len(q.tags["quantization"]["float_ops"]), bits, method)
     return q
 
@@ -284,7 +383,7 @@ def _weight_axis(op: Operation, ndim: int) -> int | None:
     return None
 
 
-def _gptq_codes(opt: Network, data: list, int_ops: set[int], dt: Any
+def _gptq_codes(opt: Network, data: list, int_ops: set[int], op_el: dict[int, ScalarType]
                 ) -> dict[int, tuple[np.ndarray, np.ndarray]]:
     """`{op_id: (codes, scales)}` for the integer Conv2d / Matmul ops with constant weights,
     rounded by GPTQ (`xir.quant.gptq`) on the calibration samples."""
@@ -296,11 +395,12 @@ def _gptq_codes(opt: Network, data: list, int_ops: set[int], dt: Any
     if not ops:
         return {}
     hess = collect_hessians(opt, data, ops)
-    qmax = int(np.iinfo(dt).max)
     out = {}
     for op in ops:
         if op.op_id not in hess:
             continue
+        dt = op_el[op.op_id].numpy_dtype
+        qmax = int(np.iinfo(dt).max)
         w = np.asarray(op.inputs[1].data, np.float64)
         s = weight_scales(w, w.ndim - 1, dt)
         groups = int(op.attrs.get("groups", 1)) if op.op_type == "Conv2d" else 1
@@ -320,8 +420,8 @@ def _weight_q(w: np.ndarray, axis: int | None, el, per_channel: bool
     return quantize(w, float(s[0]), dt, narrow_range=True), s, None
 
 
-def _integer_inputs(op: Operation, get_q, scales: dict[int, float], act_el, bias_el,
-                    per_channel: bool, codes: tuple[np.ndarray, np.ndarray] | None = None
+def _integer_inputs(op: Operation, get_q, act_el, bias_el, per_channel: bool,
+                    codes: tuple[np.ndarray, np.ndarray] | None = None
                     ) -> list[Value]:
     t = op.op_type
     if t in ("Conv2d", "ConvTranspose2d", "Matmul"):

@@ -191,6 +191,67 @@ def test_tiny_cnn_int8_and_int16_accuracy(tiny, tiny_q8):
     assert conv.inputs[2].data.dtype == np.int64  # int16 layers: int64 bias
 
 
+# --- mixed precision ----------------------------------------------------------------------------
+
+def _bits(v) -> int:
+    return v.dtype.element_dtype.storage.bits
+
+
+def test_input_bits_16_gives_an_int16_stem_writing_int8(tiny, tmp_path):
+    net, cal = tiny
+    q = quantize_network(net, cal, bits=8, method="minmax", weight_rounding="nearest",
+                         input_bits=16)
+    ops = {op.name: op for op in q.ops}
+    stem = ops["stem.conv"]
+    x, w, b = stem.inputs
+    assert (_bits(x), _bits(w), _bits(b)) == (16, 16, 64)
+    assert _bits(stem.outputs[0]) == 8  # requantized to the network's precision
+    assert _bits(ops["down.conv"].inputs[1]) == 8
+    assert q.tags["quantization"]["op_bits"] == {str(stem.op_id): 16}
+    assert q.tags["quantization"]["input_bits"] == 16
+    test = zoo.calibration_set("tiny_cnn", 2, seed=5)
+    assert _min_cos(net, q, test) >= 0.99
+    q.save(tmp_path / "mixed.json")
+    back = load_network(tmp_path / "mixed.json")
+    for a, c in zip(run(q, test[0]), run(back, test[0])):
+        np.testing.assert_array_equal(a, c)
+
+
+def test_op_bits_raise_scale_groups_and_siblings(tiny):
+    net, cal = tiny
+    q = quantize_network(net, cal, bits=8, method="minmax", weight_rounding="nearest",
+                         op_bits={"branch1.conv": 16})
+    ops = {op.name: op for op in q.ops}
+    # branch1 reads the MaxPool output, which shares its scale (and dtype) with the pool input
+    assert _bits(ops["branch1.conv"].inputs[0]) == 16 and _bits(ops["pool"].inputs[0]) == 16
+    assert _bits(ops["res"].outputs[0]) == 16            # the Add writes int16 directly
+    assert _bits(ops["branch2.conv"].inputs[1]) == 16    # a sibling reader computes at 16
+    assert _bits(ops["fuse"].inputs[0]) == 16            # res also feeds 'fuse': both its
+    assert _bits(ops["up"].outputs[0]) == 16             # inputs (and the Upsample group)
+    assert _bits(ops["branch1.act"].inputs[0]) == 8      # ... outputs go back to int8
+    assert not any(op.op_type == "Cast" and all(v.dtype.element_dtype.is_quantized
+                                                 for v in op.inputs + op.outputs)
+                   for op in q.ops)  # precision changes inside rescaling ops, no int casts
+    assert _min_cos(net, q, zoo.calibration_set("tiny_cnn", 2, seed=5)) >= 0.99
+    assert sum(1 for op in q.ops if op.op_type == "Cast") == sum(
+        1 for op in quantize_network(net, cal, bits=8, method="minmax",
+                                     weight_rounding="nearest").ops if op.op_type == "Cast")
+
+
+@pytest.mark.parametrize("kw,msg", [
+    ({"op_bits": {"nope": 16}}, "does not have"),
+    ({"op_bits": {"stem.bn": 16}}, "does not have"),   # folded into stem.conv
+    ({"op_bits": {"stem.conv": 12}}, "raised"),
+    ({"op_bits": {"stem.conv": 8}, "bits": 16}, "raised"),
+    ({"input_bits": 8, "bits": 16}, "input_bits"),
+])
+def test_mixed_precision_errors_name_the_field(tiny, kw, msg):
+    net, cal = tiny
+    with pytest.raises(xir.QuantizationError, match=msg) as e:
+        quantize_network(net, cal[:1], weight_rounding="nearest", method="minmax", **kw)
+    assert e.value.field in ("op_bits", "input_bits")
+
+
 def test_fake_qf_differs_and_is_closer_to_float(tiny, tiny_q8):
     net, _ = tiny
     x = zoo.calibration_set("tiny_cnn", 1, seed=9)[0]
