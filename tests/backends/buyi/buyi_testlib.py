@@ -10,9 +10,11 @@ from xrt import HostDevice, Session
 _CACHE: dict = {}
 
 
-def compiled(name: str, bits: int = 8, **kw):
-    """(quantized network, Buyi-lowered network) of a zoo network."""
-    key = (name, bits, tuple(sorted(kw.items())))
+def compiled(name: str, bits: int = 8, quant: dict | None = None, **kw):
+    """(quantized network, Buyi-lowered network) of a zoo network (more `quantize_network`
+    options in `quant`)."""
+    quant = quant or {}
+    key = (name, bits, repr(sorted(quant.items())), tuple(sorted(kw.items())))
     if key not in _CACHE:
         from buyibackend.lowering import adapt, lower
         from xir import zoo
@@ -20,7 +22,7 @@ def compiled(name: str, bits: int = 8, **kw):
 
         net = zoo.build(name, **kw)
         q = quantize_network(net, zoo.calibration_set(name, count=2, **kw), bits=bits,
-                             method="minmax", weight_rounding="nearest")
+                             method="minmax", weight_rounding="nearest", **quant)
         _CACHE[key] = (q, lower(adapt(q)))
     return _CACHE[key]
 

@@ -16,6 +16,26 @@ from xrt.errors import CallOrderError, InvalidArgumentError, UnsupportedOpError
 from zg330backend import OcmOpt, ZG330Backend
 
 
+@pytest.mark.parametrize("speed", [False, True])
+def test_mixed_precision_runs_per_precision(bdev, speed):
+    """A mixed-precision network (int16 stem and island, int8 elsewhere) is bit-exact; with
+    speedMode the merged runs never mix precisions, and the NPU's dtype is set per run."""
+    q, z = compiled("tiny_cnn", quant={"input_bits": 16, "op_bits": {"branch1.conv": 16}})
+    x = rand_x(q)
+    ref = host_ref(q, x)
+    s, got = run_buyi(z, bdev, x, configure=(lambda b: b.speedMode()) if speed else None)
+    np.testing.assert_array_equal(ref[0], got[0])
+    b = BuyiBackend(s.backends[0])
+    keys = [r.key for r in b._runs]
+    assert set(keys) == {8, 16}
+    hard = {op.op_id: op for op in z.ops if op.op_type == "HardOp"}
+    for r in b._runs:
+        assert {b._merge_key(hard[o]) for o in r.op_ids} == {r.key}
+    if speed:
+        assert len(b._runs) < len(hard)
+    s.close()
+
+
 @pytest.mark.parametrize("bits", [8, 16])
 def test_tiny_cnn_bit_exact_and_bindings(bdev, bits):
     q, z = compiled("tiny_cnn", bits=bits)

@@ -45,6 +45,25 @@ def _bit_exact(name, dev, **kw):
     s.close()
 
 
+def test_mixed_precision_runs_on_chip_bit_exact(zdev):  # noqa: F811
+    """An int16 stem writing int8 (input_bits=16) and an int16 island (op_bits) lower to CONV,
+    ELTW and LUT layers that change dtype on the chip: bit-exact with the integer reference,
+    and nothing more falls back to the host than in the all-int8 network."""
+    q, z = _compiled("tiny_cnn", quant={"input_bits": 16, "op_bits": {"branch1.conv": 16}})
+    dts = {v.dtype.element_dtype.storage.bits for op in q.ops if op.op_type == "Conv2d"
+           for v in op.inputs[:1] + op.outputs}
+    assert dts == {8, 16}
+    x = _x(q)
+    ref = _host(q, x)
+    s, got = _zg(z, zdev, x)
+    np.testing.assert_array_equal(ref[0], got[0])
+    s.close()
+    _, z8 = _compiled("tiny_cnn")
+    host_ops = lambda net: sorted(op.op_type for op in net.ops  # noqa: E731
+                                  if op.op_type not in ("HardOp", "Input", "Output"))
+    assert host_ops(z) == host_ops(z8)
+
+
 def test_tiny_cnn_bit_exact_and_bindings(zdev):  # noqa: F811
     q, z = _compiled("tiny_cnn")
     x = _x(q)

@@ -77,10 +77,11 @@ def zdev():
 _ZOO: dict = {}
 
 
-def compiled_zoo(name: str, **kw):
+def compiled_zoo(name: str, quant: dict | None = None, **kw):
     """(quantized, ZG330-lowered) zoo network, quantized fast (minmax, 2 images, nearest
-    rounding), cached per process."""
-    key = (name, tuple(sorted(kw.items())))
+    rounding; more `quantize_network` options in `quant`), cached per process."""
+    quant = quant or {}
+    key = (name, repr(sorted(quant.items())), tuple(sorted(kw.items())))
     if key not in _ZOO:
         from xir import zoo
         from xir.quant.quantize import quantize_network
@@ -88,6 +89,6 @@ def compiled_zoo(name: str, **kw):
 
         net = zoo.build(name, **kw)
         q = quantize_network(net, zoo.calibration_set(name, count=2, **kw), bits=8,
-                             method="minmax", weight_rounding="nearest")
+                             method="minmax", weight_rounding="nearest", **quant)
         _ZOO[key] = (q, lower(adapt(q)))
     return _ZOO[key]

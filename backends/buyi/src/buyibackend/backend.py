@@ -104,8 +104,6 @@ class BuyiBackend(ZG330Backend):
         ocm = int((tags.get(TAG) or {}).get("ocm", 0)) if isinstance(tags, dict) else 0
         self.ocmopt = OcmOpt(ocm)
         self._estimate_ftmp()
-        self._bits = 16 if any(vi.value.tags[TAG]["dtype"] == "int16"
-                               for vi in self.value_info.values()) else 8
 
     # --- deployment options (seed 001 1.2 / 1.3) -------------------------------------------------
     def speedMode(self) -> None:
@@ -223,8 +221,13 @@ class BuyiBackend(ZG330Backend):
         return super().snapshotState()
 
     # --- forward ---------------------------------------------------------------------------
+    def _merge_key(self, op: Any) -> Any:
+        """The precision a HardOp computes in (its inputs' bits): speedMode merges only
+        consecutive HardOps of the same precision, as the vendor's does."""
+        return 16 if any(v.tags[TAG]["dtype"] == "int16" for v in op.inputs) else 8
+
     def _execute(self, run: Any) -> float:
-        self._device.setDType(self._bits)  # the runtime sets the NPU's data type per run
+        self._device.setDType(run.key)  # the runtime sets the NPU's data type per run
         return super()._execute(run)
 
     def forwardHardOp(self, op: Any, inputs: list[Tensor], outputs: list[Tensor]

@@ -277,6 +277,8 @@ def _tile_words(cfg: NpuConfig, inp: FMap, out: FMap, kh: int, sh: int, dh: int,
 
 
 def _check_same_dtype(*maps: FMap) -> None:
+    """Layer inputs share the MPE mode's dtype; only rescaling layers may write the other
+    (docs/zg330-isa.md)."""
     if len({m.dtype for m in maps}) != 1:
         raise ValueError(f"operands mix dtypes {[m.dtype for m in maps]}; insert a Cast")
 
@@ -285,8 +287,7 @@ def _check_same_dtype(*maps: FMap) -> None:
 
 
 def _emit_conv(L: Conv, cfg: NpuConfig) -> list[int]:
-    i, o = L.inp.resolved(cfg), L.out.resolved(cfg)
-    _check_same_dtype(i, o)
+    i, o = L.inp.resolved(cfg), L.out.resolved(cfg)  # OUT may be the other dtype
     kh, kw = _pair(L.kernel)
     sh, sw = _pair(L.stride)
     dh, dw = _pair(L.dilation)
@@ -314,8 +315,7 @@ def _emit_conv(L: Conv, cfg: NpuConfig) -> list[int]:
 
 
 def _emit_matmul(L: Matmul, cfg: NpuConfig) -> list[int]:
-    a, o = L.a.resolved(cfg), L.out.resolved(cfg)
-    _check_same_dtype(a, o)
+    a, o = L.a.resolved(cfg), L.out.resolved(cfg)  # OUT may be the other dtype
     if (L.weights_addr is None) == (L.b is None):
         raise ValueError("a Matmul needs exactly one of weights_addr (constant B) or b")
     if (o.h, o.w) != (a.h, a.w):
@@ -336,7 +336,7 @@ def _emit_matmul(L: Matmul, cfg: NpuConfig) -> list[int]:
 
 def _emit_eltw(L: Eltw, cfg: NpuConfig) -> list[int]:
     a, b, o = L.a.resolved(cfg), L.b.resolved(cfg), L.out.resolved(cfg)
-    _check_same_dtype(a, b, o)
+    _check_same_dtype(a, b)  # OUT may be the other dtype
     if (a.h, a.w, a.c) != (o.h, o.w, o.c):
         raise ValueError(f"eltw a {a.h}x{a.w}x{a.c} and out {o.h}x{o.w}x{o.c} differ")
     if b.c != a.c or (b.h, b.w) not in ((a.h, a.w), (1, 1)):

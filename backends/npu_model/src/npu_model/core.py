@@ -385,8 +385,6 @@ class Icore:
         cfg = self.cfg
         kh, kw, sh, sw, dh, dw, pt, pb, pl, pr = self._geometry(d)
         g = max(d.get(F.GROUPS, 1), 1)
-        if x.dtype != y.dtype:
-            raise NpuFault("CONV in and out dtypes differ")
         oh = (x.h + pt + pb - dh * (kh - 1) - 1) // sh + 1
         ow = (x.w + pl + pr - dw * (kw - 1) - 1) // sw + 1
         if (oh, ow) != (y.h, y.w) or x.c % g or y.c % g:
@@ -451,7 +449,7 @@ class Icore:
     def _matmul(self, d, mmu, a: Operand, y: Operand, lv, rows_en, lo, hi, compute):
         cfg = self.cfg
         b = self._operand(d, mmu, "in1")
-        if not (a.dtype == b.dtype == y.dtype) or b.h != a.h or b.w != a.c or b.c != y.c or \
+        if a.dtype != b.dtype or b.h != a.h or b.w != a.c or b.c != y.c or \
                 (y.h, y.w) != (a.h, a.w):
             raise NpuFault("MATMUL operand shapes do not match (a: batch x M x K, "
                            "b: batch x K x N, out: batch x M x N)")

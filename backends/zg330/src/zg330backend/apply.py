@@ -27,6 +27,7 @@ class _Run:
     instr_logic: int = 0
     instr_size: int = 0
     sid: int = -1  # synthetic op id (merged runs of 2+ HardOps), else the op id
+    key: Any = None  # what every HardOp of the run shares (`_merge_key`)
 
 
 class ApplyMixin:
@@ -209,6 +210,11 @@ class ApplyMixin:
                 return ph + (logic - lo)
         return 0
 
+    def _merge_key(self, op: Any) -> Any:
+        """HardOps merge into one run only while this agrees; the ZG330 switches the MPE mode
+        per layer, so any adjacent HardOps merge (BuyiBackend: same precision only)."""
+        return None
+
     def _plan_runs(self) -> None:
         hard = _hardops(self._view)
         view_ops = list(self._view.ops)
@@ -222,10 +228,12 @@ class ApplyMixin:
             reads_input = any(v.v_id in self._in_ids for v in op.inputs)
             adjacent = prev is not None and full_pos[op.op_id] == full_pos[prev.op_id] + 1 \
                 and pos[op.op_id] == pos[prev.op_id] + 1
-            if self.is_mergeHardop and runs and adjacent and not reads_input:
+            key = self._merge_key(op)
+            if self.is_mergeHardop and runs and adjacent and not reads_input and \
+                    runs[-1].key == key:
                 runs[-1].op_ids.append(op.op_id)
             else:
-                runs.append(_Run([op.op_id]))
+                runs.append(_Run([op.op_id], key=key))
             prev = op
         hmap = self.forward_info.hardop_map
         for k, r in enumerate(runs):

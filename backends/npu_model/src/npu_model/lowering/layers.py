@@ -53,16 +53,20 @@ def _attr(op, name: str, default: Any) -> Any:
     return op.attrs.get(name, default)
 
 
-def _feature_dtypes(op) -> str:
-    """The single NPU dtype of the op's feature maps, or NotLowerable."""
+def _feature_dtypes(op, rescales: bool = False) -> str:
+    """The NPU dtype the op computes in, or NotLowerable. All feature maps share it, except
+    that a rescaling layer (`rescales`: CONV, MATMUL, ELTW, LUT, whose requantization or
+    table saturates to the output dtype) may write the other one: the precision edges of a
+    mixed-precision network (docs/quantization.md)."""
     feats = op.feature_inputs() + list(op.outputs)
     dts = {npu_dtype(v) for v in feats}
-    if None in dts or len(dts) != 1:
+    dins = {npu_dtype(v) for v in op.feature_inputs()}
+    if None in dts or len(dins) != 1 or (not rescales and len(dts) != 1):
         raise NotLowerable("feature maps are not all per-tensor int8 or all int16")
     for v in feats:
         if map3(v.shape) is None:
             raise NotLowerable(f"value {v.v_id} shape {list(v.shape)} has no NHWC (N=1) form")
-    return dts.pop()
+    return dins.pop()
 
 
 def folded_act(attrs: dict, real: Any, s_out: float, out_np: Any, act_key: str = "act",
@@ -108,7 +112,7 @@ def _rq_records(bias, s_in: float, s_w: np.ndarray, s_out: float, n: int, attrs:
 
 
 def lower_conv(op, cfg) -> OpLowering:
-    dt = _feature_dtypes(op)
+    dt = _feature_dtypes(op, rescales=True)
     if len(op.feature_inputs()) != 1 or len(op.inputs) < 2 or not op.inputs[1].is_params:
         raise NotLowerable("Conv2d needs constant weights")
     if _attr(op, "padding_mode", "zeros") != "zeros":
@@ -143,7 +147,7 @@ def lower_conv(op, cfg) -> OpLowering:
 
 
 def lower_matmul(op, cfg) -> OpLowering:
-    dt = _feature_dtypes(op)
+    dt = _feature_dtypes(op, rescales=True)
     if len(op.feature_inputs()) != 1 or len(op.inputs) < 2 or not op.inputs[1].is_params or \
             _attr(op, "transpose_a", False):
         raise NotLowerable("Matmul needs a feature-map A and constant 2-D B")
@@ -173,7 +177,7 @@ def lower_matmul(op, cfg) -> OpLowering:
 
 
 def lower_eltw(op, cfg) -> OpLowering:
-    dt = _feature_dtypes(op)
+    dt = _feature_dtypes(op, rescales=True)
     if len(op.inputs) != 2 or any(v.is_params for v in op.inputs):
         raise NotLowerable("element-wise op with a constant operand")
     a, b, y = op.inputs[0], op.inputs[1], op.outputs[0]
@@ -278,7 +282,7 @@ def lower_pool(op, cfg) -> OpLowering:
 
 
 def lower_lut(op, cfg) -> OpLowering:
-    _feature_dtypes(op)
+    _feature_dtypes(op, rescales=True)
     x, y = op.inputs[0], op.outputs[0]
     table = build_lut(LUT_FUNCS[op.op_type], scale_of(x), scale_of(y), x.dtype.numpy_dtype,
                       y.dtype.numpy_dtype)
