@@ -6,8 +6,11 @@
 Networks: tiny_cnn (fast tests), resnet18, mobilenet_v2, yolov5s (v6.0, raw head maps).
 Weights are deterministic per seed: He-normal convolutions, BatchNorm2d with gamma near 1,
 small beta and running statistics measured on synthetic images (see `blocks`), so activations
-keep a realistic scale through the depth. The images are synthetic too: smooth colour fields,
-gradients and shapes, normalised as each network's real preprocessing does.
+keep a realistic scale through the depth; where a random architecture would be chaotic
+(MobileNetV2's depthwise filters), the weights take the structure trained ones have, so that
+small perturbations stay small (`noise_gain`), as they do in trained networks. The images are
+synthetic too: smooth colour fields, gradients and shapes, normalised as each network's real
+preprocessing does.
 """
 
 from __future__ import annotations
@@ -19,9 +22,9 @@ import numpy as np
 
 from ..errors import XirError
 from ..network import Network
-from .blocks import mac_count, param_count, synthetic_images
+from .blocks import mac_count, noise_gain, param_count, synthetic_images
 
-__all__ = ["build", "names", "calibration_set", "param_count", "mac_count",
+__all__ = ["build", "names", "calibration_set", "param_count", "mac_count", "noise_gain",
            "UnknownNetworkError"]
 
 _MODULES = ("tiny_cnn", "resnet18", "mobilenet_v2", "yolov5s")

@@ -47,9 +47,15 @@ class ZooBuilder:
 
     def conv(self, x: Value, cout: int, k: int | tuple[int, int], *, stride: int = 1,
              pad: int | None = None, groups: int = 1, bias: bool = False, name: str,
-             w_gain: float = 2.0, edge_filters: bool = False) -> Value:
+             w_gain: float = 2.0, edge_filters: bool = False, blob: float = 0.0) -> Value:
         """Conv2d with He-normal weights (std = sqrt(w_gain / fan_in)); pad defaults to k//2.
-        `edge_filters` (for the stem): three quarters of the filters sum to zero spatially."""
+        `edge_filters` (for the stem): three quarters of the filters sum to zero spatially.
+        `blob` in [0, 1) (for depthwise filters): each filter becomes
+        `sqrt(1 - blob**2) * he + blob * g * m`, with `g` a centre-heavy Gaussian blob of the
+        He filter's expected energy and `m ~ |N(1, 0.3)|` per filter. Trained depthwise kernels
+        are dominated by such centre/blob patterns; zero-mean random 3x3 kernels are high-pass,
+        so on smooth images the signal cancels, BatchNorm rescales what is left, and the
+        network turns chaotic (see `noise_gain`)."""
         kh, kw = (k, k) if isinstance(k, int) else k
         cin = x.shape[3]
         fan_in = kh * kw * cin // groups
@@ -61,6 +67,12 @@ class ZooBuilder:
             keep = self.rng.random(cout) < 0.25  # a quarter stay colour blobs
             dc = w.mean(axis=(0, 1), keepdims=True)
             w = np.where(keep, w, (w - dc) * math.sqrt(kh * kw / (kh * kw - 1)))
+        if blob:
+            r2 = (np.arange(kh) - kh // 2)[:, None] ** 2 + (np.arange(kw) - kw // 2)[None, :] ** 2
+            g = np.exp(-0.5 * r2)
+            g *= math.sqrt(w_gain * kh * kw / fan_in) / np.linalg.norm(g)
+            m = np.abs(self.rng.normal(1.0, 0.3, cout))
+            w = math.sqrt(1.0 - blob * blob) * w + blob * g[:, :, None, None] * m
         ins = [x, self.params(w, f"{name}.weight", "HWIO")]
         if bias:
             bound = 1.0 / math.sqrt(fan_in)
@@ -103,10 +115,10 @@ class ZooBuilder:
     def conv_bn_act(self, x: Value, cout: int, k: int, *, stride: int = 1,
                     pad: int | None = None, groups: int = 1, act: str | None = "relu",
                     name: str, conv_name: str | None = None, bn_name: str | None = None,
-                    gamma: float = 1.0, edge_filters: bool = False) -> Value:
+                    gamma: float = 1.0, edge_filters: bool = False, blob: float = 0.0) -> Value:
         """Conv2d (no bias) + BatchNorm2d + activation: the conv block of every zoo network."""
         y = self.conv(x, cout, k, stride=stride, pad=pad, groups=groups,
-                      name=conv_name or f"{name}.conv", edge_filters=edge_filters)
+                      name=conv_name or f"{name}.conv", edge_filters=edge_filters, blob=blob)
         y = self.bn(y, name=bn_name or f"{name}.bn", gamma=gamma)
         return self.act(y, act, name=f"{name}.act")
 
@@ -173,6 +185,27 @@ def calibrate_batchnorm(net: Network, probe: Sequence[np.ndarray],
 
 
 # --- figures -------------------------------------------------------------------------------
+
+def noise_gain(net: Network, sample: Sequence[np.ndarray], rel: float = 1e-3,
+               seed: int = 0) -> float:
+    """How much a small random input perturbation grows through `net` (float): the relative
+    L2 change of the outputs (worst output) divided by the relative change of the inputs,
+    for Gaussian noise of `rel` times each input's standard deviation.
+
+    Trained networks are noise-stable (Arora et al. 2018): such noise stays about the same
+    size, where a random network with BatchNorm can amplify it by orders of magnitude. Every
+    rounding step of a quantized network is such a perturbation, so this figure tells a
+    realistic zoo network from one whose int8 accuracy says nothing about real ones."""
+    rng = np.random.default_rng(seed)
+    xs = [np.asarray(a, np.float32) for a in sample]
+    noisy = [(a + rng.normal(0.0, rel * float(a.std()), a.shape)).astype(np.float32)
+             for a in xs]
+    d_in = max(float(np.linalg.norm(b - a) / np.linalg.norm(a)) for a, b in zip(xs, noisy))
+    ref, out = _reference.run(net, xs), _reference.run(net, noisy)
+    d_out = max(float(np.linalg.norm(np.float64(b) - np.float64(a))
+                      / max(np.linalg.norm(np.float64(a)), 1e-30)) for a, b in zip(ref, out))
+    return d_out / d_in
+
 
 def param_count(net: Network, *, trainable: bool = True) -> int:
     """Number of parameter scalars; `trainable` leaves out BN running statistics (the figure
