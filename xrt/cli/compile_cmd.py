@@ -16,7 +16,8 @@ from typing import Any
 HELP = "compile an ONNX model (or a zoo network) through every stage to a target's HardOps"
 
 DEFAULTS = {"target": None, "calib": None, "output": "out", "bits": 8, "method": "kl",
-            "input_shape": None, "name": None, "calib_count": 8, "input_size": None}
+            "input_shape": None, "name": None, "calib_count": 8, "input_size": None,
+            "input_bits": None, "op_bits": None}
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -28,8 +29,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
                                         "default to their generated set")
     parser.add_argument("-o", "--output", help="output folder (default: out)")
     parser.add_argument("--bits", type=int, choices=(8, 16), help="8 (default) or 16")
-    parser.add_argument("--method", choices=("minmax", "percentile", "kl"),
+    parser.add_argument("--method", choices=("minmax", "percentile", "kl", "mse"),
                         help="calibration method (default kl)")
+    parser.add_argument("--input-bits", type=int, choices=(16,),
+                        help="mixed precision: the network inputs and the layers reading them "
+                             "in 16 bits (an int16 stem writing int8)")
+    parser.add_argument("--op-bits", action="append", metavar="OP=16",
+                        help="mixed precision: compute this op (name in the optimized "
+                             "network) in 16 bits; repeatable")
     parser.add_argument("--input-shape", action="append", metavar="NAME=D0,D1,...",
                         help="shape of a dynamic ONNX input")
     parser.add_argument("--name", help="network name (default: the model's)")
@@ -76,6 +83,23 @@ def _shapes(spec: Any) -> dict[str, list[int]] | None:
     return out
 
 
+def _op_bits(spec: Any) -> dict[str, int] | None:
+    """`--op-bits NAME=16` flags, or the TOML table `op_bits = {NAME = 16}`."""
+    from ..errors import XrtError
+
+    if not spec:
+        return None
+    if isinstance(spec, dict):
+        return {str(k): int(v) for k, v in spec.items()}
+    out = {}
+    for item in spec:
+        name, _, bits = item.rpartition("=")
+        if not name or not bits.isdigit():
+            raise XrtError(f"xrt compile: --op-bits {item!r} is not NAME=BITS")
+        out[name] = int(bits)
+    return out
+
+
 def compile_model(opts: dict[str, Any], report: bool = False) -> dict[str, str]:
     """Run every stage; returns {stage: json path} in the output folder."""
     import xir
@@ -110,7 +134,8 @@ def compile_model(opts: dict[str, Any], report: bool = False) -> dict[str, str]:
     optimized = optimize(net)
     stages.append(("optimized", optimized))
     quantized = quantize_network(optimized, samples, bits=int(opts["bits"]),
-                                 method=opts["method"])
+                                 method=opts["method"], input_bits=opts.get("input_bits"),
+                                 op_bits=_op_bits(opts.get("op_bits")))
     stages.append(("quantized", quantized))
     adapted = lower.adapt(quantized, opts) if lower is not None and hasattr(lower, "adapt") \
         else quantized

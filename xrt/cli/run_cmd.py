@@ -69,6 +69,26 @@ def load_model(model: str, raw: str | None, target: str | None = None,
     return zoo.build(model, input_size=input_size) if input_size else zoo.build(model)
 
 
+def _source_stamp(model: str) -> str:
+    """A short hash of the code a cached compile depends on (the zoo network's weights, the
+    quantizer, the installed distributions' versions), so an upgrade never runs a stale one."""
+    import hashlib
+    import importlib.metadata as md
+    from pathlib import Path
+
+    import xir
+
+    root = Path(xir.__file__).parent
+    h = hashlib.sha256()
+    for f in sorted([*root.joinpath("quant").glob("*.py"), root / "zoo" / "blocks.py",
+                     root / "zoo" / f"{model}.py"]):
+        h.update(f.read_bytes())
+    for dist in sorted(d.metadata["Name"] for d in md.distributions()
+                       if d.metadata["Name"] and d.metadata["Name"].startswith("icraft-xrt")):
+        h.update(f"{dist}={md.version(dist)}".encode())
+    return h.hexdigest()[:10]
+
+
 def compiled_zoo(model: str, target: str, input_size: int | None = None) -> str:
     """Path of the zoo network compiled for `target`, compiling it on first use."""
     from .. import plugins
@@ -77,7 +97,7 @@ def compiled_zoo(model: str, target: str, input_size: int | None = None) -> str:
     lower = plugins.target(target)
     suffix = getattr(lower, "suffix", target.upper())
     tag = f"{model}_{input_size}" if input_size else model
-    out = os.path.join(".icraft", "cache", f"{tag}_{target}")
+    out = os.path.join(".icraft", "cache", f"{tag}_{target}_{_source_stamp(model)}")
     path = os.path.join(out, f"{tag}_{suffix}.json")
     if not os.path.exists(path):
         print(f"compiling {model} for {target} into {out} (cached for later runs)")

@@ -46,6 +46,24 @@ def test_compile_onnx_with_toml_and_calibration_folder(tmp_path):
     assert bits == {16}
 
 
+def test_compile_mixed_precision_flags_and_toml(tmp_path, capsys):
+    out = tmp_path / "o"
+    assert main(["compile", "tiny_cnn", "-o", str(out), "--method", "minmax", "--input-bits",
+                 "16", "--op-bits", "branch1.conv=16"]) == 0
+    q = xir.Network.CreateFromJsonFile(out / "tiny_cnn_quantized.json")
+    ops = {op.name: op for op in q.ops}
+    assert ops["stem.conv"].inputs[0].dtype.element_dtype.bits == 16
+    assert ops["branch1.conv"].inputs[0].dtype.element_dtype.bits == 16
+    assert ops["down.conv"].inputs[0].dtype.element_dtype.bits == 8
+    (tmp_path / "c.toml").write_text('[compile]\nmodel = "tiny_cnn"\nmethod = "minmax"\n'
+                                     f'output = "{tmp_path / "t"}"\n'
+                                     '[compile.op_bits]\n"nosuch.conv" = 16\n')
+    assert main(["compile", "--config", str(tmp_path / "c.toml")]) == 2
+    assert "nosuch.conv" in capsys.readouterr().err and _files(tmp_path / "t") == []
+    assert main(["compile", "tiny_cnn", "-o", str(tmp_path / "u"), "--op-bits", "x"]) == 2
+    assert "NAME=BITS" in capsys.readouterr().err
+
+
 def test_unknown_target_lists_installed_ones(tmp_path, capsys):
     assert main(["compile", "tiny_cnn", "--target", "nosuch", "-o", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err
