@@ -23,6 +23,10 @@ works on quantized element types:
 - ops with no exact integer form (Softmax, an unfolded BatchNorm2d, Relu with a threshold,
   ...) stay float, with Cast ops converting around them.
 
+Mixed precision (`input_bits`, `op_bits`; docs/quantization.md section 10): raised ops compute
+at 16 bits; precision spreads through scale groups and to the other inputs of rescaling ops,
+and changes only inside rescaling ops, so no integer-to-integer Casts appear.
+
 The network inputs and outputs stay float32: Input (fp32) -> Cast -> integer ops -> Cast (fp32)
 -> Output. Every quantized value keeps the `v_id` of the float value it stands for where the
 integer op produces it; Cast outputs get fresh ids. Every value carries `tags["float_v_id"]`,
