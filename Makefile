@@ -1,11 +1,11 @@
 # Two commands do all the set-up on a fresh clone:
 #   make run    compile + run the main job with its per-layer profile
-#   make test   the default test suite
+#   make test   the lint (ruff) and the default test suite
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: install run test test-all bench clean
+.PHONY: install run lint test test-all bench clean
 
 $(STAMP): requirements-dev.txt pyproject.toml $(wildcard backends/*/pyproject.toml)
 	python3 -m venv $(VENV)
@@ -22,7 +22,10 @@ run: $(STAMP)
 	$(PY) -m xrt run yolov5s --target zg330 --backends "ZG330,sim://zg330;Host" --profile --repeat 2 \
 		--trace out/yolov5s_zg330_trace.json --plot out/yolov5s_zg330_profile.png
 
-test: $(STAMP)
+lint: $(STAMP)
+	$(PY) -m ruff check .
+
+test: lint
 	$(PY) -m pytest -q -m "not slow"
 
 test-all: $(STAMP)

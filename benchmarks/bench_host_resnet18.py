@@ -4,7 +4,6 @@ Target (issue 2): HostBackend at most 2x onnxruntime's single-thread time.
 """
 
 import numpy as np
-
 from conftest import interleaved_best, ort_session
 
 from host_backend import HostBackend

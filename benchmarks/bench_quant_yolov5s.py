@@ -9,7 +9,6 @@ import time
 
 import numpy as np
 import pytest
-
 from conftest import interleaved_best, ort_session
 
 from host_backend import HostBackend

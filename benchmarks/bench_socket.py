@@ -11,7 +11,6 @@ import sys
 
 import numpy as np
 import pytest
-
 from conftest import interleaved_best
 
 zg330backend = pytest.importorskip("zg330backend")

@@ -12,7 +12,6 @@ import time
 
 import numpy as np
 import pytest
-
 from conftest import interleaved_best, ort_session
 
 zg330backend = pytest.importorskip("zg330backend")

@@ -14,7 +14,8 @@ def rng() -> np.random.Generator:
 
 
 def small_cnn(seed: int = 0) -> xir.Network:
-    """Input -> conv -> relu -> maxpool -> (split, concat) -> avgpool(global) -> reshape -> Output."""
+    """Input -> conv -> relu -> maxpool -> (split, concat) -> avgpool(global) -> reshape
+    -> Output."""
     r = np.random.default_rng(seed)
     b = xir.NetworkBuilder("small_cnn")
     x = b.input([1, 8, 8, 3], layout="NHWC", name="image")

@@ -13,14 +13,15 @@ numpy arrays passed as inputs become Params. Methods are the snake_case op names
 from __future__ import annotations
 
 import re
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
 from .errors import OpAttributeError, UnknownTypeKeyError
 from .network import Network
 from .ops.base import HOST_TARGET, OP_REGISTRY, Operation
-from .types import FP32, Layout, ScalarType, QuantizedType, TensorType
+from .types import FP32, Layout, QuantizedType, ScalarType, TensorType
 from .values import Params, Value
 
 
@@ -77,10 +78,11 @@ class NetworkBuilder:
         return self.net
 
     def __getattr__(self, name: str):
-        for op_type in OP_REGISTRY:
-            if _snake(op_type) == name:
-                def make(*inputs: Any, **attrs: Any) -> Value | list[Value]:
-                    return self.op(op_type, list(inputs), **attrs)
-                make.__name__ = name
-                return make
-        raise OpAttributeError(f"NetworkBuilder has no op method '{name}'", field=name)
+        op_type = next((t for t in OP_REGISTRY if _snake(t) == name), None)
+        if op_type is None:
+            raise OpAttributeError(f"NetworkBuilder has no op method '{name}'", field=name)
+
+        def make(*inputs: Any, **attrs: Any) -> Value | list[Value]:
+            return self.op(op_type, list(inputs), **attrs)
+        make.__name__ = name
+        return make

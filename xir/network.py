@@ -3,12 +3,20 @@
 from __future__ import annotations
 
 import os
-from typing import Any, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
 
 import numpy as np
 
-from .errors import (CycleError, DanglingReferenceError, DuplicateIdError, GraphEditError,
-                     OpNotFoundError, ValueNotFoundError, XirError)
+from .errors import (
+    CycleError,
+    DanglingReferenceError,
+    DuplicateIdError,
+    GraphEditError,
+    OpNotFoundError,
+    ValueNotFoundError,
+    XirError,
+)
 from .ops.base import Operation
 from .types import TensorType
 from .values import Params, Value
@@ -275,7 +283,7 @@ class Network(_ReadAPI):
         for i, op in enumerate(self.ops):
             for v in op.outputs:
                 position.setdefault(v.v_id, i)
-        for i, op in enumerate(self.ops):
+        for op in self.ops:
             if op.op_id in seen_ops:
                 raise DuplicateIdError(f"op_id {op.op_id} appears twice", file=file,
                                        op_id=op.op_id, field="op_id")
@@ -307,7 +315,7 @@ class Network(_ReadAPI):
                 try:
                     op.check_types()
                 except XirError as err:
-                    raise err.located(file=file, op_id=op.op_id)
+                    raise err.located(file=file, op_id=op.op_id) from err.__cause__
 
     # --- io ---------------------------------------------------------------------------
     @staticmethod

@@ -144,7 +144,8 @@ def optimize(net: Network) -> Network:
         for op in list(out.ops):
             if op not in out.ops:
                 continue
-            if op.op_type in ("Conv2d", "ConvTranspose2d") and op.attrs.get("act", "none") == "none":
+            if op.op_type in ("Conv2d", "ConvTranspose2d") \
+                    and op.attrs.get("act", "none") == "none":
                 reader = _only_reader(out, op.outputs[0], outputs)
                 if reader is not None and reader.op_type == "BatchNorm2d" \
                         and reader.inputs[0] is op.outputs[0] and _fold_bn(out, op, reader):

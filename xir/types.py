@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -313,7 +314,8 @@ def parse_element(obj: Any) -> ScalarType | QuantizedType:
         except (TypeError, ValueError, OverflowError) as exc:
             if isinstance(exc, FieldTypeError):
                 raise
-            raise FieldTypeError(f"bad quantized element type: {exc}", field="element_dtype")
+            raise FieldTypeError(f"bad quantized element type: {exc}",
+                                 field="element_dtype") from exc
     raise FieldTypeError(f"not an element dtype: {obj!r}", field="element_dtype")
 
 
@@ -332,8 +334,9 @@ class TensorType:
             element_dtype = ScalarType.from_numpy(element_dtype)
         try:
             dims = tuple(int(d) for d in shape)
-        except (TypeError, ValueError):
-            raise FieldTypeError(f"shape must be a list of integers, not {shape!r}", field="shape")
+        except (TypeError, ValueError) as exc:
+            raise FieldTypeError(f"shape must be a list of integers, not {shape!r}",
+                                 field="shape") from exc
         if any(d < 0 for d in dims):
             raise FieldTypeError(f"negative dimension in shape {list(dims)}", field="shape")
         if layout is None:

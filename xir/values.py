@@ -43,8 +43,8 @@ class MemType:
                 cid, _, off = (arg or "").partition("@")
                 return cls("chunk", int(off, 0), int(cid, 0))
             return cls(kind, int(arg or "", 0))
-        except ValueError:
-            raise FieldTypeError(f"bad address in memory type {text!r}", field="mtype")
+        except ValueError as exc:
+            raise FieldTypeError(f"bad address in memory type {text!r}", field="mtype") from exc
 
     def encode(self) -> str:
         if self.kind == "hostm":

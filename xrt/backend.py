@@ -9,7 +9,8 @@ overriding `isOpSupported`. Lifecycle: `Init()` -> `init(view, device)` -> confi
 from __future__ import annotations
 
 import copy
-from typing import TYPE_CHECKING, Any, Callable, ClassVar, Optional
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from .errors import CallOrderError, XrtError
 
@@ -126,11 +127,11 @@ class Backend:
         self._snapshot = True
 
     # --- ops ------------------------------------------------------------------------------
-    def getForwardFunc(self, op: Any) -> Optional[ForwardFunc]:
+    def getForwardFunc(self, op: Any) -> ForwardFunc | None:
         """The forward function of `op` on this backend, or None if it cannot run it."""
         return type(self).FORWARDS.get(op.op_type)
 
-    def getInitFunc(self, op: Any) -> Optional[InitFunc]:
+    def getInitFunc(self, op: Any) -> InitFunc | None:
         return type(self).INITS.get(op.op_type)
 
     def isOpSupported(self, op: Any) -> bool:

@@ -7,7 +7,7 @@ core can validate what each plugin sends and blame the plugin that sent somethin
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import pluggy
 

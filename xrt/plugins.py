@@ -11,9 +11,10 @@ import importlib.metadata as md
 import logging
 import os
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import ModuleType
-from typing import Any, Callable
+from typing import Any
 
 import pluggy
 

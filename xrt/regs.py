@@ -15,7 +15,8 @@ All register traffic goes through `_load`/`_store`, so a remote device can subcl
 from __future__ import annotations
 
 import numbers
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from xrt.errors import InvalidArgumentError, MemoryAccessError
 

@@ -11,7 +11,8 @@ import json
 import logging
 import os
 import time
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from .backend import Backend
 from .errors import CallOrderError, TensorError, UnsupportedOpError, XrtError

@@ -10,7 +10,8 @@ from __future__ import annotations
 import datetime as _dt
 import math
 import time
-from typing import Any, Callable, BinaryIO
+from collections.abc import Callable
+from typing import Any, BinaryIO
 
 import numpy as np
 
@@ -18,7 +19,7 @@ import xir
 from xir.tiling import untile
 from xir.types import Layout, QuantizedType, TensorType
 
-from .errors import DumpFormatError, TensorError, XrtError
+from .errors import DumpFormatError, TensorError
 from .memory import MemChunk, MemPtr
 
 CheckFunc = Callable[[Any], bool]

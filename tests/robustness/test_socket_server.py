@@ -83,7 +83,7 @@ class Raw:
                 self.reader.read(self.sock, time.monotonic() + self.timeout)
         except (EOFError, ConnectionResetError, BrokenPipeError):
             return True
-        except socket.timeout:
+        except TimeoutError:
             return False
 
     def close(self) -> None:

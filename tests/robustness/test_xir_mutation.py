@@ -21,8 +21,14 @@ from hypothesis import strategies as st
 
 import xir
 from xir import FP32, INT8, MemType, NetworkBuilder, QuantizedType, TensorType
-from xir.serialize import (load_network, loads, network_from_dict, network_to_dict,
-                           read_raw_bytes, save_network)
+from xir.serialize import (
+    load_network,
+    loads,
+    network_from_dict,
+    network_to_dict,
+    read_raw_bytes,
+    save_network,
+)
 
 JSON_CASES = 2000
 RAW_CASES = 1000

@@ -170,7 +170,7 @@ class _Exporter:
             try:
                 handler(op, op.attrs, op.name or f"{op.op_type.lower()}{op.op_id}")
             except XirError as err:
-                raise err.located(op_id=op.op_id)
+                raise err.located(op_id=op.op_id) from err.__cause__
         for v in self.net.outputs():
             form = NCHW if len(v.shape) == 4 else NHWC
             src = self.get(v, form)

@@ -3,10 +3,29 @@
 from .base import HOST_TARGET, OP_REGISTRY, REQUIRED, Operation, register_op
 from .elementwise import Add, Cast, Hardswish, Multiply, Relu, Sigmoid, Silu, Softmax, Sub
 from .io import HardOp, Input, Output
-from .nn import (AvgPool2d, BatchNorm2d, Conv2d, ConvTranspose2d, Matmul, MaxPool2d, Resize,
-                 Upsample, conv_macs)
-from .shape import (AlignAxis, Concat, Pad, PruneAxis, Reshape, Slice, Split, Squeeze,
-                    Transpose, Unsqueeze)
+from .nn import (
+    AvgPool2d,
+    BatchNorm2d,
+    Conv2d,
+    ConvTranspose2d,
+    Matmul,
+    MaxPool2d,
+    Resize,
+    Upsample,
+    conv_macs,
+)
+from .shape import (
+    AlignAxis,
+    Concat,
+    Pad,
+    PruneAxis,
+    Reshape,
+    Slice,
+    Split,
+    Squeeze,
+    Transpose,
+    Unsqueeze,
+)
 
 __all__ = [
     "HOST_TARGET", "OP_REGISTRY", "REQUIRED", "Operation", "register_op", "conv_macs",

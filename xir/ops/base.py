@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any, ClassVar, Sequence
+from collections.abc import Sequence
+from typing import Any, ClassVar
 
 from ..errors import FieldTypeError, MissingFieldError, OpAttributeError, ShapeMismatchError
 from ..types import Layout, QuantizedType, ScalarType, TensorType
@@ -169,7 +170,7 @@ class Operation:
         try:
             shapes = self.infer_shapes([v.shape for v in self.inputs])
         except ShapeMismatchError as err:
-            raise err.located(op_id=self.op_id)
+            raise err.located(op_id=self.op_id) from err.__cause__
         for i, (value, shape) in enumerate(zip(self.outputs, shapes)):
             if tuple(value.shape) != tuple(shape):
                 raise ShapeMismatchError(

@@ -13,12 +13,21 @@ import math
 import os
 import re
 import tempfile
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
-from ..errors import (NetworkFileNotFoundError, DuplicateIdError, FieldTypeError, JsonSyntaxError, MissingFieldError,
-                      NetworkFormatError, UnknownTypeKeyError, XirError)
+from ..errors import (
+    DuplicateIdError,
+    FieldTypeError,
+    JsonSyntaxError,
+    MissingFieldError,
+    NetworkFileNotFoundError,
+    NetworkFormatError,
+    UnknownTypeKeyError,
+    XirError,
+)
 from ..network import FORMAT_VERSION, Network
 from ..ops.base import HOST_TARGET, OP_REGISTRY, REQUIRED, Operation, check_target
 from ..types import Layout, QuantizedType, ScalarType, TensorType
@@ -444,7 +453,7 @@ class _Reader:
         try:
             return self._op_body(cls, obj, op_id, depth)
         except XirError as err:
-            raise err.located(file=self.file, op_id=op_id)
+            raise err.located(file=self.file, op_id=op_id) from err.__cause__
 
     def _op_body(self, cls: type[Operation], obj: dict, op_id: int, depth: int) -> Operation:
         name = _get_str(obj, "name", "op", "")
@@ -563,7 +572,7 @@ def network_from_dict(obj: Any, file: str | None = None) -> Network:
     try:
         return _network_from_dict(obj, file)
     except XirError as err:
-        raise err.located(file=file)
+        raise err.located(file=file) from err.__cause__
     except Exception as exc:  # the guard: nothing but XirError leaves the loader
         raise NetworkFormatError(f"malformed network: {type(exc).__name__}: {exc}",
                                  file=file) from exc

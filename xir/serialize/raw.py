@@ -20,12 +20,20 @@ import hashlib
 import os
 import struct
 import tempfile
-from typing import TYPE_CHECKING, BinaryIO, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, BinaryIO
 
 import numpy as np
 
-from ..errors import (FieldTypeError, RawChecksumError, RawFileError, RawMagicError, RawSizeError,
-                      RawTruncatedError, XirError)
+from ..errors import (
+    FieldTypeError,
+    RawChecksumError,
+    RawFileError,
+    RawMagicError,
+    RawSizeError,
+    RawTruncatedError,
+    XirError,
+)
 
 if TYPE_CHECKING:
     from ..network import Network
@@ -177,7 +185,7 @@ def read_raw_bytes(net: Network, data: bytes | bytearray | memoryview | np.ndarr
     try:
         _read(net, data, file)
     except XirError as err:
-        raise err.located(file=file)
+        raise err.located(file=file) from err.__cause__
     return net
 
 

@@ -8,7 +8,7 @@ for float networks only; the runtime's kernels are the ones to use everywhere el
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 

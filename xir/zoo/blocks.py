@@ -11,7 +11,7 @@ a trained network, instead of exploding or vanishing as they would with random s
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 

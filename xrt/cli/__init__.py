@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from ..errors import XrtError
 

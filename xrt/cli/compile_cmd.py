@@ -102,7 +102,6 @@ def _op_bits(spec: Any) -> dict[str, int] | None:
 
 def compile_model(opts: dict[str, Any], report: bool = False) -> dict[str, str]:
     """Run every stage; returns {stage: json path} in the output folder."""
-    import xir
     from xir import zoo
     from xir.passes import optimize
     from xir.quant.calibrate import load_calibration

@@ -130,7 +130,10 @@ def run(args: argparse.Namespace) -> int:
 
     net = load_model(args.model, args.raw, args.target, args.input_size)
     classes, devices = parse_backends(args.backends)
-    inputs = [np.load(p) for p in args.inputs] if args.inputs else default_inputs(args.model, net, args.input_size)
+    if args.inputs:
+        inputs = [np.load(p) for p in args.inputs]
+    else:
+        inputs = default_inputs(args.model, net, args.input_size)
     sess = Session.Create(classes, net.view(0), devices, strict=args.strict)
     sess.enableTimeProfile(True)
     sess.setLogTime(args.log_time)

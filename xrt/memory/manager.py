@@ -17,7 +17,8 @@ import contextlib
 import logging
 import threading
 import weakref
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
 
 from xrt.errors import DeviceError, DoubleFreeError
 from xrt.memory.allocator import Allocator

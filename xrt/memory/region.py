@@ -8,7 +8,8 @@ the same kind of allocator, so `chunk.begin.addr()` works on the host too.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 

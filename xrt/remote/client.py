@@ -107,7 +107,7 @@ class Connection:
                 for fid in free_ids:
                     self._ignore.add(fid)  # their replies are checked below as they come
                 return self._wait(req_id, mtype, deadline)
-            except socket.timeout:
+            except TimeoutError:
                 self._ignore.add(req_id)
                 raise XrtTimeoutError(
                     f"{self.label}: no reply to {Msg(mtype).name} within {timeout_ms} ms; raise "
@@ -143,13 +143,13 @@ class Connection:
         if deadline is not None:
             left = deadline - time.monotonic()
             if left <= 0:
-                raise socket.timeout()
+                raise TimeoutError()
             self.sock.settimeout(left)
         else:
             self.sock.settimeout(None)
         try:
             P.send_parts(self.sock, frames)
-        except socket.timeout:
+        except TimeoutError:
             # part of a frame may be out: the stream is unusable from here on
             self._break("timed out in the middle of sending a request")
             raise

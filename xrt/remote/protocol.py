@@ -163,7 +163,7 @@ class FrameReader:
         if deadline is not None:
             left = deadline - time.monotonic()
             if left <= 0:
-                raise socket.timeout("deadline passed")
+                raise TimeoutError("deadline passed")
             sock.settimeout(left)
         else:
             sock.settimeout(None)

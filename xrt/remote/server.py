@@ -155,7 +155,7 @@ class DeviceServer:
         while not self._stop.is_set():
             try:
                 sock, addr = self._listener.accept()
-            except socket.timeout:
+            except TimeoutError:
                 continue
             except OSError:
                 if self._stop.is_set():
@@ -227,7 +227,7 @@ class DeviceServer:
                     deadline = min(deadline, limit)
                 try:
                     mtype, req_id, payload = reader.read(c.sock, deadline)
-                except socket.timeout:
+                except TimeoutError:
                     continue
                 except ProtocolError as exc:
                     self.errors += 1

@@ -7,9 +7,9 @@ import tempfile
 
 import numpy as np
 import pytest
-from buyi_testlib import buyi_session, compiled, host_ref, rand_x, run_buyi
+from buyi_testlib import compiled, host_ref, rand_x, run_buyi
 
-from buyibackend import BuyiBackend, BuyiDevice, OcmTensor, SegmentType
+from buyibackend import BuyiBackend, OcmTensor, SegmentType
 from host_backend import HostBackend
 from xrt import Device, HostDevice, Session, Tensor
 from xrt.errors import CallOrderError, InvalidArgumentError, UnsupportedOpError

@@ -12,10 +12,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from host_backend.ops import FLOAT_KERNELS
+
 onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
-from host_backend.ops import FLOAT_KERNELS
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 OPSET = 17
 IR_VERSION = 10  # onnx 1.23 writes a newer one that onnxruntime 1.31 refuses

@@ -12,9 +12,8 @@ import numpy as np
 import pytest
 
 from host_backend.ops import INT_KERNELS
-from xir.quant.fixed_point import add_rescale_params
 from xir.quant import quantize_multiplier, requant_multiplier
-from xir.quant.fixed_point import round_half_away
+from xir.quant.fixed_point import add_rescale_params, round_half_away
 from xir.quant.lut import LUT_FUNCTIONS
 from xir.types import FP32, INT8, INT16, INT32, INT64, Layout, QuantizedType, TensorType
 

@@ -12,9 +12,18 @@ from hypothesis import strategies as st
 
 import xir
 from npu_model.planners import etm
-from npu_model.planners.etm import (AliasError, BufferSpecError, PlanError, instance_from_network,
-                                    lower_bound, plan_etm, plan_etm_detailed, plan_no_reuse,
-                                    random_network_instance, verify_plan)
+from npu_model.planners.etm import (
+    AliasError,
+    BufferSpecError,
+    PlanError,
+    instance_from_network,
+    lower_bound,
+    plan_etm,
+    plan_etm_detailed,
+    plan_no_reuse,
+    random_network_instance,
+    verify_plan,
+)
 from xir import zoo
 
 JIT = not numba.config.DISABLE_JIT
@@ -34,7 +43,8 @@ def brute_peak(inst: dict) -> int:
         lo[root[i]] = min(lo[root[i]], inst["starts"][i])
         hi[root[i]] = max(hi[root[i]], inst["ends"][i])
     peak = 0
-    for t in range(int(np.min(inst["starts"], initial=0)), int(np.max(inst["ends"], initial=0)) + 1):
+    t0, t1 = int(np.min(inst["starts"], initial=0)), int(np.max(inst["ends"], initial=0))
+    for t in range(t0, t1 + 1):
         live = sum(-(-int(inst["sizes"][r]) // a) * a for r in set(root.tolist())
                    if lo[r] <= t <= hi[r])
         peak = max(peak, live)

@@ -8,9 +8,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from npu_model.planners.ocm import (OPTION2_MAX_OPS, OcmOption, OcmPlanError, address_optimum,
-                                    check_plan, instance_from_network, plan_ocm,
-                                    selection_optimum)
+from npu_model.planners.ocm import (
+    OPTION2_MAX_OPS,
+    OcmOption,
+    OcmPlanError,
+    address_optimum,
+    check_plan,
+    instance_from_network,
+    plan_ocm,
+    selection_optimum,
+)
 
 KiB = 1024
 OCM_SIZES = (256 * KiB, 512 * KiB, 1024 * KiB, 2048 * KiB)

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from test_zg330_lowering_lib import compiled_zoo
-from test_zg330_lowering_lib import zdev  # noqa: F401  (fixture)
+from test_zg330_lowering_lib import (
+    compiled_zoo,
+    zdev,  # noqa: F401  (fixture)
+)
 
 from host_backend import HostBackend
 from xrt import Device, HostDevice, Session

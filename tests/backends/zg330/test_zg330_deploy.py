@@ -8,8 +8,10 @@ import os
 
 import numpy as np
 import pytest
-from test_zg330_lowering_lib import compiled_zoo
-from test_zg330_lowering_lib import zdev  # noqa: F401  (fixture)
+from test_zg330_lowering_lib import (
+    compiled_zoo,
+    zdev,  # noqa: F401  (fixture)
+)
 
 from host_backend import HostBackend
 from npu_model.isa import F, Op, decode_arrays, set_word

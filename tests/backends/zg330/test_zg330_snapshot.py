@@ -5,13 +5,20 @@ from __future__ import annotations
 
 import os
 
-import numpy as np
 import pytest
 from test_zg330_deploy import NETS, compiled, host_ref, run, session, x_of
 from test_zg330_lowering_lib import zdev  # noqa: F401  (fixture)
 
 from host_backend import HostBackend
-from xrt import CallOrderError, Device, HostDevice, Session, SnapshotError, UnsupportedOpError, XrtError
+from xrt import (
+    CallOrderError,
+    Device,
+    HostDevice,
+    Session,
+    SnapshotError,
+    UnsupportedOpError,
+    XrtError,
+)
 from zg330backend import OcmOpt, SegmentType, ZG330Backend
 
 

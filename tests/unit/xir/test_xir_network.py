@@ -6,9 +6,17 @@ import numpy as np
 import pytest
 
 import xir
-from xir.errors import (CycleError, DanglingReferenceError, DuplicateIdError, GraphEditError,
-                        MissingFieldError, OpAttributeError, OpNotFoundError, ShapeMismatchError,
-                        ValueNotFoundError)
+from xir.errors import (
+    CycleError,
+    DanglingReferenceError,
+    DuplicateIdError,
+    GraphEditError,
+    MissingFieldError,
+    OpAttributeError,
+    OpNotFoundError,
+    ShapeMismatchError,
+    ValueNotFoundError,
+)
 
 
 def chain(n: int = 4) -> xir.Network:

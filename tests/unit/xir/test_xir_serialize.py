@@ -14,9 +14,18 @@ import pytest
 
 import xir
 from xir import BF16, FP32, INT8, Layout, MemType, NetworkBuilder, QuantizedType, TensorType
-from xir.serialize import (RAW_ALIGN, RAW_MAGIC, load_json, load_network, loads,
-                           network_from_dict, network_to_dict, read_raw, read_raw_bytes,
-                           save_network)
+from xir.serialize import (
+    RAW_ALIGN,
+    RAW_MAGIC,
+    load_json,
+    load_network,
+    loads,
+    network_from_dict,
+    network_to_dict,
+    read_raw,
+    read_raw_bytes,
+    save_network,
+)
 from xir.serialize.json import dumps
 
 DATA = Path(__file__).resolve().parents[2] / "data"

@@ -203,3 +203,16 @@ def test_open_dispatches_to_plugins(monkeypatch: pytest.MonkeyPatch) -> None:
     assert opened == ["sim://fake"] and d.url == "sim://fake"
     Device.Close(d)
     assert not d.is_open
+
+
+def test_star_import_brings_the_whole_error_hierarchy():
+    """Vendor-style `from xrt import *` exposes every XrtError subclass by name."""
+    import xrt
+    from xrt import errors
+
+    ns: dict = {}
+    exec("from xrt import *", ns)
+    hierarchy = {n for n, c in vars(errors).items()
+                 if isinstance(c, type) and issubclass(c, xrt.XrtError)}
+    assert {"DeviceError", "CallOrderError", "XrtError"} <= hierarchy <= set(ns)
+    assert "Session" in ns and "Tensor" in ns

@@ -214,7 +214,7 @@ def test_collect_during_allocation_is_deferred(ddr: MemRegion) -> None:
 
 def test_null_and_init_chunks() -> None:
     with pytest.raises(InvalidArgumentError, match="null MemChunk"):
-        MemChunk().byte_size
+        _ = MemChunk().byte_size
     e = MemChunk.Init()
     assert e.byte_size == 0 and e.begin.isNull() and e.region is None
     assert MemChunk() == MemChunk() and e != MemChunk()

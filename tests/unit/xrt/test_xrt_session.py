@@ -10,8 +10,15 @@ import pytest
 
 import xir
 from host_backend import HostBackend
-from xrt import (Backend, CallOrderError, HostDevice, Session, Tensor, TensorError,
-                 UnsupportedOpError)
+from xrt import (
+    Backend,
+    CallOrderError,
+    HostDevice,
+    Session,
+    Tensor,
+    TensorError,
+    UnsupportedOpError,
+)
 
 
 def reference(net: xir.Network, x: np.ndarray) -> np.ndarray:

@@ -64,7 +64,7 @@ def _fold_batchnorm(net: Network) -> bool:
 
 def _fuse_silu(net: Network) -> bool:
     changed = False
-    for i, op in enumerate(list(net.ops)):
+    for op in list(net.ops):
         if op.op_type != "Multiply":
             continue
         a, b = op.inputs

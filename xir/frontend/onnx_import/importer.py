@@ -11,8 +11,13 @@ from typing import Any
 
 import numpy as np
 
-from ...errors import (DynamicShapeError, OnnxImportError, OnnxModelError,
-                       UnsupportedOnnxOpError, XirError)
+from ...errors import (
+    DynamicShapeError,
+    OnnxImportError,
+    OnnxModelError,
+    UnsupportedOnnxOpError,
+    XirError,
+)
 from ...network import Network
 from ...ops.base import OP_REGISTRY, Operation
 from ...types import Layout, TensorType
@@ -21,7 +26,7 @@ from .cleanup import _optimize
 from .handlers import SUPPORTED_ONNX_OPS
 from .loading import _onnx
 from .registry import _HANDLERS, _Unsupported
-from .tensor import NHWC, _ident, _T
+from .tensor import _T, NHWC, _ident
 
 _NO_FOLD = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
             "Multinomial", "Bernoulli", "If", "Loop", "Scan"}
@@ -269,7 +274,7 @@ class _Importer:
                 except (TypeError, AttributeError, ValueError):
                     if fold_error is None:
                         raise
-                    raise fold_error
+                    raise fold_error  # noqa: B904 - the earlier fold failure, re-raised as is
                 for i, n in enumerate(node.output[len(outs):], len(outs)):
                     if n in self.used:
                         raise _Unsupported(f"optional output {i} ('{n}') is not supported")
@@ -301,7 +306,7 @@ class _Importer:
             ref = ReferenceEvaluator(node, opsets={"": self.opset})
             res = ref.run(None, feeds)
         except Exception as exc:  # noqa: BLE001 - the reference raises anything
-            raise _Unsupported(f"constant folding failed: {type(exc).__name__}: {exc}")
+            raise _Unsupported(f"constant folding failed: {type(exc).__name__}: {exc}") from exc
         return [_T.constant(r) for r in res]
 
     def _outputs(self) -> list[Value]:

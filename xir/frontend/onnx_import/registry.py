@@ -7,7 +7,8 @@ Handlers register with `@_handles(...)` when their module in `handlers/` is impo
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from .tensor import _T
 

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from npu_model.lowering.relocate import relocate
-from xrt.errors import CallOrderError, InvalidArgumentError, UnsupportedOpError, XrtError
+from xrt.errors import CallOrderError, InvalidArgumentError, UnsupportedOpError
 from xrt.tensor import Tensor
 from zg330backend.backend import ZG330Backend
 from zg330backend.structs import OcmOpt, SegmentType

@@ -9,7 +9,8 @@ and an MMU that can be switched off (`mmuModeSwitch`): with it off every address
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from npu_model.mmu import MmuTable, Segment
 from xrt.device import Device

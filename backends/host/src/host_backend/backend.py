@@ -11,15 +11,14 @@ from typing import Any
 
 import numpy as np
 
+from xir.types import ScalarType
 from xrt.backend import Backend
 from xrt.errors import TensorError, UnsupportedOpError
 from xrt.tensor import Tensor
 
-from xir.types import ScalarType
+from .ops import FLOAT_KERNELS, INT_KERNELS
 
 FP64 = ScalarType("fp", 64)
-
-from .ops import FLOAT_KERNELS, INT_KERNELS
 
 
 def _forward_input(op, inputs, outputs, backend):
@@ -41,7 +40,7 @@ def _forward_kernel(op, inputs, outputs, backend: HostBackend):
     fake = typed and backend.fakeQf
     arrays: list[np.ndarray] = []
     feed = iter(inputs)
-    for k, v in enumerate(op.inputs):
+    for v in op.inputs:
         if v.is_params:
             if v.data is None:
                 raise TensorError(f"op {op.op_id} ({op.op_type}) params v_id {v.v_id} have no "

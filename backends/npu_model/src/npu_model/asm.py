@@ -15,13 +15,23 @@ a malformed layer fails at compile time with a message, not on the device.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Union
 
 import numpy as np
 
 from .config import DEFAULT, DTYPE_CODES, NP_DTYPES, NpuConfig
-from .isa import F, ConvMode, EltwMode, MatmulMode, Op, PoolMode, end_word, nop_word, run_word, \
-    set_word, sync_word
+from .isa import (
+    ConvMode,
+    EltwMode,
+    F,
+    MatmulMode,
+    Op,
+    PoolMode,
+    end_word,
+    nop_word,
+    run_word,
+    set_word,
+    sync_word,
+)
 
 __all__ = [
     "FMap", "Conv", "Matmul", "Eltw", "Pool", "Lut", "Upsample", "Copy", "Layer",
@@ -217,10 +227,10 @@ class Copy:
     tag: int = 0
 
 
-Layer = Union[Conv, Matmul, Eltw, Pool, Lut, Upsample, Copy]
+Layer = Conv | Matmul | Eltw | Pool | Lut | Upsample | Copy
 
 
-# --- helpers ----------------------------------------------------------------------------------------
+# --- helpers --------------------------------------------------------------------------------------
 
 
 def conv_out_hw(h: int, w: int, kernel, stride=1, pad=0, dilation=1) -> tuple[int, int]:
@@ -283,7 +293,7 @@ def _check_same_dtype(*maps: FMap) -> None:
         raise ValueError(f"operands mix dtypes {[m.dtype for m in maps]}; insert a Cast")
 
 
-# --- emitters -----------------------------------------------------------------------------------------
+# --- emitters -------------------------------------------------------------------------------------
 
 
 def _emit_conv(L: Conv, cfg: NpuConfig) -> list[int]:
@@ -345,7 +355,8 @@ def _emit_eltw(L: Eltw, cfg: NpuConfig) -> list[int]:
     mn = L.mult if L.mult_neg is None else L.mult_neg
     sn = L.shift if L.shift_neg is None else L.shift_neg
     words = _fmap_words(a, "in") + _fmap_words(b, "in1") + _fmap_words(o, "out") + [
-        set_word(F.ELTW_KA, L.ka), set_word(F.ELTW_KB, L.kb), set_word(F.RQ, mult=L.mult, shift=L.shift),
+        set_word(F.ELTW_KA, L.ka), set_word(F.ELTW_KB, L.kb),
+        set_word(F.RQ, mult=L.mult, shift=L.shift),
         set_word(F.RQ_NEG, mult=mn, shift=sn),
     ] + _clip_words(L.clip, o.dtype) + _tile_words(cfg, a, o, 1, 1, 1)
     return words + [run_word(Op.ELTW, mode)]
@@ -438,7 +449,7 @@ def emit_program(layers: list[Layer], cfg: NpuConfig = DEFAULT, end: bool = True
     return np.asarray(words, dtype=np.uint64)
 
 
-# --- packing -------------------------------------------------------------------------------------------
+# --- packing --------------------------------------------------------------------------------------
 
 
 def conv_weight_bytes(kh: int, kw: int, cin: int, cout: int, groups: int = 1,

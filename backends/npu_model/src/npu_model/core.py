@@ -23,7 +23,7 @@ from . import cycles as cy
 from .asm import AVG_RECORD, PARAM_RECORD, conv_weight_bytes
 from .config import CODE_DTYPES, NP_DTYPES, NpuConfig
 from .dma import TileCounters
-from .isa import F, ConvMode, Op, PoolMode, decode_arrays, unpack_payload
+from .isa import ConvMode, F, Op, PoolMode, decode_arrays, unpack_payload
 from .kernels import mpe, vector
 from .mmu import MEM_ETM, MEM_OCM, MmuFault, MmuTable
 

@@ -10,8 +10,16 @@ from __future__ import annotations
 from .backend import ZG330Backend
 from .config import ZG330_CONFIG
 from .device import ZG330Device
-from .structs import (ForwardInfo, HardOpInfo, LogicSegment, MemChunkInfo, OcmOpt, PhySegment,
-                      SegmentType, ValueInfo)
+from .structs import (
+    ForwardInfo,
+    HardOpInfo,
+    LogicSegment,
+    MemChunkInfo,
+    OcmOpt,
+    PhySegment,
+    SegmentType,
+    ValueInfo,
+)
 
 __all__ = ["ZG330Backend", "ZG330Device", "ZG330_CONFIG", "SegmentType", "OcmOpt", "ValueInfo",
            "HardOpInfo", "LogicSegment", "MemChunkInfo", "PhySegment", "ForwardInfo"]

@@ -19,6 +19,7 @@ from .device_state import _ocm_arena
 from .layout import SEGMENT_ALIGN, _hardops
 from .structs import HardOpInfo, MemChunkInfo, OcmOpt, PhySegment, SegmentType
 
+
 @dataclass
 class _Run:
     """HardOps executed by one icoreCalc."""
@@ -236,7 +237,7 @@ class ApplyMixin:
                 runs.append(_Run([op.op_id], key=key))
             prev = op
         hmap = self.forward_info.hardop_map
-        for k, r in enumerate(runs):
+        for r in runs:
             with_instr = [hmap[o] for o in r.op_ids if hmap[o].instr_size]
             if with_instr:
                 r.instr_logic = with_instr[0].instr_logic_addr

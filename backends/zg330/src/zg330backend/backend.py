@@ -39,8 +39,15 @@ from .layout import SEGMENT_ALIGN, LayoutMixin, _Buffer
 from .lowering.common import TAG, ZG_TARGET
 from .options import OptionsMixin
 from .report import ReportMixin
-from .structs import ForwardInfo, LogicSegment, MemChunkInfo, OcmOpt, PhySegment, SegmentType, \
-    ValueInfo
+from .structs import (
+    ForwardInfo,
+    LogicSegment,
+    MemChunkInfo,
+    OcmOpt,
+    PhySegment,
+    SegmentType,
+    ValueInfo,
+)
 
 __all__ = ["ZG330Backend", "SEGMENT_ALIGN"]
 

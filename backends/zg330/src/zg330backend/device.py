@@ -253,7 +253,7 @@ class ZG330Device(Device):
         """The MPE column that owns sync and timer/profiler write-back."""
         self._wr(R.MASTER_CID, self._cid(master_cid))
 
-    # --- vendor API: registers ---------------------------------------------------------------------
+    # --- vendor API: registers --------------------------------------------------------------------
 
     def readReg(self, *args: Any, relative: bool = False) -> int:
         """``readReg(cid, rid, offset)``: register `offset` of the MPE at column `cid`, row
@@ -282,7 +282,7 @@ class ZG330Device(Device):
                 f"below {R.MPE_BANK_BYTES:#x}")
         return R.mpe_bank(cid, rid, cfg.mpe_rows) + offset
 
-    # --- MMU -----------------------------------------------------------------------------------------
+    # --- MMU --------------------------------------------------------------------------------------
 
     def mmuMap(self, index: int, logical: int, physical: int, size: int,
                valid: bool = True) -> None:
@@ -323,7 +323,7 @@ class ZG330Device(Device):
         """Which memory a physical range is in (0 ETM, 1 OCM; MmuFault when neither)."""
         return self.sim.bus.mem_of(addr, size)
 
-    # --- timer and profiler -------------------------------------------------------------------------
+    # --- timer and profiler -----------------------------------------------------------------------
 
     def _chunk_addr(self, chunk: MemChunk, what: str) -> tuple[int, int]:
         region = chunk.region
@@ -384,7 +384,7 @@ class ZG330Device(Device):
             cyc = int(r["end"]) - int(r["start"])
             print(f"{int(r['layer']):>6} {int(r['tag']):>8} {cyc:>12} {cyc / clk * 1e3:>10.4f}")
 
-    # --- Device API -----------------------------------------------------------------------------------
+    # --- Device API -------------------------------------------------------------------------------
 
     def reset(self, level: int = 0) -> None:
         """`reset(1)`: fast reset, keeps configuration registers (MMU, clocks, MPE enable,
@@ -440,7 +440,7 @@ class ZG330Device(Device):
         """The same device (one piece of hardware is not copied)."""
         return self
 
-    # --- simulator counters -----------------------------------------------------------------------------
+    # --- simulator counters -----------------------------------------------------------------------
 
     def stats(self) -> dict[str, int]:
         """Cumulative simulator counters (runs, layers, cycles, MACs, bytes, tiles)."""

@@ -129,7 +129,7 @@ class LayoutMixin:
         scratch = []
         for pos, op in enumerate(hard):
             moves_data = op.instr is not None
-            for k, v in enumerate(op.inputs + op.outputs):
+            for v in op.inputs + op.outputs:
                 sl = slots.get(v.tags[self.TAG]["buffer"])
                 if sl is None:
                     continue

@@ -31,7 +31,7 @@
 Fast reset (level 1, CTRL bit 1) clears STATUS, ERR_CODE, CYCLES, LAYER_COUNT, RUN_COUNT, the tile
 counters and the MPE counters; configuration (MPE_EN, clocks, MMU, timer/profiler, master) stays.
 Full reset (level 0) clears every register and reloads the power-on defaults.
-"""
+"""  # noqa: E501 - two rows of the register table above do not wrap
 
 from __future__ import annotations
 

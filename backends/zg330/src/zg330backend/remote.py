@@ -24,7 +24,6 @@ from xrt.remote.client import RemoteDeviceMixin, parse_socket_url
 from .device import ZG330Device
 from .plugin import SOCKET_NAMES
 
-
 #: default per-request timeout: one icoreCalc of a large network may run for seconds on the
 #: simulator (change it with setWaitTime; 0 waits without limit)
 SOCKET_WAIT_TIME_MS = 60_000

@@ -7,8 +7,17 @@ Importing this package imports every family module, which registers its handlers
 from __future__ import annotations
 
 from ..registry import _HANDLERS
-from . import (activation, batchnorm, conv_pool, elementwise, matmul,  # noqa: F401 - registers
-               passthrough, reshape, resize, slicing)
+from . import (  # noqa: F401 - registers
+    activation,
+    batchnorm,
+    conv_pool,
+    elementwise,
+    matmul,
+    passthrough,
+    reshape,
+    resize,
+    slicing,
+)
 
 SUPPORTED_ONNX_OPS = frozenset(_HANDLERS)
 """ONNX op types the importer maps to xir ops (any op whose inputs are constant also folds)."""

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..registry import _handles, _Unsupported
-from ..tensor import NHWC, _T
+from ..tensor import _T, NHWC
 
 if TYPE_CHECKING:
     from ..importer import _Importer

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..registry import _handles, _Unsupported
-from ..tensor import NHWC, _T
+from ..tensor import _T, NHWC
 from .elementwise import _binary
 
 if TYPE_CHECKING:

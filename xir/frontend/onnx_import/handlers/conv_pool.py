@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ..registry import _handles, _Unsupported
-from ..tensor import NHWC, _T
+from ..tensor import _T, NHWC
 
 if TYPE_CHECKING:
     from ..importer import _Importer

@@ -12,7 +12,7 @@ import numpy as np
 
 from ....values import Value
 from ..registry import _handles, _Unsupported
-from ..tensor import NHWC, _ident, _T
+from ..tensor import _T, NHWC, _ident
 
 if TYPE_CHECKING:
     from ..importer import _Importer
@@ -24,8 +24,8 @@ def _broadcast_values(im: _Importer, ins: list[_T]) -> tuple[list[Value], tuple[
     onnx output shape)."""
     try:
         out_shape = tuple(np.broadcast_shapes(*[t.shape for t in ins]))
-    except ValueError:
-        raise _Unsupported(f"shapes {[list(t.shape) for t in ins]} do not broadcast")
+    except ValueError as err:
+        raise _Unsupported(f"shapes {[list(t.shape) for t in ins]} do not broadcast") from err
     rank = len(out_shape)
     ident = _ident(rank)
     perm = ident

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..registry import _handles, _Unsupported
-from ..tensor import NHWC, _T
+from ..tensor import _T, NHWC
 from .conv_pool import _need_4d
 
 if TYPE_CHECKING:

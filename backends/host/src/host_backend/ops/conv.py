@@ -12,8 +12,20 @@ from numpy.lib.stride_tricks import as_strided
 
 from xir.quant.fixed_point import requant_multiplier
 
-from ._common import (ACC_CHUNK_F32, f32, fold_act, folded_act, int_attr, out32, pad_hw, pads4,
-                      requant_channels, scale1, tap, tscale)
+from ._common import (
+    ACC_CHUNK_F32,
+    f32,
+    fold_act,
+    folded_act,
+    int_attr,
+    out32,
+    pad_hw,
+    pads4,
+    requant_channels,
+    scale1,
+    tap,
+    tscale,
+)
 
 # Conv2d padding_mode -> np.pad mode (PyTorch names; "zeros" is the default).
 _PAD_MODES = {"zeros": "constant", "reflect": "reflect", "replicate": "edge", "circular": "wrap"}

@@ -34,7 +34,8 @@ def _add_sub_int(inputs, attrs, in_types, out_types, fake, sign):
     s_a, s_b, s_out = scale1(in_types[0]), scale1(in_types[1]), scale1(out_types[0])
     (ma, sa), (mb, sb), S = add_rescale_params(s_a, s_b, s_out)
     act = folded_act(attrs, 1.0, s_out)
-    if act["leaky"] is not None:  # the slope at the common shift: quantize_multiplier(alpha * 2**-S)
+    if act["leaky"] is not None:
+        # the slope at the common shift: quantize_multiplier(alpha * 2**-S)
         act["leaky"] = quantize_multiplier(float(attrs.get("act_alpha", 0.0)) * 2.0 ** -S)
     out_dt = out_types[0].numpy_dtype
     if fake:

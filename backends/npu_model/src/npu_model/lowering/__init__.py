@@ -9,7 +9,8 @@ parametrised by a `TargetConfig` (see docs/zg330-lowering.md for the contract; `
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from .adapt import adapt
 from .common import TargetConfig

@@ -18,7 +18,6 @@ code 0 = real 0 and PruneAxis removes it), so it still runs on the HostBackend.
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 from xir.network import Network
 from xir.ops.base import OP_REGISTRY
@@ -57,12 +56,12 @@ def adapt(quantized: Network, target: TargetConfig, options: dict | None = None)
         cp = align(c, unit)
         pshape = tuple(src.shape[:-1]) + (cp,)
 
-        def padded(v: Value, name: str) -> Value:
-            return Value(net.newVId(), TensorType(v.dtype.element_dtype, pshape, v.dtype.layout),
+        def padded(v: Value, name: str, shape: tuple) -> Value:
+            return Value(net.newVId(), TensorType(v.dtype.element_dtype, shape, v.dtype.layout),
                          name, tags={**v.tags, TAG: {"adapt": "padded"}})
 
-        a_out = padded(src, f"{src.name}.align")
-        c_out = padded(dst, f"{dst.name}.pad")
+        a_out = padded(src, f"{src.name}.align", pshape)
+        c_out = padded(dst, f"{dst.name}.pad", pshape)
         align_op = AlignAxis([src], [a_out], op_id=net.newOpId(), name=f"{op.name}.align",
                              axis=-1, align_unit=unit)
         cast = op.clone_with([a_out], [c_out])

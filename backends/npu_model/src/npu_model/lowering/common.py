@@ -8,6 +8,7 @@ of the lowering's annotations in value / op / network tags.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -16,8 +17,6 @@ from npu_model.config import NpuConfig
 from xir.network import Network
 from xir.types import QuantizedType
 from xir.values import Params, Value
-
-from dataclasses import dataclass
 
 from ..config import DEFAULT
 

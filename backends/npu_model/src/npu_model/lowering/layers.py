@@ -9,14 +9,20 @@ bit-identical to it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
 from npu_model import asm
-from xir.quant.fixed_point import (add_rescale_params, clip_bounds, quantize, quantize_multiplier,
-                                   requant_multiplier)
+from xir.quant.fixed_point import (
+    add_rescale_params,
+    clip_bounds,
+    quantize,
+    quantize_multiplier,
+    requant_multiplier,
+)
 from xir.quant.lut import build_lut
 from xir.types import QuantizedType
 
@@ -46,7 +52,7 @@ class NotLowerable(Exception):
     """The op stays on the host (the message says why, for the compile log)."""
 
 
-# --- helpers ---------------------------------------------------------------------------------------
+# --- helpers --------------------------------------------------------------------------------------
 
 
 def _attr(op, name: str, default: Any) -> Any:
@@ -108,7 +114,7 @@ def _rq_records(bias, s_in: float, s_w: np.ndarray, s_out: float, n: int, attrs:
     return asm.pack_requant_params(b, m, s, mn, sn, n=n), clip
 
 
-# --- rules -------------------------------------------------------------------------------------------
+# --- rules ----------------------------------------------------------------------------------------
 
 
 def lower_conv(op, cfg) -> OpLowering:
@@ -177,7 +183,7 @@ def lower_matmul(op, cfg) -> OpLowering:
 
 
 def lower_eltw(op, cfg) -> OpLowering:
-    dt = _feature_dtypes(op, rescales=True)
+    _feature_dtypes(op, rescales=True)
     if len(op.inputs) != 2 or any(v.is_params for v in op.inputs):
         raise NotLowerable("element-wise op with a constant operand")
     a, b, y = op.inputs[0], op.inputs[1], op.outputs[0]
@@ -244,7 +250,7 @@ def _pool_geometry(op, x3):
 
 
 def lower_pool(op, cfg) -> OpLowering:
-    dt = _feature_dtypes(op)
+    _feature_dtypes(op)
     x, y = op.inputs[0], op.outputs[0]
     x3, y3 = map3(x.shape), map3(y.shape)
     if len(x.shape) != 4:

@@ -29,11 +29,10 @@ from npu_model import asm
 from npu_model.isa import ISA_VERSION
 from xir.network import Network
 from xir.ops.base import OP_REGISTRY
-from xir.types import TensorType, UINT8, UINT64
+from xir.types import UINT8, UINT64, TensorType
 from xir.values import MemType, Params, Value
 
-from .common import ETM_ALIGN, ETM_RESERVED, TargetConfig, align, clone_network, map3, \
-    npu_dtype
+from .common import ETM_ALIGN, ETM_RESERVED, TargetConfig, align, clone_network, map3, npu_dtype
 from .layers import ALIAS_OPS, LUT_FUNCS, RULES, NotLowerable, OpLowering, alias_ok
 
 log = logging.getLogger(__name__)

@@ -6,9 +6,19 @@
 
 from __future__ import annotations
 
-from .etm import (AliasError, BufferSpecError, EtmPlan, PlanError, instance_from_network,
-                  lower_bound, plan_etm, plan_etm_detailed, plan_no_reuse, verify_plan)
-from .ocm import (OcmInstance, OcmOption, OcmPlan, OcmPlanError, check_plan, plan_ocm)
+from .etm import (
+    AliasError,
+    BufferSpecError,
+    EtmPlan,
+    PlanError,
+    instance_from_network,
+    lower_bound,
+    plan_etm,
+    plan_etm_detailed,
+    plan_no_reuse,
+    verify_plan,
+)
+from .ocm import OcmInstance, OcmOption, OcmPlan, OcmPlanError, check_plan, plan_ocm
 from .ocm import instance_from_network as ocm_instance_from_network
 
 __all__ = ["AliasError", "BufferSpecError", "EtmPlan", "PlanError", "instance_from_network",

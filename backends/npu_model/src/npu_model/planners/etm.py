@@ -29,8 +29,9 @@ come from a Park-Miller generator on int64, identical in both modes). See docs/e
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 from numba import njit

@@ -38,8 +38,9 @@ from __future__ import annotations
 
 import enum
 import logging
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 import numpy as np
 from numba import njit
@@ -290,7 +291,7 @@ def _perturb_search(order, sizes, scores, starts, ends, eligible, offsets, adj_p
     trial = cur.copy()
     perm = order.copy()
     x = (seed % 2147483647) + 1
-    for it in range(iters):
+    for _ in range(iters):
         for i in range(n):
             trial[i] = cur[i]
         x = _rand(x)

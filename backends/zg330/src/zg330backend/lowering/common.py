@@ -2,8 +2,16 @@
 
 from __future__ import annotations
 
-from npu_model.lowering.common import ETM_ALIGN, ETM_RESERVED, TargetConfig, align, \
-    clone_network, map3, npu_dtype, scale_of
+from npu_model.lowering.common import (
+    ETM_ALIGN,
+    ETM_RESERVED,
+    TargetConfig,
+    align,
+    clone_network,
+    map3,
+    npu_dtype,
+    scale_of,
+)
 
 from ..config import ZG330_CONFIG
 
