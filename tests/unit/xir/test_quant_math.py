@@ -290,6 +290,27 @@ def test_quantize_rounds_half_away_and_saturates():
         quantize(np.array([1.0]), 0.0)
 
 
+@pytest.mark.parametrize("src", [np.float32, np.float64])
+@pytest.mark.parametrize("dst", [np.int8, np.int16, np.int32])
+def test_quantize_fused_path_equals_numpy_path(src, dst):
+    """Arrays above 4096 elements take the fused Numba kernel: same codes as the numpy form
+    (ties, saturation, +-inf, -0.0, values just below a half), and NaN still raises."""
+    rng = np.random.default_rng(7)
+    scale = 0.0173
+    ties = (np.arange(-300, 300) + 0.5) * scale
+    special = np.array([0.0, -0.0, np.inf, -np.inf, 1e30, -1e30,
+                        np.nextafter(0.5, 0.0) * scale, -np.nextafter(0.5, 0.0) * scale])
+    x = np.concatenate([ties, special, rng.normal(0, 3, 20000) * scale * 100]).astype(src)
+    fused = quantize(x, scale, dst)
+    chunks = np.concatenate([quantize(x[i:i + 4096], scale, dst)
+                             for i in range(0, x.size, 4096)])
+    assert x.size > 4096 and fused.dtype == dst
+    np.testing.assert_array_equal(fused, chunks)
+    x[12345] = np.nan
+    with pytest.raises(ValueError, match="NaN"):
+        quantize(x, scale, dst)
+
+
 def test_quantize_per_axis_and_dequantize_roundtrip():
     rng = np.random.default_rng(1)
     w = rng.standard_normal((3, 3, 4, 8))
