@@ -36,6 +36,7 @@ the v_id of the float value (of the input network) it approximates, for per-laye
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -130,10 +131,13 @@ def _scale_groups(net: Network, int_ops: set[int]) -> _UnionFind:
 def _resolve_op_bits(net: Network, op_bits: Any, bits: int, int_ops: set[int]
                      ) -> dict[int, int]:
     """`{op_id: bits}` from the user's `{op name or op_id: bits}`, checked."""
+    if op_bits is not None and not isinstance(op_bits, Mapping):
+        raise QuantizationError(f"op_bits must map op names (or op_ids) to 16, not "
+                                f"{type(op_bits).__name__} {op_bits!r}", field="op_bits")
     by_name = {op.name: op for op in net.ops}
     by_id = {op.op_id: op for op in net.ops}
     out: dict[int, int] = {}
-    for key, b in dict(op_bits or {}).items():
+    for key, b in (op_bits or {}).items():
         op = by_id.get(key) if isinstance(key, int) else by_name.get(str(key))
         if op is None:
             raise QuantizationError(f"op_bits names op {key!r}, which the optimized network "

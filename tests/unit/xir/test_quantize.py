@@ -244,6 +244,8 @@ def test_op_bits_raise_scale_groups_and_siblings(tiny):
     ({"op_bits": {"stem.conv": 12}}, "raised"),
     ({"op_bits": {"stem.conv": 8}, "bits": 16}, "raised"),
     ({"input_bits": 8, "bits": 16}, "input_bits"),
+    ({"op_bits": "stem.conv"}, "must map"),
+    ({"op_bits": {"stem.conv": "16"}}, "raised"),
 ])
 def test_mixed_precision_errors_name_the_field(tiny, kw, msg):
     net, cal = tiny
