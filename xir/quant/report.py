@@ -12,7 +12,12 @@ with its scale, and compared over all samples together:
 - `cosine`: cosine similarity of the flattened tensors (1.0 when both are all zero);
 - `max_abs_err`, `mean_abs_err`: absolute errors in real units;
 - `rel_err`: `max_abs_err / max |float|`;
-- `sat_rate`: fraction of codes at the dtype's limits (saturated) for integer values.
+- `sat_rate`: fraction of codes at the dtype's limits (saturated) for integer values;
+- `alone`: the cosine of the op run by itself: its inputs are the *float* network's values,
+  quantized to the op's input types, so only this op's own rounding (inputs, weights,
+  requantization) shows, not what the layers before it lost. Toolkits call the two figures the
+  entire and the single error; a layer with a low `alone` is the one to raise with `op_bits`
+  (docs/quantization.md section 10). None where the op cannot be run alone (a float input).
 """
 
 from __future__ import annotations
@@ -53,6 +58,7 @@ class LayerRow:
     mean_abs_err: float
     rel_err: float
     sat_rate: float
+    alone: float | None = None
 
 
 @dataclass
@@ -82,7 +88,7 @@ class Report:
         title = f"{self.network}: int{self.bits} ({self.method}) vs float" if self.bits \
             else f"{self.network} vs float"
         table = Table(title=title)
-        for col in ("op", "type", "name", "dtype", "shape", "cosine", "max abs err",
+        for col in ("op", "type", "name", "dtype", "shape", "cosine", "alone", "max abs err",
                     "mean abs err", "rel err", "sat"):
             table.add_column(col, justify="right" if col not in ("type", "name", "dtype")
                              else "left")
@@ -90,8 +96,9 @@ class Report:
             style = "red" if r.cosine < 0.99 else ("yellow" if r.cosine < 0.999 else None)
             table.add_row(str(r.op_id), r.op_type, r.name, r.dtype,
                           "x".join(map(str, r.shape)), f"{r.cosine:.6f}",
-                          f"{r.max_abs_err:.4g}", f"{r.mean_abs_err:.4g}", f"{r.rel_err:.3%}",
-                          f"{r.sat_rate:.2%}", style=style)
+                          "-" if r.alone is None else f"{r.alone:.6f}", f"{r.max_abs_err:.4g}",
+                          f"{r.mean_abs_err:.4g}", f"{r.rel_err:.3%}", f"{r.sat_rate:.2%}",
+                          style=style)
         console.print(table)
         out = Table(title="network outputs")
         for col in ("output", "v_id", "cosine", "max abs err"):
@@ -112,6 +119,54 @@ def _capture(net: Any, samples: list[list[np.ndarray]]) -> tuple[dict, list]:
     return store, outs
 
 
+class _Alone:
+    """Runs single quantized ops of the report on the float network's inputs."""
+
+    def __init__(self, fvals: dict[int, list[np.ndarray]]) -> None:
+        from host_backend import HostBackend
+
+        self.fvals = fvals
+        self.host = HostBackend()
+        self.cache: dict[int, list[np.ndarray]] = {}
+
+    def _run(self, op: Any) -> list[np.ndarray] | None:
+        """The op's outputs (codes, one array per output and sample), or None."""
+        from xrt import Tensor
+
+        from .fixed_point import quantize
+
+        feeds = []
+        for x in op.feature_inputs():
+            el = x.dtype.element_dtype
+            fid = int(x.tags.get("float_v_id", -1))
+            if not getattr(el, "is_quantized", False) or el.scale.size != 1 or \
+                    fid not in self.fvals or x.dtype.layout.is_tiled():
+                return None
+            feeds.append([quantize(a, float(el.scale[0]), el.numpy_dtype).reshape(x.shape)
+                          for a in self.fvals[fid]])
+        if not feeds:
+            return None
+        outs = []
+        for sample in zip(*feeds):
+            res = self.host.forwardOp(op, [Tensor(np.ascontiguousarray(a)) for a in sample])
+            outs.append([np.asarray(t) for t in res])
+        return outs
+
+    def cosine(self, op: Any, v: Any, f: np.ndarray) -> float | None:
+        if op.op_type == "Cast":
+            return None
+        if op.op_id not in self.cache:
+            self.cache[op.op_id] = self._run(op)
+        runs = self.cache[op.op_id]
+        if runs is None:
+            return None
+        k = [o.v_id for o in op.outputs].index(v.v_id)
+        codes = np.concatenate([r[k].ravel() for r in runs]).astype(np.float64)
+        if codes.size != f.size:
+            return None
+        return cosine(codes * float(v.dtype.element_dtype.scale[0]), f)
+
+
 def accuracy_report(float_net: Any, quant_net: Any, samples: Any) -> Report:
     """Compare every quantized value of `quant_net` with its float counterpart in `float_net`
     over `samples` (anything `load_calibration` accepts)."""
@@ -120,6 +175,7 @@ def accuracy_report(float_net: Any, quant_net: Any, samples: Any) -> Report:
     qvals, qouts = _capture(quant_net, data)
     qinfo = quant_net.tags.get("quantization", {})
     rep = Report(quant_net.name, qinfo.get("bits"), qinfo.get("method"))
+    alone = _Alone(fvals)
     for op in quant_net.ops:
         if op.op_type in ("Input", "Output"):
             continue
@@ -146,7 +202,8 @@ def accuracy_report(float_net: Any, quant_net: Any, samples: Any) -> Report:
                 op.op_id, op.op_type, op.name, v.v_id, fid, el.storage.encode(),
                 list(v.shape), cosine(real, f), float(err.max(initial=0.0)),
                 float(err.mean()) if err.size else 0.0,
-                float(err.max(initial=0.0) / fmax) if fmax > 0 else 0.0, sat))
+                float(err.max(initial=0.0) / fmax) if fmax > 0 else 0.0, sat,
+                alone.cosine(op, v, f)))
     names = [v.name for v in quant_net.outputs()]
     for k, name in enumerate(names):
         f = np.concatenate([o[k].ravel() for o in fouts]).astype(np.float64)

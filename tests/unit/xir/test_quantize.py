@@ -294,13 +294,36 @@ def test_accuracy_report_json(tiny, tiny_q8):
     assert len(d["outputs"]) == 1 and d["outputs"][0]["cosine"] > 0.99
     row = d["layers"][0]
     assert {"op_id", "op_type", "name", "v_id", "float_v_id", "cosine", "max_abs_err",
-            "mean_abs_err", "rel_err", "sat_rate", "shape", "dtype"} <= set(row)
+            "mean_abs_err", "rel_err", "sat_rate", "shape", "dtype", "alone"} <= set(row)
     assert len(rep.rows) >= 15 and all(-1.0 <= r.cosine <= 1.0 + 1e-9 for r in rep.rows)
     from rich.console import Console
 
     console = Console(record=True, width=160)
     rep.print(console)
     assert "logits" in console.export_text()
+
+
+def test_alone_cosine_localises_a_damaged_layer(tiny, tmp_path):
+    """`alone` runs each op on the float network's values: it equals the entire cosine where
+    the inputs are the network's own (the stem), and it points at a damaged layer while the
+    entire cosine drops for every layer after it."""
+    net, cal = tiny
+    q = quantize_network(net, cal, bits=8, method="minmax", weight_rounding="nearest")
+    q.save(tmp_path / "q.json")
+    bad = load_network(tmp_path / "q.json")
+    w = next(op for op in bad.ops if op.name == "pw.conv").inputs[1]
+    codes = np.array(w.data)
+    codes[..., ::2] = 0  # half the output channels lose their weights
+    w.setData(codes)
+    test = zoo.calibration_set("tiny_cnn", 2, seed=3)
+    good_rows = {r.name: r for r in accuracy_report(net, q, test).rows}
+    rows = {r.name: r for r in accuracy_report(net, bad, test).rows}
+    assert rows["stem.conv"].alone == pytest.approx(rows["stem.conv"].cosine, abs=1e-12)
+    assert rows["input.cast"].alone is None
+    assert rows["pw.conv"].alone < 0.9 < good_rows["pw.conv"].alone
+    for name in ("res", "branch1.conv", "fuse", "fc"):  # after the damage
+        assert rows[name].cosine < good_rows[name].cosine - 1e-3
+        assert rows[name].alone == pytest.approx(good_rows[name].alone, abs=1e-12)
 
 
 def test_mse_observer_and_gptq():
