@@ -264,6 +264,16 @@ class _Exporter:
         out = self.node("BatchNormalization", ins, base, epsilon=float(a["epsilon"]))[0]
         self.put(op.outputs[0], NCHW, out)
 
+    def op_LayerNorm(self, op: Operation, a: dict, base: str) -> None:
+        if self.opset < 17:
+            raise OnnxExportError(f"LayerNorm needs opset 17 (LayerNormalization), not "
+                                  f"{self.opset}", field="opset")
+        ins = [self.get(v, NHWC) for v in op.inputs]
+        outs = self.node("LayerNormalization", ins, base, n_out=len(op.outputs),
+                         axis=int(a["axis"]), epsilon=float(a["epsilon"]))
+        for v, name in zip(op.outputs, outs):
+            self.put(v, NHWC, name)
+
     def _resize(self, op: Operation, base: str, *, sizes=None, scales=None, mode: str,
                 coord: str, nearest: str) -> None:
         x = self.get(op.inputs[0], NCHW)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from .base import REQUIRED, Operation, fail, need_rank, register_op
+from .base import REQUIRED, Operation, fail, need_rank, norm_axis, register_op
 
 FUSED_ACT_ATTRS = {
     # An activation folded into the op (the optimize stage folds a following Relu here):
@@ -214,6 +214,35 @@ class BatchNorm2d(Operation):
             if tuple(s) != (x[3],):
                 raise fail(self, f"input {i} must have shape [{x[3]}], got {list(s)}", "inputs")
         return [x]
+
+
+@register_op
+class LayerNorm(Operation):
+    """Layer normalization over the trailing axes `[axis, rank)`: inputs x, scale[, bias]
+    (each broadcastable to `x.shape[axis:]`, from the right). With `stats`, two more outputs:
+    the mean and 1/sqrt(var + epsilon), shaped as x with the normalized axes set to 1 (ONNX
+    LayerNormalization's Mean and InvStdDev)."""
+
+    op_type = "LayerNorm"
+    MIN_INPUTS = 2
+    MAX_INPUTS = 3
+    N_OUTPUTS = None
+    ATTRS = {"axis": (int, -1), "epsilon": (float, 1e-5), "stats": (bool, False)}
+
+    def n_outputs(self) -> int:
+        return 3 if self.attrs["stats"] else 1
+
+    def infer_shapes(self, shapes):
+        x = tuple(shapes[0])
+        ax = norm_axis(self, self.attrs["axis"], len(x))
+        norm = x[ax:]
+        for i, s in enumerate(shapes[1:], 1):
+            s = tuple(s)
+            if len(s) > len(norm) or any(d not in (1, n) for d, n in zip(s[::-1], norm[::-1])):
+                raise fail(self, f"input {i} shape {list(s)} does not broadcast to the "
+                                 f"normalized shape {list(norm)}", "inputs")
+        stat = x[:ax] + (1,) * len(norm)
+        return [x, stat, stat] if self.attrs["stats"] else [x]
 
 
 _COORD_MODES = ("half_pixel", "asymmetric", "align_corners", "pytorch_half_pixel")

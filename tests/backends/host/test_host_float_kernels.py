@@ -95,7 +95,7 @@ def test_registry_covers_every_kernel_op() -> None:
         "Conv2d", "ConvTranspose2d", "Matmul", "Add", "Sub", "Multiply", "Concat", "Split",
         "Slice", "Reshape", "Transpose", "Squeeze", "Unsqueeze", "Pad", "MaxPool2d",
         "AvgPool2d", "Relu", "Sigmoid", "Silu", "Hardswish", "Softmax", "Resize", "Upsample",
-        "BatchNorm2d", "AlignAxis", "PruneAxis",
+        "BatchNorm2d", "LayerNorm", "AlignAxis", "PruneAxis",
     }  # fmt: skip
     assert set(FLOAT_KERNELS) == expected
     assert all(callable(k) for k in FLOAT_KERNELS.values())
@@ -734,6 +734,31 @@ def test_batch_norm2d(rng, epsilon) -> None:
     inits = {"s": scale, "b": bias, "m": mean, "v": var}
     (ref,) = run_onnx([node], {"x": nchw(x)}, ["y"], inits)
     assert_close(got, nhwc(ref))
+
+
+# --------------------------------------------------------------------------- LayerNorm
+
+
+@pytest.mark.parametrize("shape, axis, pshape, bias, eps", [
+    ((2, 7, 16), -1, (16,), True, None),        # transformer tokens
+    ((2, 3, 4, 5), 1, (3, 4, 5), True, 1e-3),   # over C, H, W
+    ((2, 3, 4, 5), -2, (1, 5), False, None),    # scale broadcast from the right
+    ((4, 6), 0, (4, 6), True, None),            # every axis
+])
+def test_layer_norm(rng, shape, axis, pshape, bias, eps) -> None:
+    x = randn(rng, *shape, scale=3.0) + 1.5
+    scale = randn(rng, *pshape)
+    b = randn(rng, *pshape)
+    attrs = {"axis": axis, "stats": True} | ({} if eps is None else {"epsilon": eps})
+    inputs = [x, scale] + ([b] if bias else [])
+    got = run_kernel("LayerNorm", inputs, attrs)
+    node = helper.make_node("LayerNormalization", ["x", "s"] + (["b"] if bias else []),
+                            ["y", "mean", "inv"], axis=axis, epsilon=eps or 1e-5)
+    inits = {"s": scale} | ({"b": b} if bias else {})
+    ref = run_onnx([node], {"x": x}, ["y", "mean", "inv"], inits)
+    for g, r in zip(got, ref):
+        assert_close(g, r)
+    assert len(run_kernel("LayerNorm", inputs, {"axis": axis})) == 1
 
 
 # --------------------------------------------------------------------------- AlignAxis / PruneAxis

@@ -123,6 +123,36 @@ def test_shape_gather_concat_reshape_chain_folds():
 
 # --- layout ----------------------------------------------------------------------------------
 
+def test_layer_norm_after_conv_matches_onnxruntime():
+    """LayerNormalization over C, H, W of a conv output, with the Mean / InvStdDev outputs."""
+    inits = [("w", _rand(4, 3, 3, 3)), ("s", _rand(4, 6, 6)), ("b", _rand(4, 6, 6))]
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("LayerNormalization", ["c", "s", "b"], ["y", "m", "inv"], axis=1,
+                              epsilon=1e-3)]
+    model = _model(nodes, [_vi("x", [2, 3, 6, 6])],
+                   [_vi("y", [2, 4, 6, 6]), _vi("m", [2, 1, 1, 1]), _vi("inv", [2, 1, 1, 1])],
+                   inits)
+    net = _check_against_ort(model, {"x": _rand(2, 3, 6, 6)}, rtol=1e-4, atol=1e-4)
+    ln = next(op for op in net.ops if op.op_type == "LayerNorm")
+    assert ln.attrs["stats"] and ln.attrs["axis"] == 1
+
+
+def test_layer_norm_exports_to_opset_17():
+    from xir.frontend.onnx_export import OnnxExportError, export_onnx
+
+    b = xir.NetworkBuilder("ln")
+    x = b.input([2, 5, 8])
+    b.output(b.layer_norm(x, _rand(8), _rand(8), epsilon=1e-3))
+    net = b.build()
+    model = export_onnx(net)
+    model.ir_version = 10
+    xs = _rand(2, 5, 8)
+    np.testing.assert_allclose(_ort(model, {model.graph.input[0].name: xs})[0],
+                               _forward(net, [xs])[0], rtol=1e-5, atol=1e-5)
+    with pytest.raises(OnnxExportError, match="opset 17"):
+        export_onnx(net, opset=16)
+
+
 def test_conv_flatten_gemm_matches_onnxruntime():
     inits = [("w", _rand(6, 3, 3, 3)), ("b", _rand(6)), ("fw", _rand(10, 6 * 4 * 4)),
              ("fb", _rand(10))]

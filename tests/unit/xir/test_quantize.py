@@ -265,19 +265,23 @@ def test_fake_qf_differs_and_is_closer_to_float(tiny, tiny_q8):
     assert cosine(fake, f) > cosine(exact, f)
 
 
-def test_softmax_stays_float_with_casts():
+@pytest.mark.parametrize("float_op", ["Softmax", "LayerNorm"])
+def test_ops_without_integer_form_stay_float_with_casts(float_op):
     r = np.random.default_rng(0)
     b = xir.NetworkBuilder("sm")
     x = b.input([1, 4, 4, 3], layout="NHWC")
     y = b.conv2d(x, r.normal(0, 0.5, (3, 3, 3, 8)).astype(np.float32), pad_top=1,
                  pad_bottom=1, pad_left=1, pad_right=1)
-    y = b.softmax(y, axis=-1)
+    if float_op == "Softmax":
+        y = b.softmax(y, axis=-1)
+    else:
+        y = b.layer_norm(y, r.normal(1, 0.1, 8).astype(np.float32), axis=-1)
     y = b.conv2d(y, r.normal(0, 0.5, (1, 1, 8, 4)).astype(np.float32))
     b.output(y)
     net = b.build()
     cal = [[r.normal(0, 1, (1, 4, 4, 3)).astype(np.float32)] for _ in range(4)]
     q = quantize_network(net, cal, bits=8, method="minmax")
-    sm = next(op for op in q.ops if op.op_type == "Softmax")
+    sm = next(op for op in q.ops if op.op_type == float_op)
     assert not sm.is_quantized()
     assert sm.inputs[0].producer.op_type == "Cast"
     assert sm.outputs[0].consumers[0].op_type == "Cast"

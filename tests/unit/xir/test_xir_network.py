@@ -73,6 +73,9 @@ def test_builder_infers_shapes_and_layouts():
     (lambda b, x: b.max_pool2d(x, pool_height=9, pool_width=9), "inputs"),
     (lambda b, x: b.softmax(x, axis=4), "axis"),
     (lambda b, x: b.prune_axis(x, size=7), "size"),
+    (lambda b, x: b.layer_norm(x, np.ones(4, np.float32)), "inputs"),
+    (lambda b, x: b.layer_norm(x, np.ones((2, 3), np.float32), axis=2), "inputs"),
+    (lambda b, x: b.layer_norm(x, np.ones(3, np.float32), axis=4), "axis"),
 ])
 def test_shape_errors_name_the_field(make, field):
     b = xir.NetworkBuilder("bad")
@@ -80,6 +83,15 @@ def test_shape_errors_name_the_field(make, field):
     with pytest.raises(ShapeMismatchError) as info:
         make(b, x)
     assert info.value.field == field
+
+
+def test_layer_norm_shapes_and_stats_outputs():
+    b = xir.NetworkBuilder("ln")
+    x = b.input([2, 7, 16])
+    y = b.layer_norm(x, np.ones(16, np.float32), np.zeros(16, np.float32))
+    assert y.shape == (2, 7, 16)
+    y2, mean, inv = b.layer_norm(x, np.ones((7, 1), np.float32), axis=1, stats=True)
+    assert (y2.shape, mean.shape, inv.shape) == ((2, 7, 16), (2, 1, 1), (2, 1, 1))
 
 
 def test_attribute_errors():

@@ -71,6 +71,7 @@ def build_all_ops() -> xir.Network:
     sq = b.squeeze(uq, axes=[0])
     mm = b.matmul(sq, f32(24, 6), f32(6))
     sm = b.softmax(mm, axis=-1)
+    ln, _, _ = b.layer_norm(sm, f32(6), f32(6), axis=-1, epsilon=1e-3, stats=True)
     # hardware path: align, cast to a tiled quantized layout, HardOp, cast back, prune
     al = b.align_axis(c, axis=3, align_unit=16)
     q = QuantizedType(INT8, 0.05, 3)
@@ -88,7 +89,7 @@ def build_all_ops() -> xir.Network:
     h16 = b.multiply(pr, b.params(np.ones(8, np.float16), "half"))
     hbf = b.add(h16, b.params(np.zeros(8, np.uint16), "bf", element=BF16))
     h16b = b.add(hbf, b.params(np.arange(8, dtype=np.int16), "i16"))
-    b.output(sm, h16b)
+    b.output(ln, h16b)
     net = b.build()
     # memory types as a compiler would set them
     hard_op = next(op for op in net.ops if op.op_type == "HardOp")

@@ -12,6 +12,7 @@ from . import (  # noqa: F401 - registers
     batchnorm,
     conv_pool,
     elementwise,
+    layernorm,
     matmul,
     passthrough,
     reshape,

@@ -55,6 +55,7 @@ FLOAT_KERNELS: dict[str, Kernel] = {
     "Resize": resize.resize,
     "Upsample": resize.upsample,
     "BatchNorm2d": norm.batch_norm2d,
+    "LayerNorm": norm.layer_norm,
     "AlignAxis": layout.align_axis,
     "PruneAxis": layout.prune_axis,
 }
