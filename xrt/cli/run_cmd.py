@@ -10,7 +10,8 @@ HELP = "run a network on backends such as 'ZG330,sim://zg330;Host' and show its 
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("model", help="network json (raw beside it) or a zoo name (resnet18...)")
+    parser.add_argument("model", help="network json (raw beside it), a zoo name (resnet18...) "
+                                      "or an .onnx file (run in float)")
     parser.add_argument("--raw", help="params file (default: the json's stem + .raw)")
     parser.add_argument("--target", help="compile a zoo network for this target first (cached "
                                          "in .icraft/cache), e.g. zg330")
@@ -57,6 +58,16 @@ def load_model(model: str, raw: str | None, target: str | None = None,
     """A network from json(+raw) or the zoo (compiled for `target` when given, cached)."""
     import xir
 
+    if model.endswith(".onnx"):
+        from ..errors import XrtError
+
+        if target:
+            raise XrtError(f"{model}: an ONNX model needs calibration data to compile: run "
+                           f"'xrt compile {model} --target {target} --calib DIR -o out/', then "
+                           f"'xrt run' on the generated json in out/")
+        from xir.frontend import import_onnx
+
+        return import_onnx(model)  # the float network, on whatever backends are asked for
     if os.path.exists(model) or model.endswith(".json"):
         net = xir.Network.CreateFromJsonFile(model)
         raw = raw or os.path.splitext(model)[0] + ".raw"

@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pytest
 
 from xir import zoo
+from xir.zoo import _reference
 from xrt.cli import main
 
 
@@ -46,3 +48,20 @@ def test_run_reports_bad_input_cleanly(tmp_path, capsys):
     assert "installed backends" in capsys.readouterr().err
     assert main(["run", "tiny_cnn", "--backends", "Host,nosuch://x"]) == 2
     assert "installed schemes" in capsys.readouterr().err
+
+
+def test_run_onnx_in_float_and_refuse_target_without_calibration(tmp_path, capsys):
+    pytest.importorskip("onnx")
+    from xir.frontend.onnx_export import export_onnx
+
+    net = zoo.build("tiny_cnn")
+    export_onnx(net, str(tmp_path / "tiny.onnx"))
+    x = zoo.calibration_set("tiny_cnn", count=1)[0][0]
+    np.save(tmp_path / "x.npy", x.transpose(0, 3, 1, 2))  # ONNX: NCHW
+    assert main(["run", str(tmp_path / "tiny.onnx"), "--inputs", str(tmp_path / "x.npy"),
+                 "--save-outputs", str(tmp_path / "out")]) == 0
+    (saved,) = sorted((tmp_path / "out").iterdir())
+    ref = _reference.run(net, [x])[0]
+    np.testing.assert_allclose(np.load(saved), ref, rtol=1e-4, atol=1e-5)
+    assert main(["run", str(tmp_path / "tiny.onnx"), "--target", "zg330"]) == 2
+    assert "xrt compile" in capsys.readouterr().err
