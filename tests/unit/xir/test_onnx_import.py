@@ -137,6 +137,31 @@ def test_layer_norm_after_conv_matches_onnxruntime():
     assert ln.attrs["stats"] and ln.attrs["axis"] == 1
 
 
+@pytest.mark.parametrize("keepdims", [1, 0])
+def test_squeeze_excite_gate_reduce_mean_and_hardsigmoid(keepdims):
+    """PyTorch's `x.mean((2, 3))` (ReduceMean over H, W) becomes a global AvgPool2d, and
+    HardSigmoid a Multiply, Add and bounded Relu: all of it quantizes to integer ops."""
+    from xir.quant.quantize import quantize_network
+
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("ReduceMean", ["c"], ["m"], axes=[2, 3], keepdims=keepdims),
+             helper.make_node("HardSigmoid", ["m"], ["y"], alpha=0.3, beta=0.4)]
+    out = [2, 8, 1, 1] if keepdims else [2, 8]
+    model = _model(nodes, [_vi("x", [2, 3, 6, 6])], [_vi("y", out)], [("w", _rand(8, 3, 3, 3))])
+    net = _check_against_ort(model, {"x": _rand(2, 3, 6, 6)})
+    assert "AvgPool2d" in _op_types(net) and "Relu" in _op_types(net)
+    q = quantize_network(net, [[_rand(2, 3, 6, 6)] for _ in range(2)], method="minmax",
+                         weight_rounding="nearest")
+    assert q.tags["quantization"]["float_ops"] == []
+
+
+def test_reduce_mean_over_other_axes_is_listed_unsupported():
+    nodes = [helper.make_node("ReduceMean", ["x"], ["y"], axes=[1], keepdims=1)]
+    model = _model(nodes, [_vi("x", [2, 3, 6, 6])], [_vi("y", [2, 1, 6, 6])])
+    with pytest.raises(xir.errors.UnsupportedOnnxOpError, match="axes 2, 3"):
+        import_onnx(model)
+
+
 def test_layer_norm_exports_to_opset_17():
     from xir.frontend.onnx_export import OnnxExportError, export_onnx
 

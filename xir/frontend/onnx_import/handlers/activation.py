@@ -1,4 +1,5 @@
-"""Activations: Relu, LeakyRelu, Sigmoid, HardSwish, Clip (as a bounded Relu) and Softmax.
+"""Activations: Relu, LeakyRelu, Sigmoid, HardSwish, HardSigmoid, Clip (as a bounded Relu) and
+Softmax.
 
 They work in whatever view their input has; Softmax remaps its axis to that view.
 """
@@ -12,6 +13,7 @@ import numpy as np
 
 from ..registry import _handles, _Unsupported
 from ..tensor import _T, NHWC
+from .elementwise import _binary
 
 if TYPE_CHECKING:
     from ..importer import _Importer
@@ -56,6 +58,19 @@ def _clip(im: _Importer, node, a, ins):
     if lo != 0.0 or not np.issubdtype(x.dtype, np.floating):
         raise _Unsupported(f"Clip(min={lo}) has no exact xir Relu form (needs min = 0)")
     return [_unary(im, x, "Relu", max_value=float(hi))]
+
+
+@_handles("HardSigmoid")
+def _hardsigmoid(im: _Importer, node, a, ins):
+    """clip(alpha * x + beta, 0, 1) as Multiply, Add and a Relu bounded at 1 (all of which
+    quantize); MobileNetV3's squeeze-excite gate."""
+    x = ins[0]
+    if not np.issubdtype(x.dtype, np.floating):
+        raise _Unsupported("non-float input")
+    alpha = _T.constant(np.asarray(a.get("alpha", 0.2), dtype=x.dtype))
+    beta = _T.constant(np.asarray(a.get("beta", 0.5), dtype=x.dtype))
+    y = _binary(im, "Add", [_binary(im, "Multiply", [x, alpha]), beta])
+    return [_unary(im, y, "Relu", max_value=1.0)]
 
 
 @_handles("Softmax")

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from ..registry import _handles, _Unsupported
 from ..tensor import _T, NHWC
 
@@ -141,6 +143,25 @@ def _gap(im: _Importer, node, a, ins):
     v = im.emit1("AvgPool2d", [im.nhwc(x)], "NHWC", is_global=True,
                  pool_height=x.shape[2], pool_width=x.shape[3])
     return [im.result(v, NHWC)]
+
+
+@_handles("ReduceMean")
+def _reduce_mean(im: _Importer, node, a, ins):
+    """The mean over H and W of an NCHW map (how PyTorch exports `x.mean((2, 3))`): a global
+    AvgPool2d, reshaped when `keepdims` is 0. Other axes have no xir form."""
+    x = ins[0]
+    if len(ins) > 1 and ins[1] is not None:
+        axes = im.const_of(ins[1], "ReduceMean axes")
+    else:
+        axes = a.get("axes")
+    if x.rank != 4 or axes is None or sorted(int(d) % 4 for d in np.ravel(axes)) != [2, 3] \
+            or a.get("noop_with_empty_axes", 0):
+        raise _Unsupported("only the mean over H and W (axes 2, 3) of a 4-D map")
+    v = im.emit1("AvgPool2d", [im.nhwc(x)], "NHWC", is_global=True,
+                 pool_height=x.shape[2], pool_width=x.shape[3])
+    if int(a.get("keepdims", 1)):
+        return [im.result(v, NHWC)]
+    return [im.result(im.emit1("Reshape", [v], None, shape=[x.shape[0], x.shape[1]]))]
 
 
 @_handles("GlobalMaxPool")
