@@ -80,20 +80,29 @@ def load_model(model: str, raw: str | None, target: str | None = None,
     return zoo.build(model, input_size=input_size) if input_size else zoo.build(model)
 
 
-def _source_stamp(model: str) -> str:
-    """A short hash of the code a cached compile depends on (the zoo network's weights, the
-    quantizer, the installed distributions' versions), so an upgrade never runs a stale one."""
+def _source_stamp() -> str:
+    """A short hash of the code a cached compile depends on, so a changed compiler never runs a
+    stale cached network: the sources of every loaded package that is not installed into the
+    interpreter's library folders (this project's editable packages: xir, the target plugin,
+    the shared hardware model), and the versions of the installed icraft-xrt distributions."""
     import hashlib
     import importlib.metadata as md
+    import sys
+    import sysconfig
     from pathlib import Path
 
-    import xir
-
-    root = Path(xir.__file__).parent
+    libs = {Path(sysconfig.get_paths()[k]).resolve() for k in ("purelib", "platlib", "stdlib")}
     h = hashlib.sha256()
-    for f in sorted([*root.joinpath("quant").glob("*.py"), root / "zoo" / "blocks.py",
-                     root / "zoo" / f"{model}.py"]):
-        h.update(f.read_bytes())
+    for name, mod in sorted(list(sys.modules.items()), key=lambda kv: kv[0]):
+        paths = getattr(mod, "__path__", None)
+        if "." in name or not paths or not getattr(mod, "__file__", None):
+            continue
+        pkg = Path(mod.__file__).resolve().parent
+        if any(pkg.is_relative_to(lib) for lib in libs):
+            continue
+        for f in sorted(pkg.rglob("*.py")):
+            h.update(f"{name}/{f.relative_to(pkg)}".encode())
+            h.update(f.read_bytes())
     for dist in sorted(d.metadata["Name"] for d in md.distributions()
                        if d.metadata["Name"] and d.metadata["Name"].startswith("icraft-xrt")):
         h.update(f"{dist}={md.version(dist)}".encode())
@@ -108,7 +117,7 @@ def compiled_zoo(model: str, target: str, input_size: int | None = None) -> str:
     lower = plugins.target(target)
     suffix = getattr(lower, "suffix", target.upper())
     tag = f"{model}_{input_size}" if input_size else model
-    out = os.path.join(".icraft", "cache", f"{tag}_{target}_{_source_stamp(model)}")
+    out = os.path.join(".icraft", "cache", f"{tag}_{target}_{_source_stamp()}")
     path = os.path.join(out, f"{tag}_{suffix}.json")
     if not os.path.exists(path):
         print(f"compiling {model} for {target} into {out} (cached for later runs)")

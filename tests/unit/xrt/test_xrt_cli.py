@@ -65,3 +65,25 @@ def test_run_onnx_in_float_and_refuse_target_without_calibration(tmp_path, capsy
     np.testing.assert_allclose(np.load(saved), ref, rtol=1e-4, atol=1e-5)
     assert main(["run", str(tmp_path / "tiny.onnx"), "--target", "zg330"]) == 2
     assert "xrt compile" in capsys.readouterr().err
+
+
+def test_compile_cache_stamp_follows_project_sources(tmp_path, monkeypatch):
+    """`xrt run --target` caches compiled zoo networks under a stamp of the loaded project
+    packages' sources: editing any of them gives a new cache folder."""
+    import importlib
+    import sys
+
+    from xrt.cli.run_cmd import _source_stamp
+
+    pkg = tmp_path / "stamp_probe_pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("X = 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    importlib.import_module("stamp_probe_pkg")
+    try:
+        before = _source_stamp()
+        assert _source_stamp() == before
+        (pkg / "__init__.py").write_text("X = 2\n")
+        assert _source_stamp() != before
+    finally:
+        sys.modules.pop("stamp_probe_pkg", None)
