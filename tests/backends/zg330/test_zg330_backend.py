@@ -91,6 +91,14 @@ def test_yolov5s_160_bit_exact(zdev):  # noqa: F811
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("name,kw", [("mobilenet_v2", {"input_size": 96}),
+                                     ("yolov5s", {"input_size": 160})])
+def test_zoo_int16_stem_bit_exact(zdev, name, kw):  # noqa: F811
+    """input_bits=16: the aligned int16 input, its compaction and the int16 stem writing int8."""
+    _bit_exact(name, zdev, quant={"input_bits": 16}, **kw)
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("name,kw", [("resnet18", {}), ("mobilenet_v2", {}),
                                      ("yolov5s", {"input_size": 320})])
 def test_zoo_bit_exact_slow(zdev, name, kw):  # noqa: F811
