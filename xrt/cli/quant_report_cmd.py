@@ -14,6 +14,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
                                         "network is a zoo network)")
     parser.add_argument("--count", type=int, default=4, help="samples from the zoo set")
     parser.add_argument("--json", dest="json_out", help="write the report as json here")
+    parser.add_argument("--suggest", type=int, metavar="N", default=0,
+                        help="print the N 8-bit ops whose own rounding costs most (lowest "
+                             "'alone' cosine) as --op-bits flags for xrt compile")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -40,6 +43,10 @@ def run(args: argparse.Namespace) -> int:
         raise XrtError("quant-report: give --calib DIR for a network outside the zoo")
     report = accuracy_report(fnet, qnet, samples)
     report.print()
+    if args.suggest:
+        flags = " ".join(f"--op-bits {name}=16"
+                         for name in report.suggest_op_bits(args.suggest))
+        print(f"raise these to 16 bits: {flags}" if flags else "no 8-bit op to raise")
     if args.json_out:
         with open(args.json_out, "w") as fh:
             fh.write(report.to_json())

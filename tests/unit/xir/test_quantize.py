@@ -325,6 +325,7 @@ def test_alone_cosine_localises_a_damaged_layer(tiny, tmp_path):
     assert rows["stem.conv"].alone == pytest.approx(rows["stem.conv"].cosine, abs=1e-12)
     assert rows["input.cast"].alone is None
     assert rows["pw.conv"].alone < 0.9 < good_rows["pw.conv"].alone
+    assert list(accuracy_report(net, bad, test).suggest_op_bits(1)) == ["pw.conv"]
     for name in ("res", "branch1.conv", "fuse", "fc"):  # after the damage
         assert rows[name].cosine < good_rows[name].cosine - 1e-3
         assert rows[name].alone == pytest.approx(good_rows[name].alone, abs=1e-12)

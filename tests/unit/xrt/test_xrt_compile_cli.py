@@ -110,9 +110,12 @@ def test_quant_report_command(tmp_path, capsys):
     capsys.readouterr()
     report = tmp_path / "report.json"
     assert main(["quant-report", str(out / "tiny_cnn_optimized.json"),
-                 str(out / "tiny_cnn_quantized.json"), "--json", str(report)]) == 0
+                 str(out / "tiny_cnn_quantized.json"), "--json", str(report),
+                 "--suggest", "2"]) == 0
     text = capsys.readouterr().out
     assert "cos" in text.lower()
+    flags = text.split("raise these to 16 bits:")[1].split()
+    assert flags.count("--op-bits") == 2 and all(f.endswith("=16") for f in flags[1::2])
     import json
 
     data = json.loads(report.read_text())
