@@ -332,6 +332,10 @@ class _Exporter:
                 y = self.node("Min", [y, self.const(np.float32(top), f"{base}_max")], base)[0]
         self.put(op.outputs[0], form, y)
 
+    def op_Tanh(self, op: Operation, a: dict, base: str) -> None:
+        form, x = self._unary(op)
+        self.put(op.outputs[0], form, self.node("Tanh", [x], base)[0])
+
     def op_Sigmoid(self, op: Operation, a: dict, base: str) -> None:
         form, x = self._unary(op)
         self.put(op.outputs[0], form, self.node("Sigmoid", [x], base)[0])

@@ -1,7 +1,7 @@
 """The op registry: one module per op family; importing this registers them all."""
 
 from .base import HOST_TARGET, OP_REGISTRY, REQUIRED, Operation, register_op
-from .elementwise import Add, Cast, Hardswish, Multiply, Relu, Sigmoid, Silu, Softmax, Sub
+from .elementwise import Add, Cast, Hardswish, Multiply, Relu, Sigmoid, Silu, Softmax, Sub, Tanh
 from .io import HardOp, Input, Output
 from .nn import (
     AvgPool2d,
@@ -29,7 +29,7 @@ from .shape import (
 
 __all__ = [
     "HOST_TARGET", "OP_REGISTRY", "REQUIRED", "Operation", "register_op", "conv_macs",
-    "Add", "Sub", "Multiply", "Relu", "Sigmoid", "Silu", "Hardswish", "Softmax", "Cast",
+    "Add", "Sub", "Multiply", "Relu", "Sigmoid", "Tanh", "Silu", "Hardswish", "Softmax", "Cast",
     "Input", "Output", "HardOp",
     "Conv2d", "ConvTranspose2d", "Matmul", "MaxPool2d", "AvgPool2d", "BatchNorm2d", "Resize",
     "Upsample",

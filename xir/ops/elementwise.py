@@ -54,6 +54,11 @@ class Sigmoid(Operation):
 
 
 @register_op
+class Tanh(Operation):
+    op_type = "Tanh"
+
+
+@register_op
 class Silu(Operation):
     """x * sigmoid(x)."""
 

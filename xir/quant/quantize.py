@@ -18,8 +18,8 @@ works on quantized element types:
   AlignAxis, PruneAxis: input and outputs) put their values in one group (union-find over the
   whole network). A group takes the largest `amax` of its members, so no member saturates
   earlier than its own calibration says; this rule is order-independent (deterministic);
-- ReLU/ReLU6/LeakyReLU stay folded in the producing op's requantization; SiLU, Sigmoid and
-  Hardswish keep their op type and run as tables (`xir.quant.lut`) derived from their scales;
+- ReLU/ReLU6/LeakyReLU stay folded in the producing op's requantization; SiLU, Sigmoid, Tanh
+  and Hardswish keep their op type and run as tables (`xir.quant.lut`) derived from their scales;
 - ops with no exact integer form (Softmax, an unfolded BatchNorm2d, Relu with a threshold,
   ...) stay float, with Cast ops converting around them.
 
@@ -60,7 +60,7 @@ __all__ = ["quantize_network", "PASS_THROUGH_OPS", "LUT_OPS", "integer_capable"]
 PASS_THROUGH_OPS = frozenset({"Concat", "Split", "Slice", "Reshape", "Transpose", "Squeeze",
                               "Unsqueeze", "Pad", "MaxPool2d", "AlignAxis", "PruneAxis"})
 #: Activations executed as lookup tables.
-LUT_OPS = {"Sigmoid": "sigmoid", "Silu": "silu", "Hardswish": "hardswish"}
+LUT_OPS = {"Sigmoid": "sigmoid", "Tanh": "tanh", "Silu": "silu", "Hardswish": "hardswish"}
 #: Default amax multiplier of 16-bit quantization: int16 has resolution to spare, and one
 #: bit of it buys headroom for values beyond the calibration set's range.
 INT16_HEADROOM = 2.0

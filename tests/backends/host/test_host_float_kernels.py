@@ -94,7 +94,8 @@ def test_registry_covers_every_kernel_op() -> None:
     expected = {
         "Conv2d", "ConvTranspose2d", "Matmul", "Add", "Sub", "Multiply", "Concat", "Split",
         "Slice", "Reshape", "Transpose", "Squeeze", "Unsqueeze", "Pad", "MaxPool2d",
-        "AvgPool2d", "Relu", "Sigmoid", "Silu", "Hardswish", "Softmax", "Resize", "Upsample",
+        "AvgPool2d", "Relu", "Sigmoid", "Tanh", "Silu", "Hardswish", "Softmax", "Resize",
+        "Upsample",
         "BatchNorm2d", "LayerNorm", "AlignAxis", "PruneAxis",
     }  # fmt: skip
     assert set(FLOAT_KERNELS) == expected
@@ -397,7 +398,7 @@ def test_folded_activation_rejects_unknown(rng) -> None:
         FLOAT_KERNELS["Add"]([randn(rng, 3), randn(rng, 3)], {"act": "sigmoid"})
 
 
-@pytest.mark.parametrize("op", ["Sigmoid", "Silu", "Hardswish"])
+@pytest.mark.parametrize("op", ["Sigmoid", "Tanh", "Silu", "Hardswish"])
 def test_pointwise_activations(rng, op) -> None:
     x = activation_input(rng)
     got = run_kernel(op, [x], {})[0]

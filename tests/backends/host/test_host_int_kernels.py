@@ -236,7 +236,7 @@ def test_maxpool_int_pads_with_qmin(rng):
 
 
 @pytest.mark.parametrize("bits", [8, 16])
-@pytest.mark.parametrize("op,fn", [("Silu", "silu"), ("Sigmoid", "sigmoid"),
+@pytest.mark.parametrize("op,fn", [("Silu", "silu"), ("Sigmoid", "sigmoid"), ("Tanh", "tanh"),
                                    ("Hardswish", "hardswish")])
 def test_lut_ops(rng, bits, op, fn):
     dt = DT[bits][1]

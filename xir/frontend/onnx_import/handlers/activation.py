@@ -1,5 +1,5 @@
-"""Activations: Relu, LeakyRelu, Sigmoid, HardSwish, HardSigmoid, Clip (as a bounded Relu) and
-Softmax.
+"""Activations: Relu, LeakyRelu, Sigmoid, Tanh, HardSwish, HardSigmoid, Clip (as a bounded
+Relu) and Softmax.
 
 They work in whatever view their input has; Softmax remaps its axis to that view.
 """
@@ -58,6 +58,11 @@ def _clip(im: _Importer, node, a, ins):
     if lo != 0.0 or not np.issubdtype(x.dtype, np.floating):
         raise _Unsupported(f"Clip(min={lo}) has no exact xir Relu form (needs min = 0)")
     return [_unary(im, x, "Relu", max_value=float(hi))]
+
+
+@_handles("Tanh")
+def _tanh(im, node, a, ins):
+    return [_unary(im, ins[0], "Tanh")]
 
 
 @_handles("HardSigmoid")

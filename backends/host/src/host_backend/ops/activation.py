@@ -40,6 +40,10 @@ def sigmoid(inputs: list[np.ndarray], attrs: dict) -> list[np.ndarray]:
     return [out32(_sigmoid(f32(inputs[0])))]
 
 
+def tanh(inputs: list[np.ndarray], attrs: dict) -> list[np.ndarray]:
+    return [out32(np.tanh(f32(inputs[0])))]
+
+
 def silu(inputs: list[np.ndarray], attrs: dict) -> list[np.ndarray]:
     x = f32(inputs[0])
     return [out32(x * _sigmoid(x))]
@@ -111,5 +115,6 @@ def _lut_kernel(fn_name: str):
 
 
 sigmoid_int = _lut_kernel("sigmoid")
+tanh_int = _lut_kernel("tanh")
 silu_int = _lut_kernel("silu")
 hardswish_int = _lut_kernel("hardswish")

@@ -24,12 +24,13 @@ from xir.quant.fixed_point import (
     requant_multiplier,
 )
 from xir.quant.lut import build_lut
+from xir.quant.quantize import LUT_OPS
 from xir.types import QuantizedType
 
 from .common import map3, npu_dtype, scale_of
 
 #: quantized activations that run as lookup tables
-LUT_FUNCS = {"Sigmoid": "sigmoid", "Silu": "silu", "Hardswish": "hardswish"}
+LUT_FUNCS = LUT_OPS  # the activations the quantizer turns into tables
 #: ops that never compute: they become channel offsets / aliases, or a COPY when they cannot
 ALIAS_OPS = frozenset({"Concat", "Split", "Reshape", "AlignAxis", "PruneAxis"})
 #: Add/Sub common-shift rule of docs/quantization.md section 9
