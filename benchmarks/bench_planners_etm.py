@@ -51,7 +51,8 @@ def test_plan_500_ops(benchmark, irregular):
     plan = benchmark.pedantic(plan_etm_detailed, kwargs=inst, rounds=20, warmup_rounds=3)
     _record(benchmark, inst, plan)
     assert plan.ratio <= 1.01
-    assert benchmark.stats.stats.min < 0.050
+    if benchmark.stats is not None:  # None under --benchmark-disable: no timing to check
+        assert benchmark.stats.stats.min < 0.050
 
 
 @pytest.mark.parametrize("irregular", [False, True], ids=["cnn-like", "irregular"])
