@@ -19,6 +19,12 @@ from numba import njit
 
 from xir.quant.fixed_point import requantize_one
 
+#: Numba kernels called from this file's kernels but defined in other files, with a stamp of
+#: their source (and of the kernels they call). Numba's on-disk cache notices changes to this
+#: file only, so when a dependency changes, `tests/test_kernel_stamps.py`
+#: fails until the stamp here is updated, and that edit makes Numba recompile these kernels.
+NUMBA_DEPENDS = {"xir.quant.fixed_point.requantize_one": "e5bd92a5402c36dd"}
+
 #: K-chunk lengths that keep float partial sums exact
 KC_INT8_F32 = 1024
 KC_INT16_F64 = 1 << 22

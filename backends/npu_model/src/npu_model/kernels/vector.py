@@ -12,6 +12,12 @@ from numba import njit
 
 from xir.quant.fixed_point import requantize_one
 
+#: Numba kernels called from this file's kernels but defined in other files, with a stamp of
+#: their source (and of the kernels they call). Numba's on-disk cache notices changes to this
+#: file only, so when a dependency changes, `tests/test_kernel_stamps.py`
+#: fails until the stamp here is updated, and that edit makes Numba recompile these kernels.
+NUMBA_DEPENDS = {"xir.quant.fixed_point.requantize_one": "e5bd92a5402c36dd"}
+
 ELTW_ADD = 0
 ELTW_SUB = 1
 ELTW_MUL = 2
