@@ -205,10 +205,10 @@ def _conv_transpose2d_core(x: np.ndarray, w: np.ndarray, attrs: dict) -> np.ndar
 # --------------------------------------------------------------------------------------------
 
 
-def _work_dtype(*types) -> tuple[type, int | None]:
+def _work_dtype(*types, fake: bool = False) -> tuple[type, int | None]:
     """float32 with K-chunks of ACC_CHUNK_F32 when every operand is 8-bit (exact, fast BLAS);
-    float64 otherwise (int16 products < 2**30: exact for any K below 2**23)."""
-    if all(t.element_dtype.storage.bits <= 8 for t in types):
+    float64 otherwise (int16 products < 2**30: exact for any K below 2**23) and for fakeQf."""
+    if not fake and all(t.element_dtype.storage.bits <= 8 for t in types):
         return np.float32, ACC_CHUNK_F32
     return np.float64, None
 
@@ -230,10 +230,7 @@ def _requant_conv(acc, inputs, attrs, in_types, out_types, fake, w_axis_scales):
 def conv2d_int(inputs, attrs, in_types, out_types, *, fake=False):
     """Integer Conv2d: acc = sum(x_q * w_q) + b_q (exact), then per-channel requantization
     with requant_multiplier(s_in, s_w[c], s_out) and the folded activation."""
-    if fake:
-        work, kchunk = np.float64, None
-    else:
-        work, kchunk = _work_dtype(in_types[0], in_types[1])
+    work, kchunk = _work_dtype(in_types[0], in_types[1], fake=fake)
     x = np.asarray(inputs[0]).astype(work)
     w = np.asarray(inputs[1]).astype(work)
     acc = _conv2d_core(x, w, attrs, kchunk)

@@ -32,10 +32,7 @@ def matmul_int(inputs, attrs, in_types, out_types, *, fake=False):
     from ._common import folded_act, requant_channels, scale1, tscale
     from .conv import _mm, _work_dtype
 
-    if fake:
-        work, kchunk = np.float64, None
-    else:
-        work, kchunk = _work_dtype(in_types[0], in_types[1])
+    work, kchunk = _work_dtype(in_types[0], in_types[1], fake=fake)
     a = np.asarray(inputs[0]).astype(work)
     b = np.asarray(inputs[1]).astype(work)
     if attrs.get("transpose_a", False):

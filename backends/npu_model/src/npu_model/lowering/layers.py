@@ -29,8 +29,6 @@ from xir.types import QuantizedType
 
 from .common import map3, npu_dtype, scale_of
 
-#: quantized activations that run as lookup tables
-LUT_FUNCS = LUT_OPS  # the activations the quantizer turns into tables
 #: ops that never compute: they become channel offsets / aliases, or a COPY when they cannot
 ALIAS_OPS = frozenset({"Concat", "Split", "Reshape", "AlignAxis", "PruneAxis"})
 #: Add/Sub common-shift rule of docs/quantization.md section 9
@@ -291,7 +289,7 @@ def lower_pool(op, cfg) -> OpLowering:
 def lower_lut(op, cfg) -> OpLowering:
     _feature_dtypes(op, rescales=True)
     x, y = op.inputs[0], op.outputs[0]
-    table = build_lut(LUT_FUNCS[op.op_type], scale_of(x), scale_of(y), x.dtype.numpy_dtype,
+    table = build_lut(LUT_OPS[op.op_type], scale_of(x), scale_of(y), x.dtype.numpy_dtype,
                       y.dtype.numpy_dtype)
 
     def make(R: Resolver) -> list[asm.Layer]:

@@ -29,11 +29,12 @@ from npu_model import asm
 from npu_model.isa import ISA_VERSION
 from xir.network import Network
 from xir.ops.base import OP_REGISTRY
+from xir.quant.quantize import LUT_OPS
 from xir.types import UINT8, UINT64, TensorType
 from xir.values import MemType, Params, Value
 
 from .common import ETM_ALIGN, ETM_RESERVED, TargetConfig, align, clone_network, map3, npu_dtype
-from .layers import ALIAS_OPS, LUT_FUNCS, RULES, NotLowerable, OpLowering, alias_ok
+from .layers import ALIAS_OPS, RULES, NotLowerable, OpLowering, alias_ok
 
 log = logging.getLogger(__name__)
 
@@ -203,13 +204,13 @@ class _Lowering:
         return seq
 
     def _fusable_lut(self, op) -> Any:
-        if len(op.outputs) != 1 or op.op_type in LUT_FUNCS:
+        if len(op.outputs) != 1 or op.op_type in LUT_OPS:
             return None
         y = op.outputs[0]
         if len(y.consumers) != 1:
             return None
         c = y.consumers[0]
-        if c.op_type in LUT_FUNCS and self.npu_ops.get(c.op_id) is not None:
+        if c.op_type in LUT_OPS and self.npu_ops.get(c.op_id) is not None:
             return c
         return None
 
