@@ -7,8 +7,8 @@ import numpy as np
 from conftest import interleaved_best, ort_session
 
 from host_backend import HostBackend
-from xir import zoo
-from xir.frontend.onnx_export import export_onnx
+from xcompile import zoo
+from xcompile.frontend.onnx_export import export_onnx
 from xrt import HostDevice, Session, Tensor
 
 

@@ -14,7 +14,7 @@ from npu_model.planners.etm import (
     plan_no_reuse,
     random_network_instance,
 )
-from xir import zoo
+from xcompile import zoo
 
 
 @pytest.fixture(scope="module", params=["tiny_cnn", "resnet18", "mobilenet_v2", "yolov5s"])

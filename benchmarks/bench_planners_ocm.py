@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from npu_model.planners.ocm import OcmOption, instance_from_network, selection_optimum
-from xir import zoo
+from xcompile import zoo
 
 KiB = 1024
 OCM_SIZES = (256 * KiB, 512 * KiB, 1024 * KiB, 2048 * KiB)

@@ -12,9 +12,9 @@ import pytest
 from conftest import interleaved_best, ort_session
 
 from host_backend import HostBackend
-from xir import zoo
-from xir.passes import optimize
-from xir.quant.quantize import quantize_network
+from xcompile import zoo
+from xcompile.passes import optimize
+from xcompile.quant.quantize import quantize_network
 from xrt import HostDevice, Session, Tensor
 
 SIZE = 640
@@ -39,7 +39,7 @@ def test_quantize_yolov5s_time(benchmark, yolo):
 
 def test_int8_reference_vs_onnxruntime_qdq(benchmark, yolo, tmp_path):
     ort_quant = pytest.importorskip("onnxruntime.quantization")
-    from xir.frontend.onnx_export import export_onnx
+    from xcompile.frontend.onnx_export import export_onnx
 
     net, calib = yolo
     qnet = quantize_network(optimize(net), calib, bits=8, method="kl")

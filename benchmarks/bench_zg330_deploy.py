@@ -25,8 +25,8 @@ _NETS: dict = {}
 def compiled(name: str, size: int | None = None):
     key = (name, size)
     if key not in _NETS:
-        from xir import zoo
-        from xir.quant.quantize import quantize_network
+        from xcompile import zoo
+        from xcompile.quant.quantize import quantize_network
         from zg330backend.lowering import adapt, lower
 
         kw = {"input_size": size} if size else {}

@@ -17,10 +17,11 @@ from conftest import interleaved_best, ort_session
 zg330backend = pytest.importorskip("zg330backend")
 
 from host_backend import HostBackend  # noqa: E402
-from xir import zoo  # noqa: E402
-from xir.frontend.onnx_export import export_onnx  # noqa: E402
+from xcompile import zoo  # noqa: E402
+from xcompile.cache import compiled_zoo  # noqa: E402
+from xcompile.frontend.onnx_export import export_onnx  # noqa: E402
 from xrt import Device, HostDevice, Session  # noqa: E402
-from xrt.cli.run_cmd import compiled_zoo, load_model  # noqa: E402
+from xrt.cli.run_cmd import load_model  # noqa: E402
 
 MODEL = "yolov5s"
 

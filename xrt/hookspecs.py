@@ -8,6 +8,7 @@ core can validate what each plugin sends and blame the plugin that sent somethin
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import pluggy
 
@@ -53,6 +54,25 @@ def xrt_register_targets(register: Callable) -> None:
     (`xrt compile --target NAME`) writes its result as `<name>_<SUFFIX>.json/.raw`; a target
     declares SUFFIX as `lower.suffix` (e.g. "ZG", "BY").
     """
+
+
+# --- networks for `xrt run` -------------------------------------------------------------------
+
+@hookspec(firstresult=True)
+def xrt_load_model(model: str, target: str | None, input_size: int | None) -> Any:
+    """Load what `xrt run MODEL` names when it is not a network json: return an
+    `xir.Network`, the path of a compiled network json, or None to let the next plugin try.
+
+    `target` asks for the network compiled for that target (a plugin that cannot compile says
+    so with an `XrtError`); `input_size` is the `--input-size` flag. The compile pipeline
+    (`xcompile.plugin`) loads zoo names and .onnx files.
+    """
+
+
+@hookspec(firstresult=True)
+def xrt_sample_inputs(model: str, network: Any, input_size: int | None) -> Any:
+    """Inputs for `xrt run MODEL` without `--inputs`: a list of arrays, one per network input,
+    or None (the run then feeds seeded noise)."""
 
 
 # --- command line -----------------------------------------------------------------------------

@@ -27,7 +27,7 @@ onnx = pytest.importorskip("onnx")
 from onnx import numpy_helper  # noqa: E402
 
 import xir  # noqa: E402
-from xir.frontend import import_onnx  # noqa: E402
+from xcompile.frontend import import_onnx  # noqa: E402
 
 RTOL = ATOL = 1e-5
 

@@ -1,4 +1,6 @@
-"""Target-independent quantization math (pure numpy): see docs/quantization.md."""
+"""The integer semantics of quantized ops (pure numpy): fixed-point requantization and lookup
+tables, what every backend computes bit for bit (docs/quantization.md). Choosing scales --
+observers, calibration, quantizing a network -- is the compile pipeline's (`xcompile.quant`)."""
 
 from __future__ import annotations
 
@@ -17,31 +19,16 @@ from xir.quant.fixed_point import (
     requantize_one,
 )
 from xir.quant.lut import LUT_FUNCTIONS, apply_lut, build_lut
-from xir.quant.observers import (
-    MIN_SCALE,
-    KLObserver,
-    MinMaxObserver,
-    Observer,
-    PercentileObserver,
-    make_observer,
-    weight_scales,
-)
 
 __all__ = [
     "DEFAULT_MULT_BITS",
     "MAX_SHIFT",
-    "MIN_SCALE",
     "LUT_FUNCTIONS",
-    "KLObserver",
-    "MinMaxObserver",
-    "Observer",
-    "PercentileObserver",
     "apply_lut",
     "build_lut",
     "clip_bounds",
     "dequantize",
     "fake_requantize",
-    "make_observer",
     "quantize",
     "quantize_bias",
     "quantize_multiplier",
@@ -49,5 +36,4 @@ __all__ = [
     "requantize",
     "requantize_nb",
     "requantize_one",
-    "weight_scales",
 ]

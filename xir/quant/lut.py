@@ -63,6 +63,10 @@ LUT_FUNCTIONS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
 }
 
 
+#: Ops that compute as a lookup table once quantized: op type -> table function name.
+LUT_OPS = {"Sigmoid": "sigmoid", "Tanh": "tanh", "Silu": "silu", "Hardswish": "hardswish"}
+
+
 def lut_function(fn_name: str) -> Callable[[np.ndarray], np.ndarray]:
     """The float64 function behind a table name (``ValueError`` for an unknown name)."""
     try:

@@ -1,4 +1,5 @@
-"""The `xrt` command line: built-in subcommands (one module each) plus plugin commands."""
+"""The `xrt` command line: built-in subcommands (one module each) plus plugin commands (the
+compile pipeline's `compile` and `quant-report` come from `xcompile.plugin`)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from collections.abc import Callable, Sequence
 
 from ..errors import XrtError
 
-BUILTIN = ("plugins", "run", "compile", "quant-report", "serve")
+BUILTIN = ("plugins", "run", "serve")
 
 
 def _builtin(name: str) -> tuple[Callable, Callable, str]:

@@ -1,4 +1,5 @@
-"""`xrt run`: run a network (json+raw or a zoo name) in the manner of the vendor's `icraft run`."""
+"""`xrt run`: run a network (json+raw, or what a plugin loads: a zoo name, an .onnx file) in the
+manner of the vendor's `icraft run`."""
 
 from __future__ import annotations
 
@@ -55,89 +56,38 @@ def parse_backends(text: str) -> tuple[list[type], list[Any]]:
 
 def load_model(model: str, raw: str | None, target: str | None = None,
                input_size: int | None = None) -> Any:
-    """A network from json(+raw) or the zoo (compiled for `target` when given, cached)."""
+    """A network from json(+raw), or from a plugin's `xrt_load_model` (the compile pipeline:
+    .onnx files in float, zoo names, compiled for `target` when given)."""
     import xir
 
-    if model.endswith(".onnx"):
-        from ..errors import XrtError
+    from .. import plugins
+    from ..errors import XrtError
 
-        if target:
-            raise XrtError(f"{model}: an ONNX model needs calibration data to compile: run "
-                           f"'xrt compile {model} --target {target} --calib DIR -o out/', then "
-                           f"'xrt run' on the generated json in out/")
-        from xir.frontend import import_onnx
-
-        return import_onnx(model)  # the float network, on whatever backends are asked for
-    if os.path.exists(model) or model.endswith(".json"):
+    if model.endswith(".json") or (os.path.isfile(model) and not model.endswith(".onnx")):
         net = xir.Network.CreateFromJsonFile(model)
         raw = raw or os.path.splitext(model)[0] + ".raw"
         net.loadParamsFromFile(raw)
         return net
-    from xir import zoo
-
-    if target:
-        return load_model(compiled_zoo(model, target, input_size), None)
-    return zoo.build(model, input_size=input_size) if input_size else zoo.build(model)
-
-
-def _source_stamp() -> str:
-    """A short hash of the code a cached compile depends on, so a changed compiler never runs a
-    stale cached network: the sources of every loaded package that is not installed into the
-    interpreter's library folders (this project's editable packages: xir, the target plugin,
-    the shared hardware model), and the versions of the installed icraft-xrt distributions."""
-    import hashlib
-    import importlib.metadata as md
-    import sys
-    import sysconfig
-    from pathlib import Path
-
-    libs = {Path(sysconfig.get_paths()[k]).resolve() for k in ("purelib", "platlib", "stdlib")}
-    h = hashlib.sha256()
-    for name, mod in sorted(list(sys.modules.items()), key=lambda kv: kv[0]):
-        paths = getattr(mod, "__path__", None)
-        if "." in name or not paths or not getattr(mod, "__file__", None):
-            continue
-        pkg = Path(mod.__file__).resolve().parent
-        if any(pkg.is_relative_to(lib) for lib in libs):
-            continue
-        for f in sorted(pkg.rglob("*.py")):
-            h.update(f"{name}/{f.relative_to(pkg)}".encode())
-            h.update(f.read_bytes())
-    for dist in sorted(d.metadata["Name"] for d in md.distributions()
-                       if d.metadata["Name"] and d.metadata["Name"].startswith("icraft-xrt")):
-        h.update(f"{dist}={md.version(dist)}".encode())
-    return h.hexdigest()[:10]
-
-
-def compiled_zoo(model: str, target: str, input_size: int | None = None) -> str:
-    """Path of the zoo network compiled for `target`, compiling it on first use."""
-    from .. import plugins
-    from .compile_cmd import DEFAULTS, compile_model
-
-    lower = plugins.target(target)
-    suffix = getattr(lower, "suffix", target.upper())
-    tag = f"{model}_{input_size}" if input_size else model
-    out = os.path.join(".icraft", "cache", f"{tag}_{target}_{_source_stamp()}")
-    path = os.path.join(out, f"{tag}_{suffix}.json")
-    if not os.path.exists(path):
-        print(f"compiling {model} for {target} into {out} (cached for later runs)")
-        opts = dict(DEFAULTS, model=model, target=target, output=out, name=tag,
-                    input_size=input_size)
-        compile_model(opts)
-    return path
+    net = plugins.plugin_manager().hook.xrt_load_model(model=model, target=target,
+                                                       input_size=input_size)
+    if net is None:
+        raise XrtError(f"{model}: not a network json, and no installed plugin loads it (the "
+                       f"compile pipeline loads .onnx files and zoo names)")
+    if isinstance(net, str):  # a compiled json path
+        return load_model(net, None)
+    return net
 
 
 def default_inputs(model: str, net: Any, input_size: int | None = None) -> list[Any]:
+    """Inputs for a run without --inputs: a plugin's sample (a zoo image), else seeded noise."""
     import numpy as np
 
-    try:
-        from xir import zoo
+    from .. import plugins
 
-        if model in zoo.names():
-            kw = {"input_size": input_size} if input_size else {}
-            return zoo.calibration_set(model, count=1, seed=1, **kw)[0]
-    except ImportError:
-        pass
+    sample = plugins.plugin_manager().hook.xrt_sample_inputs(model=model, network=net,
+                                                             input_size=input_size)
+    if sample is not None:
+        return list(sample)
     rng = np.random.default_rng(0)
     return [rng.standard_normal(v.shape).astype(v.dtype.numpy_dtype) for v in net.inputs()]
 

@@ -17,8 +17,8 @@ def compiled(name: str, bits: int = 8, quant: dict | None = None, **kw):
     key = (name, bits, repr(sorted(quant.items())), tuple(sorted(kw.items())))
     if key not in _CACHE:
         from buyibackend.lowering import adapt, lower
-        from xir import zoo
-        from xir.quant.quantize import quantize_network
+        from xcompile import zoo
+        from xcompile.quant.quantize import quantize_network
 
         net = zoo.build(name, **kw)
         q = quantize_network(net, zoo.calibration_set(name, count=2, **kw), bits=bits,

@@ -24,7 +24,7 @@ from npu_model.planners.etm import (
     random_network_instance,
     verify_plan,
 )
-from xir import zoo
+from xcompile import zoo
 
 JIT = not numba.config.DISABLE_JIT
 

@@ -205,7 +205,7 @@ def test_check_plan_catches_overlaps():
 
 @pytest.fixture(scope="module")
 def tiny_cnn():
-    from xir import zoo
+    from xcompile import zoo
     return zoo.build("tiny_cnn")
 
 
@@ -269,7 +269,7 @@ _NETS: dict[str, object] = {}
 
 
 def _instance(name, element_bytes):
-    from xir import zoo
+    from xcompile import zoo
     if name not in _NETS:
         _NETS[name] = zoo.build(name)
     return instance_from_network(_NETS[name], element_bytes=element_bytes)

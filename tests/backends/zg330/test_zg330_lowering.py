@@ -237,8 +237,8 @@ def test_concat_split_bit_exact(zdev, c1, c2, reuse_host_input, split, seed):  #
 def test_compile_cli_writes_zg(tmp_path):
     """`xrt compile --target zg330` writes the *_ZG.json/raw pair; it loads and validates."""
     import xir
+    from xcompile.pipeline import DEFAULTS, compile_model
     from xrt import plugins
-    from xrt.cli.compile_cmd import DEFAULTS, compile_model
 
     lower = plugins.target("zg330")
     assert lower.suffix == "ZG" and callable(lower.adapt)

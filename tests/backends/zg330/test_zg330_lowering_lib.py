@@ -83,8 +83,8 @@ def compiled_zoo(name: str, quant: dict | None = None, **kw):
     quant = quant or {}
     key = (name, repr(sorted(quant.items())), tuple(sorted(kw.items())))
     if key not in _ZOO:
-        from xir import zoo
-        from xir.quant.quantize import quantize_network
+        from xcompile import zoo
+        from xcompile.quant.quantize import quantize_network
         from zg330backend.lowering import adapt, lower
 
         net = zoo.build(name, **kw)

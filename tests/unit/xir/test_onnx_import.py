@@ -12,7 +12,7 @@ ort = pytest.importorskip("onnxruntime")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 import xir  # noqa: E402
-from xir.frontend import import_onnx  # noqa: E402
+from xcompile.frontend import import_onnx  # noqa: E402
 
 RNG = np.random.default_rng(0)
 
@@ -141,7 +141,7 @@ def test_layer_norm_after_conv_matches_onnxruntime():
 def test_squeeze_excite_gate_reduce_mean_and_hardsigmoid(keepdims):
     """PyTorch's `x.mean((2, 3))` (ReduceMean over H, W) becomes a global AvgPool2d, and
     HardSigmoid a Multiply, Add and bounded Relu: all of it quantizes to integer ops."""
-    from xir.quant.quantize import quantize_network
+    from xcompile.quant.quantize import quantize_network
 
     nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
              helper.make_node("ReduceMean", ["c"], ["m"], axes=[2, 3], keepdims=keepdims),
@@ -163,7 +163,7 @@ def test_reduce_mean_over_other_axes_is_listed_unsupported():
 
 
 def test_layer_norm_exports_to_opset_17():
-    from xir.frontend.onnx_export import OnnxExportError, export_onnx
+    from xcompile.frontend.onnx_export import OnnxExportError, export_onnx
 
     b = xir.NetworkBuilder("ln")
     x = b.input([2, 5, 8])

@@ -10,6 +10,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from xcompile.quant.observers import (
+    MIN_SCALE,
+    KLObserver,
+    MinMaxObserver,
+    PercentileObserver,
+    make_observer,
+    weight_scales,
+)
 from xir.quant.fixed_point import (
     MAX_SHIFT,
     clip_bounds,
@@ -23,14 +31,6 @@ from xir.quant.fixed_point import (
     requantize_nb,
 )
 from xir.quant.lut import apply_lut, build_lut
-from xir.quant.observers import (
-    MIN_SCALE,
-    KLObserver,
-    MinMaxObserver,
-    PercentileObserver,
-    make_observer,
-    weight_scales,
-)
 
 INT32 = st.integers(-(2**31), 2**31 - 1)
 MULT15 = st.integers(0, 2**15 - 1)

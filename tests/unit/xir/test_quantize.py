@@ -7,13 +7,13 @@ import json
 import numpy as np
 import pytest
 
+import xcompile.zoo as zoo
 import xir
-import xir.zoo as zoo
 from host_backend import HostBackend
-from xir.passes import optimize
-from xir.quant.calibrate import calibrate, load_calibration
-from xir.quant.quantize import quantize_network
-from xir.quant.report import accuracy_report, cosine
+from xcompile.passes import optimize
+from xcompile.quant.calibrate import calibrate, load_calibration
+from xcompile.quant.quantize import quantize_network
+from xcompile.quant.report import accuracy_report, cosine
 from xir.serialize.json import load_network
 from xrt import HostDevice, Session, Tensor
 
@@ -332,8 +332,8 @@ def test_alone_cosine_localises_a_damaged_layer(tiny, tmp_path):
 
 
 def test_mse_observer_and_gptq():
-    from xir.quant.gptq import gptq_quantize
-    from xir.quant.observers import MSEObserver
+    from xcompile.quant.gptq import gptq_quantize
+    from xcompile.quant.observers import MSEObserver
 
     r = np.random.default_rng(0)
     x = r.standard_t(4, 100000)  # heavy tails: the MSE threshold clips below max |x|

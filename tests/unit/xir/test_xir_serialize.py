@@ -450,7 +450,7 @@ def test_missing_required_attribute():
     (("inputs", 0, "dtype", "shape"), [1, "4", 4, 2]),
     (("inputs", 0, "dtype", "element_dtype"), "@fp(31)"),
     (("inputs", 0, "mtype"), "@etm(zz)"),
-    (("compile_target"), "@gpu"),
+    (("compile_target"), "gpu@"),
     (("tags",), []),
 ])
 def test_wrong_field_type(small_dict, path, bad):

@@ -1,4 +1,4 @@
-"""The model zoo (xir.zoo) and the ONNX exporter (xir.frontend.onnx_export).
+"""The model zoo (xcompile.zoo) and the ONNX exporter (xcompile.frontend.onnx_export).
 
 Networks are compared three ways: the xrt host runtime (Session + HostBackend), onnxruntime on
 the exported model, and the zoo's own numpy reference. The default run builds every network
@@ -10,14 +10,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+import xcompile.zoo as zoo
 import xir
-import xir.zoo as zoo
-from xir.zoo import _reference
+from xcompile.zoo import _reference
 
 onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
 
-from xir.frontend.onnx_export import OnnxExportError, export_onnx  # noqa: E402
+from xcompile.frontend.onnx_export import OnnxExportError, export_onnx  # noqa: E402
 
 PUBLISHED_PARAMS = {"resnet18": 11_689_512, "mobilenet_v2": 3_504_872, "yolov5s": 7_235_389}
 PUBLISHED_MACS = {"resnet18": 1.82e9, "mobilenet_v2": 0.30e9, "yolov5s": 8.2e9}
@@ -167,7 +167,7 @@ def test_networks_are_noise_stable(name: str, size, bound: float) -> None:
 
 
 def test_noise_gain_detects_a_chaotic_network(monkeypatch) -> None:
-    from xir.zoo import mobilenet_v2
+    from xcompile.zoo import mobilenet_v2
 
     monkeypatch.setattr(mobilenet_v2, "DEPTHWISE_BLOB", 0.0)
     monkeypatch.setattr(mobilenet_v2, "RESIDUAL_GAMMA", 0.5)

@@ -7,8 +7,8 @@ import json
 import numpy as np
 import pytest
 
-from xir import zoo
-from xir.zoo import _reference
+from xcompile import zoo
+from xcompile.zoo import _reference
 from xrt.cli import main
 
 
@@ -52,7 +52,7 @@ def test_run_reports_bad_input_cleanly(tmp_path, capsys):
 
 def test_run_onnx_in_float_and_refuse_target_without_calibration(tmp_path, capsys):
     pytest.importorskip("onnx")
-    from xir.frontend.onnx_export import export_onnx
+    from xcompile.frontend.onnx_export import export_onnx
 
     net = zoo.build("tiny_cnn")
     export_onnx(net, str(tmp_path / "tiny.onnx"))
@@ -73,7 +73,7 @@ def test_compile_cache_stamp_follows_project_sources(tmp_path, monkeypatch):
     import importlib
     import sys
 
-    from xrt.cli.run_cmd import _source_stamp
+    from xcompile.cache import source_stamp as _source_stamp
 
     pkg = tmp_path / "stamp_probe_pkg"
     pkg.mkdir()

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 import xir
-from xir import zoo
-from xir.frontend.onnx_export import export_onnx
+from xcompile import zoo
+from xcompile.frontend.onnx_export import export_onnx
 from xrt.cli import main
 
 

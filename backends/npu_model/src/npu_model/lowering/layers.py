@@ -23,8 +23,7 @@ from xir.quant.fixed_point import (
     quantize_multiplier,
     requant_multiplier,
 )
-from xir.quant.lut import build_lut
-from xir.quant.quantize import LUT_OPS
+from xir.quant.lut import LUT_OPS, build_lut
 from xir.types import QuantizedType
 
 from .common import map3, npu_dtype, scale_of

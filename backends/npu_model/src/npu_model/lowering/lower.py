@@ -29,7 +29,7 @@ from npu_model import asm
 from npu_model.isa import ISA_VERSION
 from xir.network import Network
 from xir.ops.base import OP_REGISTRY
-from xir.quant.quantize import LUT_OPS
+from xir.quant.lut import LUT_OPS
 from xir.types import UINT8, UINT64, TensorType
 from xir.values import MemType, Params, Value
 

@@ -1,0 +1,1 @@
+"""The compile pipeline's `xrt` subcommands (registered by `xcompile.plugin`)."""

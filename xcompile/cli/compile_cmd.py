@@ -1,0 +1,73 @@
+"""`xrt compile` (registered by the xcompile plugin): the options of `xcompile.pipeline`
+from flags and a TOML file; every stage as json+raw.
+
+Like the vendor's `icraft compile`, options come from flags or a TOML file (`[compile]` table).
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from xcompile.pipeline import DEFAULTS, compile_model
+from xrt.errors import XrtError
+
+HELP = "compile an ONNX model (or a zoo network) through every stage to a target's HardOps"
+
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("model", nargs="?", help=".onnx file or a zoo name (tiny_cnn, ...)")
+    parser.add_argument("--config", help="TOML file with a [compile] table of these options")
+    parser.add_argument("--target", help="compile target from a plugin (e.g. zg330, buyi); "
+                                         "without it compilation stops after quantization")
+    parser.add_argument("--calib", help="calibration folder (.npy or images); zoo networks "
+                                        "default to their generated set")
+    parser.add_argument("-o", "--output", help="output folder (default: out)")
+    parser.add_argument("--bits", type=int, choices=(8, 16), help="8 (default) or 16")
+    parser.add_argument("--method", choices=("minmax", "percentile", "kl", "mse"),
+                        help="calibration method (default kl)")
+    parser.add_argument("--input-bits", type=int, choices=(16,),
+                        help="mixed precision: the network inputs and the layers reading them "
+                             "in 16 bits (an int16 stem writing int8)")
+    parser.add_argument("--op-bits", action="append", metavar="OP=16",
+                        help="mixed precision: compute this op (name in the optimized "
+                             "network) in 16 bits; repeatable")
+    parser.add_argument("--input-shape", action="append", metavar="NAME=D0,D1,...",
+                        help="shape of a dynamic ONNX input")
+    parser.add_argument("--name", help="network name (default: the model's)")
+    parser.add_argument("--input-size", type=int, help="input size of a zoo network")
+    parser.add_argument("--report", action="store_true", help="print the accuracy report")
+
+
+def options(args: argparse.Namespace) -> dict[str, Any]:
+    """Flags over TOML over defaults."""
+    opts = dict(DEFAULTS)
+    if args.config:
+        import tomllib
+
+        try:
+            with open(args.config, "rb") as fh:
+                table = tomllib.load(fh).get("compile", {})
+        except (OSError, tomllib.TOMLDecodeError) as exc:
+            raise XrtError(f"compile config {args.config}: {exc}") from exc
+        unknown = sorted(set(table) - set(DEFAULTS) - {"model", "report"})
+        if unknown:
+            raise XrtError(f"compile config {args.config}: unknown keys {unknown}; known: "
+                           f"{sorted(DEFAULTS)}")
+        opts.update(table)
+    for key in list(DEFAULTS) + ["model", "report"]:
+        val = getattr(args, key, None)
+        if val not in (None, False):
+            opts[key] = val
+    if not opts.get("model"):
+        raise XrtError("xrt compile: give a model (.onnx or zoo name) or 'model' in --config")
+    return opts
+
+
+def run(args: argparse.Namespace) -> int:
+    opts = options(args)
+    written = compile_model(opts, report=bool(opts.get("report")))
+    for stage, path in written.items():
+        print(f"{stage:>10}: {path}")
+    return 0

@@ -1,0 +1,53 @@
+"""`xrt quant-report` (registered by the xcompile plugin): per-layer accuracy of a quantized
+network against its float network."""
+
+from __future__ import annotations
+
+import argparse
+
+HELP = "per-layer cosine similarity and max abs error of quantized vs float (table + json)"
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("float_json", help="float network (e.g. *_optimized.json)")
+    parser.add_argument("quant_json", help="quantized network (*_quantized.json)")
+    parser.add_argument("--calib", help="calibration folder (default: the zoo set if the "
+                                        "network is a zoo network)")
+    parser.add_argument("--count", type=int, default=4, help="samples from the zoo set")
+    parser.add_argument("--json", dest="json_out", help="write the report as json here")
+    parser.add_argument("--suggest", type=int, metavar="N", default=0,
+                        help="print the N 8-bit ops whose own rounding costs most (lowest "
+                             "'alone' cosine) as --op-bits flags for xrt compile")
+
+
+def run(args: argparse.Namespace) -> int:
+    import os
+
+    import xir
+    from xcompile import zoo
+    from xcompile.quant.calibrate import load_calibration
+    from xcompile.quant.report import accuracy_report
+    from xrt.errors import XrtError
+
+    def load(path: str) -> xir.Network:
+        net = xir.Network.CreateFromJsonFile(path)
+        net.loadParamsFromFile(os.path.splitext(path)[0] + ".raw")
+        return net
+
+    fnet, qnet = load(args.float_json), load(args.quant_json)
+    if args.calib:
+        samples = load_calibration(args.calib, fnet)
+    elif fnet.name in zoo.names():
+        samples = zoo.calibration_set(fnet.name, count=args.count)
+    else:
+        raise XrtError("quant-report: give --calib DIR for a network outside the zoo")
+    report = accuracy_report(fnet, qnet, samples)
+    report.print()
+    if args.suggest:
+        flags = " ".join(f"--op-bits {name}=16"
+                         for name in report.suggest_op_bits(args.suggest))
+        print(f"raise these to 16 bits: {flags}" if flags else "no 8-bit op to raise")
+    if args.json_out:
+        with open(args.json_out, "w") as fh:
+            fh.write(report.to_json())
+    return 0

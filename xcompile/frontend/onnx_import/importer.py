@@ -1,0 +1,333 @@
+"""`_Importer`: walks an ONNX graph node by node and emits the float xir network.
+
+Each node either folds (all inputs constant: evaluated with onnx's reference evaluator) or goes
+to its registered handler; nodes that cannot be expressed are collected, so one error lists
+them all. The finished network goes through the clean-up passes and is validated.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from xcompile.frontend.onnx_import.cleanup import _optimize
+from xcompile.frontend.onnx_import.handlers import SUPPORTED_ONNX_OPS
+from xcompile.frontend.onnx_import.loading import _onnx
+from xcompile.frontend.onnx_import.registry import _HANDLERS, _Unsupported
+from xcompile.frontend.onnx_import.tensor import _T, NHWC, _ident
+from xir.errors import (
+    DynamicShapeError,
+    OnnxImportError,
+    OnnxModelError,
+    UnsupportedOnnxOpError,
+    XirError,
+)
+from xir.network import Network
+from xir.ops.base import OP_REGISTRY, Operation
+from xir.types import Layout, TensorType
+from xir.values import Params, Value
+
+_NO_FOLD = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
+            "Multinomial", "Bernoulli", "If", "Loop", "Scan"}
+
+
+def _attrs(node) -> dict[str, Any]:
+    onnx = _onnx()
+    out = {}
+    for a in node.attribute:
+        v = onnx.helper.get_attribute_value(a)
+        if isinstance(v, bytes):
+            v = v.decode("utf-8", "replace")
+        out[a.name] = v
+    return out
+
+
+def _moves_only_unit_axes(shape: tuple[int, ...], rel: list[int]) -> bool:
+    """True when transposing `shape` by `rel` keeps the non-unit axes in order (= a reshape)."""
+    kept = [a for a in rel if shape[a] != 1]
+    return kept == sorted(kept)
+
+
+class _Importer:
+    def __init__(self, model, input_shapes: dict[str, list[int]] | None, name: str | None,
+                 file: str | None) -> None:
+        onnx = _onnx()
+        self.onnx = onnx
+        self.model = model
+        self.file = file
+        self.graph = model.graph
+        self.opset = 1
+        for imp in model.opset_import:
+            if imp.domain in ("", "ai.onnx"):
+                self.opset = int(imp.version)
+        self.input_shapes = dict(input_shapes or {})
+        self.net = Network(name or model.graph.name or "onnx_model", framework_kind="onnx",
+                           framework_version=f"opset {self.opset}")
+        self.ops: list[Operation] = []
+        self.tensors: dict[str, _T] = {}
+        self.poisoned: set[str] = set()
+        self.unsupported: list[tuple[str, str, str]] = []
+        self._op_id = 0
+        self.node: Any = None
+        self.used = {n for node in self.graph.node for n in node.input} | \
+            {o.name for o in self.graph.output}
+
+    def reads(self, node, index: int) -> bool:
+        """True when output `index` of `node` is read by a node or is a graph output."""
+        return index < len(node.output) and node.output[index] in self.used
+
+    # --- emitting xir ops --------------------------------------------------------------------
+    def emit(self, op_type: str, inputs: list[Value], layouts: list[str | None] | None = None,
+             name: str | None = None, **attrs: Any) -> list[Value]:
+        cls = OP_REGISTRY[op_type]
+        label = name if name is not None else (self.node.name if self.node is not None else "")
+        op = cls(inputs, [], op_id=self._op_id, name=label, **attrs)
+        self._op_id += 1
+        types = op.infer_types([v.dtype for v in inputs])
+        outs = []
+        for i, t in enumerate(types):
+            lay = layouts[i] if layouts and i < len(layouts) else None
+            layout = Layout(lay) if lay and len(lay) == t.rank else Layout.any(t.rank)
+            outs.append(self.net.newValue(TensorType(t.element_dtype, t.shape, layout)))
+        op.outputs = outs
+        op.check_arity()
+        self.ops.append(op)
+        return outs
+
+    def emit1(self, op_type: str, inputs: list[Value], layout: str | None = None,
+              **attrs: Any) -> Value:
+        return self.emit(op_type, inputs, [layout], **attrs)[0]
+
+    def params(self, data: np.ndarray, layout: str | None = None, name: str = "") -> Params:
+        data = np.ascontiguousarray(data)
+        lay = layout if layout and len(layout) == data.ndim else None
+        return self.net.newParams(data, name, lay)
+
+    def value(self, t: _T, perm=None, layout: str | None = None) -> Value:
+        """The xir Value holding transpose(t, perm) (ONNX order when perm is None)."""
+        perm = _ident(t.rank) if perm is None else tuple(perm)
+        got = t.views.get(perm)
+        if got is not None:
+            return got
+        if t.const is not None:
+            data = t.const if perm == _ident(t.rank) else np.transpose(t.const, perm)
+            v: Value = self.params(data, layout)
+        else:
+            p = t.base
+            src = t.views[p]
+            rel = [p.index(q) for q in perm]
+            shape = tuple(t.shape[q] for q in perm)
+            if layout is None and t.rank == 4:
+                layout = "NHWC" if perm == NHWC else "NCHW" if perm == _ident(4) else None
+            if _moves_only_unit_axes(tuple(src.shape), rel):
+                v = self.emit1("Reshape", [src], layout, shape=list(shape))
+            else:
+                v = self.emit1("Transpose", [src], layout, perm=rel)
+        t.views[perm] = v
+        return v
+
+    def nhwc(self, t: _T) -> Value:
+        return self.value(t, NHWC)
+
+    def result(self, v: Value, perm=None) -> _T:
+        """Wrap an xir Value holding transpose(onnx, perm) as an ONNX tensor."""
+        perm = _ident(len(v.shape)) if perm is None else tuple(perm)
+        shape = [0] * len(perm)
+        for i, p in enumerate(perm):
+            shape[p] = v.shape[i]
+        return _T(shape, value=v, perm=perm)
+
+    def const_of(self, t: _T | None, what: str) -> np.ndarray | None:
+        if t is None:
+            return None
+        if t.const is None:
+            raise _Unsupported(f"{what} must be a constant (or fold to one)")
+        return t.const
+
+    # --- driver ------------------------------------------------------------------------------
+    def run(self) -> Network:
+        self._inputs()
+        for node in self.graph.node:
+            self._node(node)
+        outputs = self._outputs()
+        if self.unsupported:
+            lines = "\n".join(f"  - node '{n}' ({t}): {r}" for n, t, r in self.unsupported)
+            raise UnsupportedOnnxOpError(
+                f"{len(self.unsupported)} ONNX node(s) have no xir equivalent:\n{lines}\n"
+                f"Rewrite or remove them before import (supported ops: "
+                f"{', '.join(sorted(SUPPORTED_ONNX_OPS))}).",
+                nodes=list(self.unsupported), file=self.file)
+        self.ops.append(OP_REGISTRY["Output"](outputs, [], op_id=self._op_id))
+        self._op_id += 1
+        self.net.ops = self.ops
+        self.net.relink()
+        _optimize(self.net)
+        self.net.reserveIds(op_id=max(self.net.opIds(), default=-1))
+        self.net.validate()
+        return self.net
+
+    def _inputs(self) -> None:
+        onnx = self.onnx
+        init_names = set()
+        for init in self.graph.initializer:
+            init_names.add(init.name)
+            try:
+                arr = onnx.numpy_helper.to_array(init)
+            except Exception as exc:  # noqa: BLE001 - any decoding failure is a broken file
+                raise OnnxModelError(f"initializer '{init.name}' cannot be read: {exc}",
+                                     file=self.file) from exc
+            self.tensors[init.name] = _T.constant(arr)
+        names = [i.name for i in self.graph.input if i.name not in init_names]
+        unknown = sorted(set(self.input_shapes) - set(names))
+        if unknown:
+            raise DynamicShapeError(
+                f"input_shapes names {unknown}, which are not graph inputs (inputs: {names})",
+                file=self.file, field="input_shapes")
+        dynamic = []
+        for inp in self.graph.input:
+            if inp.name in init_names:
+                continue
+            if not inp.type.HasField("tensor_type"):
+                raise UnsupportedOnnxOpError(
+                    f"graph input '{inp.name}' is not a tensor (sequence/map/optional inputs "
+                    f"have no xir equivalent)", nodes=[(inp.name, "input", "not a tensor")],
+                    file=self.file)
+            tt = inp.type.tensor_type
+            dims: list[int | None] | None = None
+            if tt.HasField("shape"):
+                dims = [d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim]
+            if inp.name in self.input_shapes:
+                want = [int(d) for d in self.input_shapes[inp.name]]
+                if dims is not None and len(want) != len(dims):
+                    raise DynamicShapeError(
+                        f"input_shapes['{inp.name}'] = {want} has rank {len(want)}, the model "
+                        f"says rank {len(dims)}", file=self.file, field="input_shapes")
+                if dims is not None and any(d is not None and d != w
+                                            for d, w in zip(dims, want)):
+                    raise DynamicShapeError(
+                        f"input_shapes['{inp.name}'] = {want} contradicts the model's static "
+                        f"shape {dims}", file=self.file, field="input_shapes")
+                dims = want
+            if dims is None or any(d is None for d in dims):
+                dynamic.append((inp.name, dims))
+                continue
+            try:
+                dtype = onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type)
+                value = self.net.newValue(TensorType(dtype, dims, "NCHW" if len(dims) == 4
+                                                     else None), inp.name)
+            except (KeyError, XirError) as exc:
+                raise UnsupportedOnnxOpError(
+                    f"graph input '{inp.name}' has an element type xir cannot hold ({exc})",
+                    nodes=[(inp.name, "input", "element type")], file=self.file) from exc
+            self.ops.append(OP_REGISTRY["Input"]([], [value], op_id=self._op_id,
+                                                 name=inp.name))
+            self._op_id += 1
+            self.tensors[inp.name] = _T(dims, value=value)
+        if dynamic:
+            desc = ", ".join(
+                f"'{n}' {'(no shape)' if ds is None else ['?' if d is None else d for d in ds]}"
+                for n, ds in dynamic)
+            raise DynamicShapeError(
+                f"graph input(s) {desc} have symbolic or unknown dimensions; pass "
+                f"input_shapes={{name: [static dims]}} for each", file=self.file,
+                field="input_shapes")
+
+    def _node(self, node) -> None:
+        self.node = node
+        label = node.name or (node.output[0] if node.output else node.op_type)
+        op_type = node.op_type
+        custom = node.domain not in ("", "ai.onnx")
+        if any(n and n in self.poisoned for n in node.input):
+            if custom or op_type not in _HANDLERS:
+                self.unsupported.append((label, op_type, "no xir equivalent"))
+            self.poisoned.update(node.output)
+            return
+        ins: list[_T | None] = []
+        for n in node.input:
+            if not n:
+                ins.append(None)
+                continue
+            t = self.tensors.get(n)
+            if t is None:
+                raise OnnxModelError(f"node '{label}' ({op_type}) reads '{n}', which no node "
+                                     f"or input produces", file=self.file)
+            ins.append(t)
+        try:
+            if custom:
+                raise _Unsupported(f"custom domain '{node.domain}'")
+            outs = None
+            fold_error: _Unsupported | None = None
+            if op_type not in _NO_FOLD and all(t is None or t.is_const for t in ins):
+                try:
+                    outs = self._fold(node, ins)
+                except _Unsupported as err:
+                    if op_type not in _HANDLERS:
+                        raise
+                    fold_error = err  # the reference lacks this opset: try the handler
+            if outs is None:
+                handler = _HANDLERS.get(op_type)
+                if handler is None:
+                    raise _Unsupported("no xir equivalent")
+                try:
+                    outs = handler(self, node, _attrs(node), ins)
+                except (TypeError, AttributeError, ValueError):
+                    if fold_error is None:
+                        raise
+                    raise fold_error  # noqa: B904 - the earlier fold failure, re-raised as is
+                for i, n in enumerate(node.output[len(outs):], len(outs)):
+                    if n in self.used:
+                        raise _Unsupported(f"optional output {i} ('{n}') is not supported")
+        except _Unsupported as u:
+            self.unsupported.append((label, op_type, u.reason))
+            self.poisoned.update(node.output)
+            return
+        except XirError as err:
+            if isinstance(err, OnnxImportError):
+                raise
+            raise OnnxImportError(f"node '{label}' ({op_type}): {err}",
+                                  file=self.file) from err
+        for n, t in zip(node.output, outs):
+            if not n:
+                continue
+            if t.base is not None:
+                v = t.views[t.base]
+                if v.name == f"v{v.v_id}":
+                    v.name = n
+            self.tensors[n] = t
+
+    def _fold(self, node, ins: list[_T | None]) -> list[_T]:
+        if node.op_type in ("Identity", "Dropout") and ins:
+            return [ins[0]]
+        from onnx.reference import ReferenceEvaluator
+
+        feeds = {n: t.const for n, t in zip(node.input, ins) if n and t is not None}
+        try:
+            ref = ReferenceEvaluator(node, opsets={"": self.opset})
+            res = ref.run(None, feeds)
+        except Exception as exc:  # noqa: BLE001 - the reference raises anything
+            raise _Unsupported(f"constant folding failed: {type(exc).__name__}: {exc}") from exc
+        return [_T.constant(r) for r in res]
+
+    def _outputs(self) -> list[Value]:
+        outs = []
+        for o in self.graph.output:
+            if o.name in self.poisoned:
+                continue
+            t = self.tensors.get(o.name)
+            if t is None:
+                raise OnnxModelError(f"graph output '{o.name}' is produced by no node",
+                                     file=self.file)
+            if t.is_const:
+                producer = next((n for n in self.graph.node if o.name in n.output), None)
+                self.unsupported.append(
+                    ((producer.name or o.name) if producer else o.name,
+                     producer.op_type if producer else "initializer",
+                     f"graph output '{o.name}' folds to a constant; an xir network computes "
+                     f"its outputs from its inputs"))
+                continue
+            v = self.value(t)
+            if not any(op.op_type == "Input" and v in op.outputs for op in self.ops):
+                v.name = o.name
+            outs.append(v)
+        return outs

@@ -1,0 +1,182 @@
+"""Graph passes of the compile pipeline; here the "optimize" stage (parse -> *optimize* ->
+quantize -> adapt -> generate).
+
+`optimize(net)` returns a new network and leaves its input untouched:
+
+1. a standalone BatchNorm2d whose input is a Conv2d / ConvTranspose2d output read by nothing
+   else is folded into the convolution's weights and bias (`w' = w * a`, `b' = (b - mean) * a +
+   beta`, `a = gamma / sqrt(var + eps)`, computed in float64, stored float32);
+2. a Relu (threshold 0) that is the only reader of a Conv2d / ConvTranspose2d / Matmul / Add
+   without a folded activation becomes that op's `act` / `act_alpha` / `act_max`;
+3. Reshapes that keep the shape and Transposes with the identity permutation are removed.
+
+Ids are stable: a fused op keeps the producer's `op_id` and outputs the *last* value of the
+chain (the BatchNorm2d's or the Relu's output, with its `v_id`), so a value of the optimized
+network has the same `v_id` as the value it equals in the original one. Removed ops leave
+`tags["fused_op_ids"]` on the op that absorbed them.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+
+from xir.network import Network
+from xir.ops.base import Operation
+from xir.values import Params, Value
+
+log = logging.getLogger(__name__)
+
+__all__ = ["optimize", "copy_network"]
+
+_ACT_HOSTS = ("Conv2d", "ConvTranspose2d", "Matmul", "Add")
+
+
+def copy_network(net: Network) -> Network:
+    """A deep copy: new Value/Params/Operation objects with the same ids (data copied)."""
+    new = Network(net.name, framework_kind=net.framework_kind,
+                  framework_version=net.framework_version, icraft_version=net.icraft_version,
+                  icraft_xir_version=net.icraft_xir_version, tags=dict(net.tags))
+    vmap: dict[int, Value] = {}
+
+    def cv(v: Value) -> Value:
+        got = vmap.get(id(v))
+        if got is None:
+            if v.is_params:
+                got = Params(v.v_id, v.dtype, None if v.data is None else v.data.copy(), v.name,
+                             v.mtype, dict(v.tags))
+            else:
+                got = Value(v.v_id, v.dtype, v.name, v.mtype, dict(v.tags))
+            vmap[id(v)] = got
+        return got
+
+    for op in net.ops:
+        c = op.clone_with([cv(v) for v in op.inputs], [cv(v) for v in op.outputs])
+        c.tags = dict(op.tags)
+        c.attrs = {k: (list(x) if isinstance(x, list) else x) for k, x in op.attrs.items()}
+        new.ops.append(c)
+    new.relink()
+    new.reserveIds(max(net.opIds(), default=-1),
+                   max((v.v_id for op in net.ops for v in op.inputs + op.outputs), default=-1))
+    new._next_v_id = max(new._next_v_id, net._next_v_id)
+    return new
+
+
+def _only_reader(net: Network, v: Value, outputs: set[int]) -> Operation | None:
+    """The single op reading `v`, if exactly one does and `v` is not a network output."""
+    if v.v_id in outputs or len(v.consumers) != 1:
+        return None
+    return v.consumers[0]
+
+
+def _fuse_tag(host: Operation, gone: Operation) -> None:
+    host.tags.setdefault("fused_op_ids", [])
+    host.tags["fused_op_ids"] = list(host.tags["fused_op_ids"]) + [gone.op_id]
+
+
+def _bypass(net: Network, host: Operation, gone: Operation) -> None:
+    """`host` takes over `gone`'s output value (v_id kept); `gone` leaves the network."""
+    host.outputs = [gone.outputs[0]]
+    net.ops.remove(gone)
+    net.relink()
+
+
+def _fold_bn(net: Network, conv: Operation, bn: Operation) -> bool:
+    if any(not (p.is_params and p.data is not None) for p in bn.inputs[1:5]):
+        return False
+    w_p = conv.inputs[1]
+    if not (w_p.is_params and w_p.data is not None and w_p.dtype.numpy_dtype == np.float32):
+        return False
+    gamma, beta, mean, var = (np.asarray(p.data, np.float64) for p in bn.inputs[1:5])
+    a = gamma / np.sqrt(var + float(bn.attrs.get("epsilon", 1e-5)))
+    w = np.asarray(w_p.data, np.float64)
+    cout = bn.outputs[0].shape[3]
+    if conv.op_type == "Conv2d":
+        w = w * a  # HWIO: O is the last axis
+    else:  # ConvTranspose2d (kh, kw, cin, cout/g): output channel = group * og + o
+        kh, kw, cin, og = w.shape
+        g = int(conv.attrs.get("groups", 1))
+        w = (w.reshape(kh, kw, g, cin // g, og) * a.reshape(g, 1, og)).reshape(kh, kw, cin, og)
+    b = np.asarray(conv.inputs[2].data, np.float64) if len(conv.inputs) > 2 else np.zeros(cout)
+    b = (b - mean) * a + beta
+    new_w = Params(w_p.v_id, w_p.dtype, w.astype(np.float32), w_p.name, w_p.mtype,
+                   dict(w_p.tags))
+    if len(conv.inputs) > 2:
+        bp = conv.inputs[2]
+        new_b = Params(bp.v_id, bp.dtype, b.astype(np.float32), bp.name, bp.mtype, dict(bp.tags))
+    else:
+        new_b = net.newParams(b.astype(np.float32), f"{conv.name or 'conv'}.bias")
+    conv.inputs = [conv.inputs[0], new_w, new_b]
+    _fuse_tag(conv, bn)
+    _bypass(net, conv, bn)
+    return True
+
+
+def _fold_relu(net: Network, host: Operation, relu: Operation) -> bool:
+    if float(relu.attrs.get("threshold", 0.0)) != 0.0 or host.attrs.get("act", "none") != "none":
+        return False
+    host.attrs["act"] = "relu"
+    host.attrs["act_alpha"] = float(relu.attrs.get("alpha", 0.0))
+    host.attrs["act_max"] = float(relu.attrs.get("max_value", float("inf")))
+    _fuse_tag(host, relu)
+    _bypass(net, host, relu)
+    return True
+
+
+def _is_noop(op: Operation) -> bool:
+    if op.op_type == "Reshape":
+        return tuple(op.inputs[0].shape) == tuple(op.outputs[0].shape)
+    if op.op_type == "Transpose":
+        perm = list(op.attrs.get("perm") or [])
+        return bool(perm) and perm == list(range(len(perm)))
+    return False
+
+
+def optimize(net: Network) -> Network:
+    """The optimize stage: BN and Relu folding, no-op Reshape/Transpose removal (a new network)."""
+    out = copy_network(net)
+    outputs = {v.v_id for v in out.outputs()}
+    changed = True
+    n_bn = n_relu = n_noop = 0
+    while changed:
+        changed = False
+        for op in list(out.ops):
+            if op not in out.ops:
+                continue
+            if op.op_type in ("Conv2d", "ConvTranspose2d") \
+                    and op.attrs.get("act", "none") == "none":
+                reader = _only_reader(out, op.outputs[0], outputs)
+                if reader is not None and reader.op_type == "BatchNorm2d" \
+                        and reader.inputs[0] is op.outputs[0] and _fold_bn(out, op, reader):
+                    n_bn += 1
+                    changed = True
+                    continue
+            if op.op_type in _ACT_HOSTS:
+                reader = _only_reader(out, op.outputs[0], outputs)
+                if reader is not None and reader.op_type == "Relu" and _fold_relu(out, op, reader):
+                    n_relu += 1
+                    changed = True
+                    continue
+            if _is_noop(op) and not op.inputs[0].is_params:
+                src, dst = op.inputs[0], op.outputs[0]
+                if dst.v_id in outputs:
+                    if src.v_id in outputs or src.producer is None \
+                            or src.producer.op_type == "Input":
+                        continue
+                    # keep the output's v_id: the producer writes it directly
+                    prod = src.producer
+                    if len(src.consumers) != 1:
+                        continue
+                    prod.outputs = [dst if v is src else v for v in prod.outputs]
+                    out.ops.remove(op)
+                    out.relink()
+                else:
+                    out.ops.remove(op)
+                    out.replaceValue(dst, src)
+                n_noop += 1
+                changed = True
+    out.validate()
+    log.debug("optimize %s: %d BatchNorm2d, %d Relu folded, %d no-op ops removed", net.name,
+              n_bn, n_relu, n_noop)
+    return out

@@ -1,0 +1,114 @@
+"""The staged compile driver: parse -> optimize -> quantize -> adapt -> generate, as the vendor's
+`icraft compile` runs it, usable from Python without the CLI (`xrt compile` calls it).
+
+    written = compile_model({"model": "model.onnx", "target": "zg330", "calib": "imgs/",
+                             "output": "out"})      # {stage: json path}
+
+Every stage is written to a temporary folder first and moved into the output folder only when
+all succeeded, so a failure leaves nothing half-written. The target's lowering comes from the
+plugins' `xrt_register_targets` hook.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from typing import Any
+
+from xcompile import zoo
+from xcompile.frontend import import_onnx
+from xcompile.passes import optimize
+from xcompile.quant.calibrate import load_calibration
+from xcompile.quant.quantize import quantize_network
+from xcompile.quant.report import accuracy_report
+from xcompile.runner import Runner
+from xrt import plugins
+from xrt.errors import XrtError
+
+__all__ = ["DEFAULTS", "compile_model"]
+
+#: every option of a compile and its default ("model" has none)
+DEFAULTS = {"target": None, "calib": None, "output": "out", "bits": 8, "method": "kl",
+            "input_shape": None, "name": None, "calib_count": 8, "input_size": None,
+            "input_bits": None, "op_bits": None}
+
+
+def _shapes(spec: Any) -> dict[str, list[int]] | None:
+    if not spec:
+        return None
+    if isinstance(spec, dict):
+        return {k: [int(d) for d in v] for k, v in spec.items()}
+    out = {}
+    for item in spec:
+        name, _, dims = item.partition("=")
+        out[name] = [int(d) for d in dims.split(",") if d]
+    return out
+
+
+def _op_bits(spec: Any) -> dict[str, int] | None:
+    """`--op-bits NAME=16` flags, or the TOML table `op_bits = {NAME = 16}`."""
+    if not spec:
+        return None
+    if isinstance(spec, dict):
+        return {str(k): int(v) for k, v in spec.items()}
+    out = {}
+    for item in spec:
+        name, _, bits = item.rpartition("=")
+        if not name or not bits.isdigit():
+            raise XrtError(f"xrt compile: --op-bits {item!r} is not NAME=BITS")
+        out[name] = int(bits)
+    return out
+
+
+def compile_model(opts: dict[str, Any], report: bool = False, runner: Runner | None = None
+                  ) -> dict[str, str]:
+    """Run every stage with `opts` (keys of `DEFAULTS` plus "model"); returns {stage: json
+    path} in the output folder. `runner` executes networks for calibration, GPTQ and the
+    report (default: the HostBackend)."""
+    model = str(opts["model"])
+    lower = plugins.target(opts["target"]) if opts.get("target") else None
+    if model.endswith(".onnx") or os.path.exists(model):
+        net = import_onnx(model, _shapes(opts.get("input_shape")), name=opts.get("name"))
+    else:
+        size = opts.get("input_size")
+        net = zoo.build(model, input_size=int(size)) if size else zoo.build(model)
+    name = opts.get("name") or net.name
+    if opts.get("calib"):
+        samples = load_calibration(opts["calib"], net)
+    elif model in zoo.names():
+        size = opts.get("input_size")
+        samples = zoo.calibration_set(model, count=int(opts["calib_count"]),
+                                      **({"input_size": int(size)} if size else {}))
+    else:
+        raise XrtError("xrt compile: --calib DIR is required for an ONNX model")
+    stages: list[tuple[str, Any]] = [("parsed", net)]
+    optimized = optimize(net)
+    stages.append(("optimized", optimized))
+    quantized = quantize_network(optimized, samples, bits=int(opts["bits"]),
+                                 method=opts["method"], input_bits=opts.get("input_bits"),
+                                 op_bits=_op_bits(opts.get("op_bits")), runner=runner)
+    stages.append(("quantized", quantized))
+    adapted = lower.adapt(quantized, opts) if lower is not None and hasattr(lower, "adapt") \
+        else quantized
+    stages.append(("adapted", adapted))
+    if lower is not None:
+        stages.append((getattr(lower, "suffix", str(opts["target"]).upper()),
+                       lower(adapted, opts)))
+    if report:
+        accuracy_report(optimized, quantized, samples, runner).print()
+    out_dir = os.path.abspath(opts["output"])
+    os.makedirs(os.path.dirname(out_dir) or ".", exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix=".xrt-compile-", dir=os.path.dirname(out_dir) or ".")
+    written: dict[str, str] = {}
+    try:
+        for stage, network in stages:
+            network.save(os.path.join(tmp, f"{name}_{stage}.json"))
+        os.makedirs(out_dir, exist_ok=True)
+        for fname in sorted(os.listdir(tmp)):
+            os.replace(os.path.join(tmp, fname), os.path.join(out_dir, fname))
+        for stage, _ in stages:
+            written[stage] = os.path.join(out_dir, f"{name}_{stage}.json")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return written

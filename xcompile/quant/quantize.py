@@ -1,0 +1,476 @@
+"""The quantize stage: a float network becomes a network of integer ops (docs/quantization.md).
+
+    qnet = quantize_network(net, samples, bits=8, method="kl")
+
+Steps: `xcompile.passes.optimize` (BN and ReLU folding), calibration of every float value
+(`calibrate`), scale assignment, then a rebuild in which every op with an exact integer form
+works on quantized element types:
+
+- weights: per output channel (`per_channel=True`) symmetric int8/int16 Params with a per-axis
+  `QuantizedType` (Conv2d HWIO axis 3; ConvTranspose2d axis 3 when groups == 1; Matmul the N
+  axis), narrow range; biases int32 (8-bit) / int64 (16-bit) Params quantized with scale
+  `s_in * s_w[c]` (their `QuantizedType` says so);
+- activations: per tensor, `scale = max(amax * headroom / qmax, MIN_SCALE)` (headroom 2 for
+  16 bits by default);
+- weight codes rounded by GPTQ against the calibration inputs (`weight_rounding="gptq"`);
+- **scale-sharing groups**: ops that must not rescale (Concat: inputs and output; Split,
+  Slice, Reshape, Transpose, Squeeze, Unsqueeze, Pad, MaxPool2d, nearest Resize/Upsample,
+  AlignAxis, PruneAxis: input and outputs) put their values in one group (union-find over the
+  whole network). A group takes the largest `amax` of its members, so no member saturates
+  earlier than its own calibration says; this rule is order-independent (deterministic);
+- ReLU/ReLU6/LeakyReLU stay folded in the producing op's requantization; SiLU, Sigmoid, Tanh
+  and Hardswish keep their op type and run as tables (`xir.quant.lut`) derived from their scales;
+- ops with no exact integer form (Softmax, an unfolded BatchNorm2d, Relu with a threshold,
+  ...) stay float, with Cast ops converting around them.
+
+Mixed precision (`input_bits`, `op_bits`; docs/quantization.md section 10): raised ops compute
+at 16 bits; precision spreads through scale groups and to the other inputs of rescaling ops,
+and changes only inside rescaling ops, so no integer-to-integer Casts appear.
+
+The network inputs and outputs stay float32: Input (fp32) -> Cast -> integer ops -> Cast (fp32)
+-> Output. Every quantized value keeps the `v_id` of the float value it stands for where the
+integer op produces it; Cast outputs get fresh ids. Every value carries `tags["float_v_id"]`,
+the v_id of the float value (of the input network) it approximates, for per-layer reports.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from xcompile.passes import optimize
+from xcompile.quant.calibrate import calibrate, load_calibration
+from xcompile.quant.gptq import collect_hessians, gptq_weights
+from xcompile.quant.observers import scale_from_amax, weight_scales
+from xcompile.runner import Runner
+from xir.errors import QuantizationError
+from xir.network import Network
+from xir.ops.base import OP_REGISTRY, Operation
+from xir.quant.fixed_point import quantize, quantize_bias
+from xir.quant.lut import LUT_OPS
+from xir.types import FP32, INT8, INT16, INT32, INT64, QuantizedType, ScalarType, TensorType
+from xir.values import Params, Value
+
+log = logging.getLogger(__name__)
+
+__all__ = ["quantize_network", "PASS_THROUGH_OPS", "LUT_OPS", "integer_capable"]
+
+#: Ops whose integer kernel moves codes without rescaling: their values share one scale.
+PASS_THROUGH_OPS = frozenset({"Concat", "Split", "Slice", "Reshape", "Transpose", "Squeeze",
+                              "Unsqueeze", "Pad", "MaxPool2d", "AlignAxis", "PruneAxis"})
+#: Default amax multiplier of 16-bit quantization: int16 has resolution to spare, and one
+#: bit of it buys headroom for values beyond the calibration set's range.
+INT16_HEADROOM = 2.0
+_REQUANT_OPS = frozenset({"Conv2d", "ConvTranspose2d", "Matmul", "Add", "Sub", "Multiply",
+                          "AvgPool2d", "Relu", "Resize", "Upsample"})
+
+
+def _is_nearest(op: Operation) -> bool:
+    return op.op_type in ("Resize", "Upsample") and op.attrs.get("mode", "nearest") == "nearest"
+
+
+def _shares_scale(op: Operation) -> bool:
+    return op.op_type in PASS_THROUGH_OPS or _is_nearest(op)
+
+
+def integer_capable(op: Operation) -> bool:
+    """Whether `op` has an exact integer form in docs/quantization.md ("Integer ops")."""
+    t = op.op_type
+    feats = op.feature_inputs()
+    if any(not v.dtype.element_dtype.is_float() or v.dtype.numpy_dtype != np.float32
+           for v in feats + op.outputs):
+        return False
+    if any(v.is_params and v.data is None for v in op.inputs):
+        return False
+    if t in ("Conv2d", "ConvTranspose2d"):
+        return len(feats) == 1 and op.inputs[0] is feats[0]
+    if t == "Matmul":
+        return not op.inputs[0].is_params
+    if t in ("Add", "Sub", "Multiply"):
+        return len(feats) >= 1
+    if t == "Relu":
+        return float(op.attrs.get("threshold", 0.0)) == 0.0
+    if t in PASS_THROUGH_OPS or t in LUT_OPS or t in ("AvgPool2d", "Resize", "Upsample"):
+        if t == "Pad" and op.attrs.get("mode", "constant") != "constant":
+            return len(feats) == len(op.inputs)
+        return len(feats) == len(op.inputs)
+    return False
+
+
+class _UnionFind:
+    def __init__(self) -> None:
+        self.parent: dict[int, int] = {}
+
+    def find(self, a: int) -> int:
+        self.parent.setdefault(a, a)
+        while self.parent[a] != a:
+            self.parent[a] = self.parent[self.parent[a]]
+            a = self.parent[a]
+        return a
+
+    def union(self, a: int, b: int) -> None:
+        ra, rb = self.find(a), self.find(b)
+        if ra != rb:
+            self.parent[max(ra, rb)] = min(ra, rb)
+
+
+def _scale_groups(net: Network, int_ops: set[int]) -> _UnionFind:
+    """Union-find of the values that must share one scale (and so one dtype)."""
+    uf = _UnionFind()
+    for op in net.ops:
+        if op.op_id in int_ops and _shares_scale(op):
+            vals = [v.v_id for v in op.feature_inputs()] + [v.v_id for v in op.outputs]
+            for v in vals[1:]:
+                uf.union(vals[0], v)
+    return uf
+
+
+def _resolve_op_bits(net: Network, op_bits: Any, bits: int, int_ops: set[int]
+                     ) -> dict[int, int]:
+    """`{op_id: bits}` from the user's `{op name or op_id: bits}`, checked."""
+    if op_bits is not None and not isinstance(op_bits, Mapping):
+        raise QuantizationError(f"op_bits must map op names (or op_ids) to 16, not "
+                                f"{type(op_bits).__name__} {op_bits!r}", field="op_bits")
+    by_name = {op.name: op for op in net.ops}
+    by_id = {op.op_id: op for op in net.ops}
+    out: dict[int, int] = {}
+    for key, b in (op_bits or {}).items():
+        op = by_id.get(key) if isinstance(key, int) else by_name.get(str(key))
+        if op is None:
+            raise QuantizationError(f"op_bits names op {key!r}, which the optimized network "
+                                    f"does not have (folded activations and BatchNorms are "
+                                    f"gone; name the op they folded into)", field="op_bits")
+        if b not in (8, 16) or b < bits:
+            raise QuantizationError(f"op_bits[{key!r}] = {b}: an op can only be raised from "
+                                    f"bits={bits} to 16", field="op_bits")
+        if op.op_id not in int_ops:
+            raise QuantizationError(f"op_bits names {op.op_type} '{op.name}', which has no "
+                                    f"integer form and stays float", field="op_bits")
+        out[op.op_id] = int(b)
+    return out
+
+
+def _value_bits(net: Network, int_ops: set[int], uf: _UnionFind, bits: int,
+                op_bits: dict[int, int], input_bits: int | None) -> dict[int, int]:
+    """Storage bits of the activation values that differ from `bits` (mixed precision).
+
+    An op raised by `op_bits` needs its feature inputs at its precision; `input_bits` raises
+    the network inputs. From there, to a fixed point: a scale-sharing group takes its widest
+    member's bits, and a rescaling op (Conv2d, Add, LUT, ...) computes at the widest bits of
+    its feature inputs, so all of them are raised to it. Rescaling ops write any dtype, so
+    precision changes only ever happen inside them: no integer-to-integer Casts are needed.
+    """
+    vb: dict[int, int] = {}
+
+    def need(vid: int, b: int) -> bool:
+        if b > vb.get(vid, bits):
+            vb[vid] = b
+            return True
+        return False
+
+    if input_bits is not None:
+        for v in net.inputs():
+            need(v.v_id, input_bits)
+    ops = {op.op_id: op for op in net.ops}
+    for oid, b in op_bits.items():
+        for v in ops[oid].feature_inputs():
+            need(v.v_id, b)
+    changed = bool(vb)
+    while changed:
+        changed = False
+        gmax: dict[int, int] = {}
+        for vid, b in vb.items():
+            r = uf.find(vid)
+            gmax[r] = max(gmax.get(r, bits), b)
+        for op in net.ops:
+            if op.op_id not in int_ops:
+                continue
+            feats = op.feature_inputs()
+            for v in feats + op.outputs:
+                changed |= need(v.v_id, gmax.get(uf.find(v.v_id), bits))
+            if feats and not _shares_scale(op):
+                b = max(vb.get(v.v_id, bits) for v in feats)
+                for v in feats:
+                    changed |= need(v.v_id, b)
+    return vb
+
+
+def _assign_scales(amax: dict[int, float], uf: _UnionFind, dtype_of: Any
+                   ) -> tuple[dict[int, float], dict[int, int]]:
+    """Per-value scales with the sharing groups resolved (largest amax of the group)."""
+    group_amax: dict[int, float] = {}
+    for vid, a in amax.items():
+        r = uf.find(vid)
+        group_amax[r] = max(group_amax.get(r, 0.0), a)
+    scales = {vid: float(scale_from_amax(group_amax[uf.find(vid)], dtype_of(vid)))
+              for vid in amax}
+    groups = {vid: uf.find(vid) for vid in amax}
+    return scales, groups
+
+
+def _observer_kw(method: str, bits: int, kw: dict) -> dict:
+    out = dict(kw)
+    if method == "mse":
+        out.setdefault("dtype", np.int8 if bits == 8 else np.int16)
+    if method == "kl":
+        out.setdefault("dtype", np.int8 if bits == 8 else np.int16)
+        if bits == 16:
+            out.setdefault("bins", 131072)
+            out.setdefault("stride", 1024)
+    return out
+
+
+def quantize_network(net: Network, samples: Any, *, bits: int = 8, method: str = "mse",
+                     per_channel: bool = True, weight_rounding: str = "gptq",
+                     headroom: float | None = None, op_bits: Any = None,
+                     input_bits: int | None = None, runner: Runner | None = None,
+                     **kw: Any) -> Network:
+    """Quantize `net` (float) into a new network of integer ops; see the module docstring.
+
+    `samples`: anything `load_calibration` accepts. `bits`: 8 or 16 (activations and weights).
+    `method`: "mse" (default), "minmax", "percentile" or "kl" (observer keyword arguments in
+    `kw`; for 16-bit KL the defaults are bins=131072, stride=1024). `headroom` multiplies every
+    activation threshold (default 1 for 8-bit values, `INT16_HEADROOM` for 16-bit ones).
+    `weight_rounding`: "gptq" (default, `xcompile.quant.gptq`) or "nearest".
+    Mixed precision: `op_bits` maps op names (or op_ids) of the optimized network to 16, so
+    those ops compute with 16-bit inputs, weights and int64 bias; `input_bits=16` does the same
+    for the network inputs and the ops reading them (the usual 16-bit first layer: the input
+    keeps its resolution through the stem, whose edge filters amplify rounding). Rescaling ops
+    requantize between precisions, so an int16 stem writes int8 for the next layer.
+    `runner` executes the float network for calibration and GPTQ (`xcompile.runner`;
+    default: the HostBackend). The input network is not modified.
+    """
+    if bits not in (8, 16):
+        raise QuantizationError(f"bits must be 8 or 16, not {bits}", field="bits")
+    if input_bits is not None and (input_bits not in (8, 16) or input_bits < bits):
+        raise QuantizationError(f"input_bits must be 16 (or equal to bits={bits}), not "
+                                f"{input_bits}", field="input_bits")
+    opt = optimize(net)
+    data = load_calibration(samples, opt)
+    if weight_rounding not in ("gptq", "nearest"):
+        raise QuantizationError(f"weight_rounding must be 'gptq' or 'nearest', not "
+                                f"{weight_rounding!r}", field="weight_rounding")
+    if headroom is not None and headroom < 1.0:
+        raise QuantizationError(f"headroom must be >= 1, not {headroom}", field="headroom")
+    int_ops = {op.op_id for op in opt.ops if integer_capable(op)}
+    uf = _scale_groups(opt, int_ops)
+    raised = _resolve_op_bits(opt, op_bits, bits, int_ops)
+    vbits = _value_bits(opt, int_ops, uf, bits, raised, input_bits)
+
+    def bits_of(vid: int) -> int:
+        return vbits.get(vid, bits)
+
+    def el_of(vid: int) -> ScalarType:
+        return INT8 if bits_of(vid) == 8 else INT16
+
+    per_value = {vid: _observer_kw(method, b, kw) for vid, b in vbits.items()}
+    amax = calibrate(opt, data, method, per_value=per_value, runner=runner,
+                     **_observer_kw(method, bits, kw))
+    amax = {vid: a * (headroom if headroom is not None else
+                      1.0 if bits_of(vid) == 8 else INT16_HEADROOM) for vid, a in amax.items()}
+    scales, groups = _assign_scales(amax, uf, lambda vid: el_of(vid).numpy_dtype)
+    op_el = {op.op_id: el_of(op.feature_inputs()[0].v_id) for op in opt.ops
+             if op.op_id in int_ops and op.feature_inputs()}
+    codes: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+    if weight_rounding == "gptq" and per_channel:
+        codes = _gptq_codes(opt, data, int_ops, op_el, runner)
+
+    q = Network(opt.name, framework_kind=opt.framework_kind,
+                framework_version=opt.framework_version, icraft_version=opt.icraft_version,
+                icraft_xir_version=opt.icraft_xir_version, tags=dict(opt.tags))
+    q.tags["quantization"] = {"bits": bits, "method": method, "per_channel": bool(per_channel),
+                              "weight_rounding": weight_rounding if per_channel else "nearest",
+                              "headroom": float(headroom if headroom is not None else
+                                                 1.0 if bits == 8 else INT16_HEADROOM),
+                              "input_bits": input_bits,
+                              "op_bits": {str(oid): 16 for oid, el in op_el.items()
+                                          if el.storage.bits > bits},
+                              "float_ops": sorted(op.op_id for op in opt.ops
+                                                  if op.op_id not in int_ops
+                                                  and op.op_type not in ("Input", "Output"))}
+    next_vid = [max((v.v_id for op in opt.ops for v in op.inputs + op.outputs), default=-1) + 1]
+    next_vid[0] = max(next_vid[0], opt._next_v_id)
+    next_op = [max(opt.opIds(), default=-1) + 1]
+    fv: dict[int, Value] = {}
+    qv: dict[int, Value] = {}
+
+    def fresh_vid() -> int:
+        next_vid[0] += 1
+        return next_vid[0] - 1
+
+    def qtype(v: Value) -> TensorType:
+        if v.v_id not in scales:
+            raise QuantizationError(f"value {v.v_id} ('{v.name}') was never seen during "
+                                    f"calibration", field="samples")
+        return TensorType(QuantizedType(el_of(v.v_id), scales[v.v_id]), v.shape,
+                          v.dtype.layout)
+
+    def tags_of(v: Value) -> dict:
+        t = dict(v.tags)
+        t["float_v_id"] = int(v.v_id)
+        return t
+
+    def add_cast(src: Value, dst_type: TensorType, float_v: Value) -> Value:
+        out = Value(fresh_vid(), dst_type, f"{float_v.name}.cast", tags=tags_of(float_v))
+        op = OP_REGISTRY["Cast"]([src], [out], op_id=next_op[0], name=f"{float_v.name}.cast")
+        next_op[0] += 1
+        q.ops.append(op)
+        return out
+
+    def get_q(v: Value) -> Value:
+        if v.v_id not in qv:
+            qv[v.v_id] = add_cast(fv[v.v_id], qtype(v), v)
+        return qv[v.v_id]
+
+    def get_f(v: Value) -> Value:
+        if v.v_id not in fv:
+            ftype = TensorType(FP32, v.shape, v.dtype.layout)
+            fv[v.v_id] = add_cast(qv[v.v_id], ftype, v)
+        return fv[v.v_id]
+
+    def copy_params(p: Params) -> Params:
+        return Params(p.v_id, p.dtype, None if p.data is None else p.data.copy(), p.name,
+                      p.mtype, dict(p.tags))
+
+    for op in opt.ops:
+        t = op.op_type
+        if t == "Input":
+            outs = []
+            for v in op.outputs:
+                nv = Value(v.v_id, v.dtype, v.name, v.mtype, tags_of(v))
+                fv[v.v_id] = nv
+                outs.append(nv)
+            q.ops.append(op.clone_with([], outs))
+            continue
+        if t == "Output":
+            ins = [get_f(v) for v in op.inputs]
+            for v, nv in zip(op.inputs, ins):
+                if nv.v_id != v.v_id:
+                    nv.name = v.name
+            q.ops.append(op.clone_with(ins, []))
+            continue
+        if op.op_id not in int_ops:
+            ins = [copy_params(v) if v.is_params else get_f(v) for v in op.inputs]
+            outs = []
+            for v in op.outputs:
+                nv = Value(v.v_id, v.dtype, v.name, v.mtype, tags_of(v))
+                fv[v.v_id] = nv
+                outs.append(nv)
+            q.ops.append(op.clone_with(ins, outs))
+            continue
+        act_el = op_el.get(op.op_id, INT8 if bits == 8 else INT16)
+        bias_el = INT32 if act_el.storage.bits == 8 else INT64
+        ins = _integer_inputs(op, get_q, act_el, bias_el, per_channel, codes.get(op.op_id))
+        outs = []
+        for v in op.outputs:
+            nv = Value(v.v_id, qtype(v), v.name, v.mtype, tags_of(v))
+            qv[v.v_id] = nv
+            outs.append(nv)
+        new = op.clone_with(ins, outs)
+        new.tags = dict(op.tags)
+        new.tags["scale_group"] = [int(groups.get(v.v_id, v.v_id)) for v in op.outputs]
+        q.ops.append(new)
+    q.relink()
+    q.reserveIds(next_op[0] - 1, next_vid[0] - 1)
+    q.validate()
+    log.info("quantized %s: %d integer ops (%d at 16 bits), %d float ops, int%d, %s", net.name,
+             len(int_ops), len(q.tags["quantization"]["op_bits"]),
+             len(q.tags["quantization"]["float_ops"]), bits, method)
+    return q
+
+
+def _weight_axis(op: Operation, ndim: int) -> int | None:
+    """The per-output-channel axis of `op`'s weight, None for per-tensor weights."""
+    t = op.op_type
+    if t == "Conv2d":
+        return 3
+    if t == "ConvTranspose2d" and int(op.attrs.get("groups", 1)) == 1:
+        return 3
+    if t == "Matmul" and ndim == 2:
+        return 0 if op.attrs.get("transpose_b", False) else 1
+    return None
+
+
+def _gptq_codes(opt: Network, data: list, int_ops: set[int], op_el: dict[int, ScalarType],
+                runner: Runner | None) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+    """`{op_id: (codes, scales)}` for the integer Conv2d / Matmul ops with constant weights,
+    rounded by GPTQ (`xcompile.quant.gptq`) on the calibration samples."""
+    ops = [op for op in opt.ops if op.op_id in int_ops and op.op_type in ("Conv2d", "Matmul")
+           and op.inputs[1].is_params
+           and ((op.op_type == "Conv2d" and op.inputs[1].data.ndim == 4)
+                or (op.op_type == "Matmul" and op.inputs[1].data.ndim == 2
+                    and not op.attrs.get("transpose_b", False)))]
+    if not ops:
+        return {}
+    hess = collect_hessians(opt, data, ops, runner=runner)
+    out = {}
+    for op in ops:
+        if op.op_id not in hess:
+            continue
+        dt = op_el[op.op_id].numpy_dtype
+        qmax = int(np.iinfo(dt).max)
+        w = np.asarray(op.inputs[1].data, np.float64)
+        s = weight_scales(w, w.ndim - 1, dt)
+        groups = int(op.attrs.get("groups", 1)) if op.op_type == "Conv2d" else 1
+        out[op.op_id] = (gptq_weights(w, s, hess[op.op_id], groups, dt, qmax), s)
+    return out
+
+
+def _weight_q(w: np.ndarray, axis: int | None, el, per_channel: bool
+              ) -> tuple[np.ndarray, np.ndarray, int | None]:
+    """Quantized weights, their scale(s), and the QuantizedType axis (None: per tensor)."""
+    dt = el.numpy_dtype
+    if per_channel and axis is not None:
+        s = weight_scales(w, axis, dt)
+        return quantize(w, s, dt, axis, narrow_range=True), s, axis % w.ndim
+    s = np.asarray([scale_from_amax(float(np.abs(np.asarray(w, np.float64)).max(initial=0.0)),
+                                    dt)])
+    return quantize(w, float(s[0]), dt, narrow_range=True), s, None
+
+
+def _integer_inputs(op: Operation, get_q, act_el, bias_el, per_channel: bool,
+                    codes: tuple[np.ndarray, np.ndarray] | None = None
+                    ) -> list[Value]:
+    t = op.op_type
+    if t in ("Conv2d", "ConvTranspose2d", "Matmul"):
+        x = get_q(op.inputs[0])
+        s_in = float(x.dtype.element_dtype.scale[0])
+        w = op.inputs[1]
+        if w.is_params:
+            wd = np.asarray(w.data, np.float32)
+            axis = _weight_axis(op, wd.ndim)
+            if codes is not None:
+                wq, s_w, qaxis = codes[0], codes[1], wd.ndim - 1
+            else:
+                wq, s_w, qaxis = _weight_q(wd, axis, act_el, per_channel)
+            w_el = QuantizedType(ScalarType.from_numpy(wq.dtype), s_w, axis=qaxis)
+            wv = Params(w.v_id, TensorType(w_el, w.shape, w.dtype.layout), wq, w.name, w.mtype,
+                        dict(w.tags))
+        else:
+            wv = get_q(w)
+            s_w = np.asarray(wv.dtype.element_dtype.scale)
+        ins = [x, wv]
+        if len(op.inputs) > 2:
+            b = op.inputs[2]
+            s_b = np.float64(s_in) * np.asarray(s_w, np.float64)
+            bq = quantize_bias(np.asarray(b.data, np.float64), s_in,
+                               s_w if s_w.size > 1 else float(s_w[0]), bias_el.numpy_dtype)
+            b_el = QuantizedType(bias_el, s_b, axis=0 if s_b.size > 1 else None)
+            ins.append(Params(b.v_id, TensorType(b_el, b.shape, b.dtype.layout), bq, b.name,
+                              b.mtype, dict(b.tags)))
+        return ins
+    ins = []
+    for v in op.inputs:
+        if v.is_params:  # a constant operand of Add/Sub/Multiply: per-tensor, its own scale
+            d = np.asarray(v.data, np.float64)
+            s = float(scale_from_amax(float(np.abs(d).max(initial=0.0)), act_el.numpy_dtype))
+            el = QuantizedType(act_el, s)
+            ins.append(Params(v.v_id, TensorType(el, v.shape, v.dtype.layout),
+                              quantize(d, s, act_el.numpy_dtype), v.name, v.mtype,
+                              dict(v.tags)))
+        else:
+            ins.append(get_q(v))
+    return ins

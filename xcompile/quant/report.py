@@ -1,0 +1,225 @@
+"""Per-layer accuracy of a quantized network against its float network.
+
+    rep = accuracy_report(float_net, quant_net, samples)
+    rep.print()                 # rich table in the terminal
+    rep.to_json()               # {"network", "bits", "method", "outputs": [...], "layers": [...]}
+
+Both networks run with a `xcompile.runner.Runner` (the HostBackend by default) over the
+same samples; every op output is captured by the
+session's post-callback. A quantized value is matched to the float value named by its
+`tags["float_v_id"]` (the quantizer records it; without the tag, the same v_id), dequantized
+with its scale, and compared over all samples together:
+
+- `cosine`: cosine similarity of the flattened tensors (1.0 when both are all zero);
+- `max_abs_err`, `mean_abs_err`: absolute errors in real units;
+- `rel_err`: `max_abs_err / max |float|`;
+- `sat_rate`: fraction of codes at the dtype's limits (saturated) for integer values;
+- `alone`: the cosine of the op run by itself: its inputs are the *float* network's values,
+  quantized to the op's input types, so only this op's own rounding (inputs, weights,
+  requantization) shows, not what the layers before it lost. Toolkits call the two figures the
+  entire and the single error; a layer with a low `alone` is the one to raise with `op_bits`
+  (docs/quantization.md section 10). None where the op cannot be run alone (a float input).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from xcompile.quant.calibrate import load_calibration, run_float
+from xcompile.runner import Runner, default_runner
+
+__all__ = ["LayerRow", "Report", "accuracy_report", "cosine"]
+
+
+def cosine(a: np.ndarray, b: np.ndarray) -> float:
+    a = np.asarray(a, np.float64).ravel()
+    b = np.asarray(b, np.float64).ravel()
+    na, nb = np.linalg.norm(a), np.linalg.norm(b)
+    if na == 0.0 and nb == 0.0:
+        return 1.0
+    if na == 0.0 or nb == 0.0:
+        return 0.0
+    return float(np.dot(a, b) / (na * nb))
+
+
+@dataclass
+class LayerRow:
+    op_id: int
+    op_type: str
+    name: str
+    v_id: int
+    float_v_id: int
+    dtype: str
+    shape: list[int]
+    cosine: float
+    max_abs_err: float
+    mean_abs_err: float
+    rel_err: float
+    sat_rate: float
+    alone: float | None = None
+
+
+@dataclass
+class Report:
+    network: str
+    bits: int | None
+    method: str | None
+    rows: list[LayerRow] = field(default_factory=list)
+    outputs: list[dict] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return {"network": self.network, "bits": self.bits, "method": self.method,
+                "outputs": list(self.outputs), "layers": [asdict(r) for r in self.rows]}
+
+    def to_json(self, indent: int | None = 2) -> str:
+        return json.dumps(self.to_dict(), indent=indent)
+
+    def worst(self, n: int = 5) -> list[LayerRow]:
+        return sorted(self.rows, key=lambda r: r.cosine)[:n]
+
+    def suggest_op_bits(self, n: int = 3) -> dict[str, int]:
+        """`{op name: 16}` for the `n` 8-bit ops with the lowest `alone` cosine: the layers
+        whose own rounding costs most, ready for `quantize_network(op_bits=...)`."""
+        rows = [r for r in self.rows if r.alone is not None and r.dtype.endswith("(8)")
+                and r.op_type != "Cast"]
+        worst = sorted(rows, key=lambda r: r.alone)[:max(n, 0)]
+        return {r.name: 16 for r in worst}
+
+    def print(self, console: Any = None) -> None:
+        """A rich table: one row per quantized layer, then the outputs."""
+        from rich.console import Console
+        from rich.table import Table
+
+        console = console or Console()
+        title = f"{self.network}: int{self.bits} ({self.method}) vs float" if self.bits \
+            else f"{self.network} vs float"
+        table = Table(title=title)
+        for col in ("op", "type", "name", "dtype", "shape", "cosine", "alone", "max abs err",
+                    "mean abs err", "rel err", "sat"):
+            table.add_column(col, justify="right" if col not in ("type", "name", "dtype")
+                             else "left")
+        for r in self.rows:
+            style = "red" if r.cosine < 0.99 else ("yellow" if r.cosine < 0.999 else None)
+            table.add_row(str(r.op_id), r.op_type, r.name, r.dtype,
+                          "x".join(map(str, r.shape)), f"{r.cosine:.6f}",
+                          "-" if r.alone is None else f"{r.alone:.6f}", f"{r.max_abs_err:.4g}",
+                          f"{r.mean_abs_err:.4g}", f"{r.rel_err:.3%}", f"{r.sat_rate:.2%}",
+                          style=style)
+        console.print(table)
+        out = Table(title="network outputs")
+        for col in ("output", "v_id", "cosine", "max abs err"):
+            out.add_column(col)
+        for o in self.outputs:
+            out.add_row(o["name"], str(o["v_id"]), f"{o['cosine']:.6f}",
+                        f"{o['max_abs_err']:.4g}")
+        console.print(out)
+
+
+def _capture(net: Any, samples: list[list[np.ndarray]], runner: Runner) -> tuple[dict, list]:
+    store: dict[int, list[np.ndarray]] = {}
+
+    def keep(v, arr):
+        store.setdefault(v.v_id, []).append(np.array(arr))
+
+    outs = run_float(net, samples, keep, runner)
+    return store, outs
+
+
+class _Alone:
+    """Runs single quantized ops of the report on the float network's inputs."""
+
+    def __init__(self, fvals: dict[int, list[np.ndarray]], runner: Runner) -> None:
+        self.fvals = fvals
+        self.runner = runner
+        self.cache: dict[int, list[list[np.ndarray]] | None] = {}
+
+    def _run(self, op: Any) -> list[list[np.ndarray]] | None:
+        """The op's outputs (codes, one array per output and sample), or None."""
+        from xir.quant.fixed_point import quantize
+
+        feeds = []
+        for x in op.feature_inputs():
+            el = x.dtype.element_dtype
+            fid = int(x.tags.get("float_v_id", -1))
+            if not getattr(el, "is_quantized", False) or el.scale.size != 1 or \
+                    fid not in self.fvals or x.dtype.layout.is_tiled():
+                return None
+            feeds.append([quantize(a, float(el.scale[0]), el.numpy_dtype).reshape(x.shape)
+                          for a in self.fvals[fid]])
+        if not feeds:
+            return None
+        outs = []
+        for sample in zip(*feeds):
+            res = self.runner.run_op(op, list(sample))
+            if res is None:
+                return None
+            outs.append(res)
+        return outs
+
+    def cosine(self, op: Any, v: Any, f: np.ndarray) -> float | None:
+        if op.op_type == "Cast":
+            return None
+        if op.op_id not in self.cache:
+            self.cache[op.op_id] = self._run(op)
+        runs = self.cache[op.op_id]
+        if runs is None:
+            return None
+        k = [o.v_id for o in op.outputs].index(v.v_id)
+        codes = np.concatenate([r[k].ravel() for r in runs]).astype(np.float64)
+        if codes.size != f.size:
+            return None
+        return cosine(codes * float(v.dtype.element_dtype.scale[0]), f)
+
+
+def accuracy_report(float_net: Any, quant_net: Any, samples: Any,
+                    runner: Runner | None = None) -> Report:
+    """Compare every quantized value of `quant_net` with its float counterpart in `float_net`
+    over `samples` (anything `load_calibration` accepts), both run with `runner`
+    (`xcompile.runner`; default: the HostBackend)."""
+    runner = runner or default_runner()
+    data = load_calibration(samples, float_net)
+    fvals, fouts = _capture(float_net, data, runner)
+    qvals, qouts = _capture(quant_net, data, runner)
+    qinfo = quant_net.tags.get("quantization", {})
+    rep = Report(quant_net.name, qinfo.get("bits"), qinfo.get("method"))
+    alone = _Alone(fvals, runner)
+    for op in quant_net.ops:
+        if op.op_type in ("Input", "Output"):
+            continue
+        for v in op.outputs:
+            el = v.dtype.element_dtype
+            if not getattr(el, "is_quantized", False) or v.v_id not in qvals:
+                continue
+            fid = int(v.tags.get("float_v_id", v.v_id))
+            if fid not in fvals:
+                continue
+            f = np.concatenate([a.ravel() for a in fvals[fid]]).astype(np.float64)
+            qcodes = np.concatenate([a.ravel() for a in qvals[v.v_id]])
+            if f.size != qcodes.size:
+                continue
+            real = qcodes.astype(np.float64) * float(el.scale[0]) if el.scale.size == 1 \
+                else None
+            if real is None:
+                continue
+            err = np.abs(real - f)
+            fmax = float(np.abs(f).max(initial=0.0))
+            sat = float(np.mean((qcodes <= el.qmin) | (qcodes >= el.qmax))) if qcodes.size \
+                else 0.0
+            rep.rows.append(LayerRow(
+                op.op_id, op.op_type, op.name, v.v_id, fid, el.storage.encode(),
+                list(v.shape), cosine(real, f), float(err.max(initial=0.0)),
+                float(err.mean()) if err.size else 0.0,
+                float(err.max(initial=0.0) / fmax) if fmax > 0 else 0.0, sat,
+                alone.cosine(op, v, f)))
+    names = [v.name for v in quant_net.outputs()]
+    for k, name in enumerate(names):
+        f = np.concatenate([o[k].ravel() for o in fouts]).astype(np.float64)
+        qo = np.concatenate([o[k].ravel() for o in qouts]).astype(np.float64)
+        rep.outputs.append({"name": name, "v_id": int(quant_net.outputs()[k].v_id),
+                            "cosine": cosine(qo, f),
+                            "max_abs_err": float(np.abs(qo - f).max(initial=0.0))})
+    return rep
