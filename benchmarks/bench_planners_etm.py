@@ -7,12 +7,12 @@ are best-of after warm-up (compiled code from the Numba cache); ratios go to `ex
 
 import numpy as np
 import pytest
+from etm_instances import random_network_instance
 
 from npu_model.planners.etm import (
     instance_from_network,
     plan_etm_detailed,
     plan_no_reuse,
-    random_network_instance,
 )
 from xcompile import zoo
 

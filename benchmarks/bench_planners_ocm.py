@@ -11,13 +11,14 @@ import time
 
 import numpy as np
 import pytest
+from ocm_optimum import selection_optimum
 
-from npu_model.planners.ocm import OcmOption, instance_from_network, selection_optimum
+from npu_model.planners.ocm import OcmOpt, instance_from_network
 from xcompile import zoo
 
 KiB = 1024
 OCM_SIZES = (256 * KiB, 512 * KiB, 1024 * KiB, 2048 * KiB)
-OPTIONS = (OcmOption.OPTION1, OcmOption.OPTION2, OcmOption.OPTION3, OcmOption.BEST_SCORE)
+OPTIONS = (OcmOpt.OPTION1, OcmOpt.OPTION2, OcmOpt.OPTION3, OcmOpt.BEST_SCORE)
 VARIANTS = {"storage": None, "int8": 1}  # storageBytes of the (float) zoo net; 1 byte/element
 
 _NETS: dict[str, object] = {}
@@ -32,7 +33,7 @@ def _instance(name: str, variant: str):
 def fractions(inst, cap: int) -> dict[str, float | None]:
     """Each option's score over the selection optimum (None: nothing fits, or skipped)."""
     bound = selection_optimum(inst.sizes, inst.starts, inst.ends, inst.scores, cap)
-    plan = inst.plan(cap, OcmOption.BEST_SCORE)
+    plan = inst.plan(cap, OcmOpt.BEST_SCORE)
     out: dict[str, float | None] = {}
     for o in OPTIONS[:3]:
         s = plan.per_option_scores.get(o)
@@ -47,7 +48,7 @@ def fractions(inst, cap: int) -> dict[str, float | None]:
 def test_ocm_planner(benchmark, name, variant):
     inst = _instance(name, variant)
     cap = OCM_SIZES[-1]
-    benchmark.pedantic(lambda: inst.plan(cap, OcmOption.BEST_SCORE), rounds=5,
+    benchmark.pedantic(lambda: inst.plan(cap, OcmOpt.BEST_SCORE), rounds=5,
                        warmup_rounds=2)
     info: dict[str, object] = {"buffers": len(inst), "ops": inst.num_ops}
     best = []

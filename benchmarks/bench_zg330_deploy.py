@@ -49,7 +49,7 @@ def measure(z, dev, x, *, reuse: bool, ocm: OcmOpt) -> dict:
     apply_ms = (time.perf_counter() - t0) * 1e3
     s.forward([x])
     prof = zb.profileInfo()
-    p = zb._plan
+    p = zb.deployment.plan
     row = {"reuse": reuse, "ocm": ocm.name, "winner": zb.ocmopt.name, "apply_ms": apply_ms,
            "cycles": sum(d["cycles"] for d in prof.values()),
            "etm_bytes": sum(d["etm_bytes"] for d in prof.values()),

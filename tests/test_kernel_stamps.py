@@ -16,7 +16,8 @@ import pkgutil
 
 import pytest
 
-PACKAGES = ("xir", "xcompile", "host_backend", "npu_model", "zg330backend", "buyibackend")
+PACKAGES = ("xir", "xcompile", "host_backend", "npu_model", "npu_runtime", "zg330backend",
+            "buyibackend")
 
 
 def _is_kernel(obj) -> bool:

@@ -1,4 +1,5 @@
-"""Backend: what executes a network view's ops on one device (seed 002's `xrt.Backend`).
+"""Backend: what executes a network view's ops on one device (the xrt Python reference, class
+`xrt.Backend`).
 
 A backend class lists the op types it can run in `FORWARDS` (op type -> forward function with
 the vendor signature `fn(op, inputs, outputs, backend) -> outputs`) and may narrow that per op by

@@ -1,8 +1,10 @@
 """Every extension point of xrt, declared with pluggy (project name "xrt").
 
 A plugin is a plain module with `@hookimpl` functions, found through the entry-point group
-`xrt.plugins`. Registration hooks receive a `register` callback (as llm's plugins do), so the
-core can validate what each plugin sends and blame the plugin that sent something bad.
+`xrt.plugins` (`xrt.plugins` loads them). Registration hooks receive a `register` callback (as
+llm's plugins do) and are called through pluggy one plugin at a time, so the core validates
+what each plugin sends and blames the plugin that sent something bad; the other hooks are
+called through the plugin manager's relay (`plugin_manager().hook.NAME(...)`).
 """
 
 from __future__ import annotations
@@ -34,11 +36,14 @@ def xrt_register_backends(register: Callable) -> None:
 
 @hookspec
 def xrt_register_device_schemes(register: Callable) -> None:
-    """Claim device URL schemes: `register(scheme, opener, description="")`.
+    """Claim device URL schemes: `register(scheme, opener, description="", names=None)`.
 
-    `opener(url: str) -> xrt.Device` opens a device for a URL of that scheme (`sim`, `mock`,
-    `axi`, `socket`, `host`...). A scheme may be claimed by one plugin only; a second claim is
-    reported as a plugin error. `Device.Open(url)` dispatches on the scheme.
+    `opener(url: xrt.url.DeviceUrl) -> xrt.Device` opens a device for a URL of that scheme
+    (`sim`, `mock`, `axi`, `socket`, `host`...); the URL arrives parsed (scheme, device name,
+    host, port, query params) and is also the URL text. `names` limits the claim to those
+    device names (`sim://zg330`); without it the plugin claims every name of the scheme. A
+    (scheme, name) pair may be claimed by one plugin only; a second claim is reported as a
+    plugin error. `Device.Open(url)` dispatches on the pair, the exact name first.
     """
 
 
@@ -46,13 +51,15 @@ def xrt_register_device_schemes(register: Callable) -> None:
 
 @hookspec
 def xrt_register_targets(register: Callable) -> None:
-    """Register compile targets: `register(name, lower, description="")`.
+    """Register compile targets: `register(name, lower, description="", compile_target="")`.
 
     `lower(network: xir.Network, options: dict) -> xir.Network` turns a quantized (adapted)
     network into the target's generated stage: HardOps with instructions and weights, plus the
     Cast/AlignAxis/PruneAxis edges; ops the target cannot run stay host ops. The compile CLI
     (`xrt compile --target NAME`) writes its result as `<name>_<SUFFIX>.json/.raw`; a target
-    declares SUFFIX as `lower.suffix` (e.g. "ZG", "BY").
+    declares SUFFIX as `lower.suffix` (e.g. "ZG", "BY") and may give `lower.adapt(quantized,
+    options)`, the adapt stage run before it. `compile_target` names what its HardOps carry
+    ("@zhuget(330)", "@buyi"); the IR accepts any "@name(N)", the registry records whose it is.
     """
 
 

@@ -20,6 +20,7 @@ import pluggy
 
 from . import hookspecs
 from .errors import DeviceUrlError, PluginError
+from .url import DeviceUrl
 
 log = logging.getLogger(__name__)
 ENTRY_POINT_GROUP = "xrt.plugins"
@@ -44,6 +45,8 @@ class Registry:
     # (scheme, device name or "*") -> (opener, plugin, description)
     schemes: dict[tuple[str, str], tuple[Callable, str, str]] = field(default_factory=dict)
     targets: dict[str, tuple[Callable, str, str]] = field(default_factory=dict)
+    #: target name -> the compile_target its HardOps carry (e.g. "zg330" -> "@zhuget(330)")
+    compile_targets: dict[str, str] = field(default_factory=dict)
     commands: dict[str, tuple[Callable, Callable, str, str]] = field(default_factory=dict)
 
 
@@ -96,14 +99,22 @@ def plugin_manager() -> pluggy.PluginManager:
         return pm
 
 
+#: the registration hooks, in the order they run
+REGISTRATION_HOOKS = ("xrt_register_backends", "xrt_register_device_schemes",
+                      "xrt_register_targets", "xrt_register_commands")
+
+
 def _collect(pm: pluggy.PluginManager, reg: Registry) -> None:
-    """Run the registration hooks, validating what each plugin sends."""
+    """Call the registration hooks through pluggy, one plugin at a time (a hook caller for that
+    plugin alone: `subset_hook_caller`), so each `register` callback knows which plugin is
+    speaking and a plugin that fails is blamed, logged and skipped without stopping the rest."""
     from .backend import Backend
 
-    for name, plugin in pm.list_name_plugin():
-        current = name
+    plugins = pm.list_name_plugin()
+    for name, _ in plugins:
+        others = [p for n, p in plugins if n != name]
 
-        def reg_backend(cls: type, _p: str = current) -> None:
+        def reg_backend(cls: type, _p: str = name) -> None:
             if not (isinstance(cls, type) and issubclass(cls, Backend)):
                 raise PluginError(f"plugin '{_p}' registered {cls!r}, which is not an "
                                   f"xrt.Backend subclass")
@@ -114,38 +125,42 @@ def _collect(pm: pluggy.PluginManager, reg: Registry) -> None:
             reg.backends[bname] = (cls, _p)
 
         def reg_scheme(scheme: str, opener: Callable, description: str = "",
-                       names: Any = None, _p: str = current) -> None:
+                       names: Any = None, _p: str = name) -> None:
             if not callable(opener):
                 raise PluginError(f"plugin '{_p}' registered a non-callable opener for "
                                   f"'{scheme}://'")
-            for name in ([n.lower() for n in names] if names else ["*"]):
-                key = (scheme.lower(), name)
+            for dev in ([n.lower() for n in names] if names else ["*"]):
+                key = (scheme.lower(), dev)
                 if key in reg.schemes and reg.schemes[key][1] != _p:
                     raise PluginError(f"plugin '{_p}' claims '{_url(key)}', already claimed "
                                       f"by '{reg.schemes[key][1]}'")
                 reg.schemes[key] = (opener, _p, description)
 
         def reg_target(tname: str, lower: Callable, description: str = "",
-                       _p: str = current) -> None:
+                       compile_target: str = "", _p: str = name) -> None:
             if not callable(lower):
                 raise PluginError(f"plugin '{_p}' registered a non-callable lowering for "
                                   f"target '{tname}'")
+            if compile_target:
+                from xir.ops.base import check_target
+
+                try:
+                    check_target(compile_target)
+                except Exception as exc:
+                    raise PluginError(f"plugin '{_p}' registered target '{tname}' with "
+                                      f"compile_target {compile_target!r}: {exc}") from None
             reg.targets[tname] = (lower, _p, description)
+            reg.compile_targets[tname] = compile_target
 
         def reg_command(cname: str, configure: Callable, run: Callable, help: str = "",
-                        _p: str = current) -> None:
+                        _p: str = name) -> None:
             reg.commands[cname] = (configure, run, help, _p)
 
-        hooks = [("xrt_register_backends", reg_backend),
-                 ("xrt_register_device_schemes", reg_scheme),
-                 ("xrt_register_targets", reg_target),
-                 ("xrt_register_commands", reg_command)]
-        for hook_name, callback in hooks:
-            impl = getattr(plugin, hook_name, None)
-            if impl is None:
-                continue
+        callbacks = dict(zip(REGISTRATION_HOOKS, (reg_backend, reg_scheme, reg_target,
+                                                  reg_command)))
+        for hook_name, callback in callbacks.items():
             try:
-                impl(register=callback)
+                pm.subset_hook_caller(hook_name, remove_plugins=others)(register=callback)
             except Exception as exc:
                 msg = f"{type(exc).__name__}: {exc}"
                 reg.plugins.setdefault(name, PluginInfo(name)).error = msg
@@ -203,40 +218,23 @@ def _url(key: tuple[str, str]) -> str:
     return f"{scheme}://" if name == "*" else f"{scheme}://{name}"
 
 
-def device_name(rest: str) -> str:
-    """The device name of a URL's remainder: up to the first of '?', '@', ':' or '/'."""
-    for i, ch in enumerate(rest):
-        if ch in "?@:/":
-            return rest[:i].lower()
-    return rest.lower()
-
-
-def split_url(url: str) -> tuple[str, str]:
-    if not isinstance(url, str) or "://" not in url:
-        raise DeviceUrlError(f"device URL {url!r} has no scheme; expected e.g. "
-                             f"'sim://zg330' or 'host://'")
-    scheme, rest = url.split("://", 1)
-    if not scheme:
-        raise DeviceUrlError(f"device URL {url!r} has an empty scheme")
-    return scheme.lower(), rest
-
-
 def open_device(url: str) -> Any:
     """Open a device through the plugin that claims the URL's scheme and device name.
 
-    A plugin claims a scheme for given device names (`sim://zg330`, `sim://buyi`) or for any
+    The URL is parsed once (`xrt.url.DeviceUrl`) and the opener receives the parsed value. A
+    plugin claims a scheme for given device names (`sim://zg330`, `sim://buyi`) or for any
     name; the exact name wins.
     """
-    scheme, rest = split_url(url)
+    parsed = DeviceUrl.parse(url)
     schemes = registry().schemes
-    key = (scheme, device_name(rest))
+    key = (parsed.scheme, parsed.name)
     if key not in schemes:
-        key = (scheme, "*")
+        key = (parsed.scheme, "*")
     if key not in schemes:
         known = ", ".join(sorted(_url(k) for k in schemes)) or "none"
         raise DeviceUrlError(f"no installed plugin opens {url!r}; installed schemes: {known}")
-    opener, plugin, _ = schemes[key]
-    return opener(url)
+    opener, _plugin, _ = schemes[key]
+    return opener(parsed)
 
 
 def targets() -> dict[str, Callable]:

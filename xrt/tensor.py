@@ -47,7 +47,8 @@ def dequantize(array: np.ndarray, element: QuantizedType) -> np.ndarray:
 
 
 class Tensor:
-    """A tensor: TensorType + MemChunk + offset (seed 002's `xrt.Tensor`)."""
+    """A tensor: TensorType + MemChunk + offset (the xrt Python reference, class
+    `xrt.Tensor`)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self._dtype: TensorType | None = None

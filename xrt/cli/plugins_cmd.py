@@ -29,8 +29,8 @@ def run(args: argparse.Namespace) -> int:
             sorted(reg.backends.items())]
     rows += [("scheme", plugins._url(key), plugin, dist(plugin)) for key, (_, plugin, _) in
              sorted(reg.schemes.items())]
-    rows += [("target", t, plugin, dist(plugin)) for t, (_, plugin, _) in
-             sorted(reg.targets.items())]
+    rows += [("target", f"{t} {reg.compile_targets.get(t, '')}".strip(), plugin, dist(plugin))
+             for t, (_, plugin, _) in sorted(reg.targets.items())]
     broken = [(name, info.error) for name, info in sorted(reg.plugins.items()) if info.error]
     if args.json:
         print(json.dumps({"entries": [dict(zip(("kind", "name", "plugin", "distribution"), r))

@@ -14,7 +14,6 @@ from .client import (
     RemoteMemRegion,
     RemoteRegRegion,
     RemoteStorage,
-    parse_socket_url,
 )
 from .protocol import MAX_PAYLOAD, VERSION, ProtocolError
 from .server import DeviceServer, expose, exposed_methods
@@ -22,5 +21,5 @@ from .server import DeviceServer, expose, exposed_methods
 __all__ = [
     "MAX_PAYLOAD", "VERSION", "Connection", "DeviceServer", "ProtocolError", "RemoteDevice",
     "RemoteDeviceMixin", "RemoteMemRegion", "RemoteRegRegion", "RemoteStorage", "expose",
-    "exposed_methods", "parse_socket_url",
+    "exposed_methods",
 ]

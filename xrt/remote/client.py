@@ -25,14 +25,12 @@ import socket
 import threading
 import time
 from typing import Any
-from urllib.parse import urlsplit
 
 import numpy as np
 
 from xrt.device import Device
 from xrt.errors import (
     DeviceError,
-    DeviceUrlError,
     UnsupportedOpError,
     XrtTimeoutError,
 )
@@ -42,26 +40,12 @@ from xrt.memory.ptr import as_uint8_view
 from xrt.memory.region import MemRegion
 from xrt.memory.storage import Storage
 from xrt.regs import RegRegion
+from xrt.url import DeviceUrl
 
 from . import protocol as P
 from .protocol import Msg, ProtocolError
 
 log = logging.getLogger(__name__)
-
-
-def parse_socket_url(url: str) -> tuple[str, str, int]:
-    """`socket://name@host:port` -> (name, host, port)."""
-    parts = urlsplit(url)
-    if parts.scheme.lower() != "socket":
-        raise DeviceUrlError(f"{url!r} is not a socket:// URL")
-    try:
-        port = parts.port
-    except ValueError:
-        port = None
-    if not parts.username or not parts.hostname or port is None:
-        raise DeviceUrlError(f"{url!r}: expected socket://DEVICE@HOST:PORT, e.g. "
-                             "socket://zg330@127.0.0.1:5001")
-    return parts.username.lower(), parts.hostname, port
 
 
 class Connection:
@@ -397,7 +381,7 @@ class RemoteDevice(RemoteDeviceMixin, Device):
     """
 
     def __init__(self, url: str) -> None:
-        _, host, port = parse_socket_url(url)
+        host, port = DeviceUrl(url).require_server()
         Device.__init__(self, url)
         self._connect(url, host, port)
 

@@ -7,10 +7,10 @@ import pytest
 from buyi_testlib import compiled, rand_x, run_buyi
 
 from buyibackend import BuyiDevice
+from npu_runtime import regs as R
 from xrt import Device
 from xrt.errors import DeviceUrlError, InvalidArgumentError, UnsupportedOpError
 from zg330backend import ZG330Device
-from zg330backend import regs as R
 
 
 def test_urls_open_buyi_devices():

@@ -13,12 +13,12 @@ import pytest
 from buyi_testlib import compiled, rand_x, run_buyi
 
 from buyibackend import BuyiDevice
-from buyibackend.remote import BuyiSocketDevice
+from buyibackend.device import BuyiSocketDevice
+from npu_runtime import regs as R
+from npu_runtime.regs import REG_BASE
 from xrt import Device
 from xrt.errors import DeviceError, InvalidArgumentError
 from xrt.remote.server import DeviceServer
-from zg330backend import regs as R
-from zg330backend.config import REG_BASE
 
 
 @pytest.fixture

@@ -7,6 +7,7 @@ import time
 import numba
 import numpy as np
 import pytest
+from etm_instances import random_network_instance
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -21,7 +22,6 @@ from npu_model.planners.etm import (
     plan_etm,
     plan_etm_detailed,
     plan_no_reuse,
-    random_network_instance,
     verify_plan,
 )
 from xcompile import zoo

@@ -7,21 +7,20 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from ocm_optimum import address_optimum, selection_optimum
 
 from npu_model.planners.ocm import (
     OPTION2_MAX_OPS,
-    OcmOption,
+    OcmOpt,
     OcmPlanError,
-    address_optimum,
     check_plan,
     instance_from_network,
     plan_ocm,
-    selection_optimum,
 )
 
 KiB = 1024
 OCM_SIZES = (256 * KiB, 512 * KiB, 1024 * KiB, 2048 * KiB)
-OPTIONS = (OcmOption.OPTION1, OcmOption.OPTION2, OcmOption.OPTION3, OcmOption.BEST_SCORE)
+OPTIONS = (OcmOpt.OPTION1, OcmOpt.OPTION2, OcmOpt.OPTION3, OcmOpt.BEST_SCORE)
 
 
 # --- an independent validity check, written here from the definition --------------------------
@@ -89,16 +88,16 @@ def test_every_option_gives_a_valid_plan(inst):
         plan = plan_ocm(sizes, starts, ends, scores, cap, opt, top_m=8, search_iters=30)
         assert_valid(plan, sizes, starts, ends, scores, cap)
         per[opt] = plan.score
-    assert per[OcmOption.BEST_SCORE] == max(per[o] for o in OPTIONS[:3])
+    assert per[OcmOpt.BEST_SCORE] == max(per[o] for o in OPTIONS[:3])
     if len(sizes) and (scores > 0).any():
         bound = selection_optimum(sizes, starts, ends, scores, cap)
-        assert per[OcmOption.BEST_SCORE] <= bound * (1 + 1e-9) + 1e-6
+        assert per[OcmOpt.BEST_SCORE] <= bound * (1 + 1e-9) + 1e-6
 
 
 def test_best_score_keeps_the_best_and_reports_the_winner():
     for seed in range(6):
         sizes, starts, ends, scores, cap = network_like(60, seed)
-        best = plan_ocm(sizes, starts, ends, scores, cap, OcmOption.BEST_SCORE)
+        best = plan_ocm(sizes, starts, ends, scores, cap, OcmOpt.BEST_SCORE)
         alone = {o: plan_ocm(sizes, starts, ends, scores, cap, o).score for o in OPTIONS[:3]}
         assert set(best.per_option_scores) == set(alone)
         for o in alone:
@@ -112,43 +111,43 @@ def test_best_score_keeps_the_best_and_reports_the_winner():
 
 def test_option2_is_skipped_over_500_ops():
     sizes, starts, ends, scores, cap = network_like(40, 1)
-    plan = plan_ocm(sizes, starts, ends, scores, cap, OcmOption.OPTION2, num_ops=OPTION2_MAX_OPS)
+    plan = plan_ocm(sizes, starts, ends, scores, cap, OcmOpt.OPTION2, num_ops=OPTION2_MAX_OPS)
     assert plan.skipped == () and plan.score > 0
-    plan = plan_ocm(sizes, starts, ends, scores, cap, OcmOption.OPTION2,
+    plan = plan_ocm(sizes, starts, ends, scores, cap, OcmOpt.OPTION2,
                     num_ops=OPTION2_MAX_OPS + 1)
-    assert plan.skipped == (OcmOption.OPTION2,)
-    assert plan.per_option_scores[OcmOption.OPTION2] is None
+    assert plan.skipped == (OcmOpt.OPTION2,)
+    assert plan.per_option_scores[OcmOpt.OPTION2] is None
     assert not plan.resident.any() and plan.score == 0
-    best = plan_ocm(sizes, starts, ends, scores, cap, OcmOption.BEST_SCORE,
+    best = plan_ocm(sizes, starts, ends, scores, cap, OcmOpt.BEST_SCORE,
                     num_ops=OPTION2_MAX_OPS + 1)
-    assert best.skipped == (OcmOption.OPTION2,)
-    assert best.per_option_scores[OcmOption.OPTION2] is None
-    assert best.option_used in (OcmOption.OPTION1, OcmOption.OPTION3) and best.score > 0
+    assert best.skipped == (OcmOpt.OPTION2,)
+    assert best.per_option_scores[OcmOpt.OPTION2] is None
+    assert best.option_used in (OcmOpt.OPTION1, OcmOpt.OPTION3) and best.score > 0
     # an instance with more than 500 ops gets it from its own lifetimes too
     n = OPTION2_MAX_OPS + 10
     plan = plan_ocm(np.full(n, 64), np.arange(n), np.arange(n), np.ones(n), 1024,
-                    OcmOption.OPTION2)
-    assert plan.skipped == (OcmOption.OPTION2,)
+                    OcmOpt.OPTION2)
+    assert plan.skipped == (OcmOpt.OPTION2,)
 
 
 def test_none_is_an_empty_plan_and_options_by_value_or_name():
     sizes, starts, ends, scores, cap = network_like(20, 2)
-    plan = plan_ocm(sizes, starts, ends, scores, cap, OcmOption.NONE)
-    assert not plan.resident.any() and plan.score == 0 and plan.option_used == OcmOption.NONE
+    plan = plan_ocm(sizes, starts, ends, scores, cap, OcmOpt.NONE)
+    assert not plan.resident.any() and plan.score == 0 and plan.option_used == OcmOpt.NONE
     a = plan_ocm(sizes, starts, ends, scores, cap, 2)
     b = plan_ocm(sizes, starts, ends, scores, cap, "option2")
-    assert a.option_used == b.option_used == OcmOption.OPTION2
+    assert a.option_used == b.option_used == OcmOpt.OPTION2
     assert np.array_equal(a.offsets, b.offsets)
-    assert plan_ocm(sizes, starts, ends, scores, cap, -1).option_used != OcmOption.BEST_SCORE
+    assert plan_ocm(sizes, starts, ends, scores, cap, -1).option_used != OcmOpt.BEST_SCORE
 
 
 def test_best_score_resolves_to_none_when_nothing_fits():
     plan = plan_ocm([4 * KiB, 8 * KiB], [0, 1], [1, 2], [1.0, 1.0], 2 * KiB)
-    assert plan.option_used == OcmOption.NONE and not plan.resident.any()
-    assert plan.per_option_scores == {OcmOption.OPTION1: 0.0, OcmOption.OPTION2: 0.0,
-                                      OcmOption.OPTION3: 0.0}
-    empty = plan_ocm([], [], [], [], 2 * KiB, OcmOption.OPTION1)
-    assert empty.option_used == OcmOption.OPTION1 and empty.resident.shape == (0,)
+    assert plan.option_used == OcmOpt.NONE and not plan.resident.any()
+    assert plan.per_option_scores == {OcmOpt.OPTION1: 0.0, OcmOpt.OPTION2: 0.0,
+                                      OcmOpt.OPTION3: 0.0}
+    empty = plan_ocm([], [], [], [], 2 * KiB, OcmOpt.OPTION1)
+    assert empty.option_used == OcmOpt.OPTION1 and empty.resident.shape == (0,)
 
 
 def test_layer_operands_must_fit_together():
@@ -278,13 +277,13 @@ def _instance(name, element_bytes):
 def _fractions(inst, cap):
     """(BEST_SCORE plan, {option: fraction of the selection optimum})."""
     bound = selection_optimum(inst.sizes, inst.starts, inst.ends, inst.scores, cap)
-    plan = inst.plan(cap, OcmOption.BEST_SCORE)
+    plan = inst.plan(cap, OcmOpt.BEST_SCORE)
     assert_valid(plan, inst.sizes, inst.starts, inst.ends, inst.scores, cap)
     frac = {}
     for o, s in plan.per_option_scores.items():
         assert s <= bound * (1 + 1e-9) + 1e-6
         frac[o] = 1.0 if bound == 0 else s / bound
-    frac[OcmOption.BEST_SCORE] = 1.0 if bound == 0 else plan.score / bound
+    frac[OcmOpt.BEST_SCORE] = 1.0 if bound == 0 else plan.score / bound
     return plan, frac
 
 
@@ -298,7 +297,7 @@ def test_best_score_reaches_the_optimum(name, element_bytes):
     """BEST_SCORE >= 95 % of the optimum on every OCM size, >= 98 % on average (the optimum of
     the selection problem under the capacity at every position bounds every valid plan)."""
     inst = _instance(name, element_bytes)
-    fr = [_fractions(inst, cap)[1][OcmOption.BEST_SCORE] for cap in OCM_SIZES]
+    fr = [_fractions(inst, cap)[1][OcmOpt.BEST_SCORE] for cap in OCM_SIZES]
     assert min(fr) >= 0.95, fr
     assert np.mean(fr) >= 0.98, fr
 

@@ -17,10 +17,10 @@ from host_backend import HostBackend
 from npu_model.isa import F, Op, decode_arrays, set_word
 from npu_model.mmu import MEM_OCM
 from npu_model.planners import etm as etm_planner
+from npu_runtime.deploy import relocate
 from xrt import Device, HostDevice, Session
 from xrt.errors import CallOrderError, InvalidArgumentError
 from zg330backend import OcmOpt, SegmentType, ZG330Backend
-from zg330backend.deploy import relocate
 
 _CACHE: dict = {}
 _ADDR_FIELDS = [int(f) for f in (F.IN_ADDR, F.IN1_ADDR, F.OUT_ADDR, F.WGT_ADDR, F.PRM_ADDR)]
@@ -96,7 +96,7 @@ def test_etm_reuse_meets_the_bound_and_keeps_outputs(zdev, name, kw):  # noqa: F
         s, zb = session(z, zdev, reuse=reuse, ocm=OcmOpt.NONE)
         used[reuse] = region.used_bytes - before
         outs[reuse] = run(s, x)
-        plans[reuse] = zb._plan
+        plans[reuse] = zb.deployment.plan
         ftmp = zb.logic_segment_map[SegmentType.FTMP].byte_size
         assert zb.phy_segment_map[SegmentType.FTMP].single_chunk.memChunk.byte_size >= ftmp
         assert zb.is_etmOptimize == reuse
@@ -116,11 +116,11 @@ def test_etm_reuse_meets_the_bound_and_keeps_outputs(zdev, name, kw):  # noqa: F
 def test_etm_plan_is_valid_and_honours_aliases(zdev):  # noqa: F811
     q, z = compiled("yolov5s", input_size=160)
     s, zb = session(z, zdev, ocm=OcmOpt.NONE)
-    slots = [sl for sl in zb._slots if not sl.ocm]
+    slots = [sl for sl in zb.layout.slots if not sl.ocm]
     etm_planner.verify_plan([sl.offset for sl in slots], sizes=[sl.size for sl in slots],
                             starts=[sl.start for sl in slots], ends=[sl.end for sl in slots],
-                            alignment=64, total=zb._plan.ftmp_size)
-    assert all(sl.new % 64 == 0 for sl in zb._slots)
+                            alignment=64, total=zb.deployment.plan.ftmp_size)
+    assert all(sl.new % 64 == 0 for sl in zb.layout.slots)
     # aliases (real=False) sit inside their owner's slot at the owner's new address
     fakes = [vi for vi in zb.value_info.values() if not vi.real and vi.fake_from is not None
              and vi.segment == SegmentType.FTMP]
@@ -135,7 +135,7 @@ def test_etm_plan_is_valid_and_honours_aliases(zdev):  # noqa: F811
 def test_relocated_instructions_are_uploaded(zdev):  # noqa: F811
     q, z = compiled("tiny_cnn")
     s, zb = session(z, zdev)
-    moves = [(sl.old, sl.new, sl.size) for sl in zb._slots]
+    moves = [(sl.old, sl.new, sl.size) for sl in zb.layout.slots]
     changed = 0
     for op in z.ops:
         if op.op_type != "HardOp" or op.instr is None:
@@ -143,7 +143,7 @@ def test_relocated_instructions_are_uploaded(zdev):  # noqa: F811
         words = op.instr.data.view(np.uint64)
         fast = relocate(words, moves)
         np.testing.assert_array_equal(fast, relocate_words(words, moves))
-        np.testing.assert_array_equal(fast, zb._instr_words[op.op_id])
+        np.testing.assert_array_equal(fast, zb.deployment.instr_words[op.op_id])
         changed += int((fast != words).any())
     assert changed > 0
     assert zb.precheck()  # precheck compares against the relocated words
@@ -178,8 +178,8 @@ def test_every_ocm_option_gives_identical_outputs(zdev, name, kw):  # noqa: F811
         cyc[opt] = t["cycles"]
         if opt == OcmOpt.BEST_SCORE:
             assert zb.ocmopt in (OcmOpt.OPTION1, OcmOpt.OPTION2, OcmOpt.OPTION3)
-            best = max(v for v in zb._plan.ocm_per_option.values() if v is not None)
-            assert zb._plan.ocm_score == best
+            best = max(v for v in zb.deployment.plan.ocm_per_option.values() if v is not None)
+            assert zb.deployment.plan.ocm_score == best
         else:
             assert zb.ocmopt == opt
         if opt == OcmOpt.NONE:
@@ -188,7 +188,7 @@ def test_every_ocm_option_gives_identical_outputs(zdev, name, kw):  # noqa: F811
             assert t["ocm_bytes"] > 0
             assert any(vi.is_ocm for vi in zb.value_info.values())
             ocm_region = zdev.getMemRegion("ocm")
-            entries = [e for e in zb._mmu if ocm_region.contains(e[1], e[2])]
+            entries = [e for e in zb.deployment.mmu if ocm_region.contains(e[1], e[2])]
             assert len(entries) == 1
             table = zdev.mmu_table()
             assert any(sg.mem == MEM_OCM for sg in table.segments)
@@ -401,7 +401,7 @@ def test_forks_serve_from_threads(zdev):  # noqa: F811
         for st in (SegmentType.WEIGHT, SegmentType.INSTR):
             assert f.phy_segment_map[st].phy_addr == zb.phy_segment_map[st].phy_addr
         assert f.phy_segment_map[SegmentType.FTMP].phy_addr != \
-            zb.phy_segment_map[SegmentType.FTMP].phy_addr or not f._plan.ftmp_size
+            zb.phy_segment_map[SegmentType.FTMP].phy_addr or not f.deployment.plan.ftmp_size
         ins = f.phy_segment_map[SegmentType.INPUT].multi_chunk
         assert all(c.memChunk.addr != zb.phy_segment_map[SegmentType.INPUT].multi_chunk[k]
                    .memChunk.addr for k, c in ins.items())
@@ -449,8 +449,8 @@ def test_log_text_and_json(zdev, tmp_path, monkeypatch):  # noqa: F811
     rep = json.loads(Path(path[:-4] + ".json").read_text(encoding="utf-8"))
     assert "lower bound" in text and "OCM: option" in text
     assert rep["ocm"]["option"] == zb.ocmopt.name and rep["ocm"]["score"] > 0
-    assert rep["etm"]["ftmp_bytes"] == zb._plan.ftmp_size
-    assert rep["etm"]["lower_bound"] == zb._plan.ftmp_lower_bound
+    assert rep["etm"]["ftmp_bytes"] == zb.deployment.plan.ftmp_size
+    assert rep["etm"]["lower_bound"] == zb.deployment.plan.ftmp_lower_bound
     segs = {sg["segment"]: sg for sg in rep["segments"]}
     assert {"WEIGHT", "INSTR", "FTMP", "INPUT", "OUTPUT", "OCM"} <= set(segs)
     assert segs["WEIGHT"]["phy_addr"] == zb.phy_segment_map[SegmentType.WEIGHT].phy_addr
@@ -521,7 +521,7 @@ def test_connected_networks_pass_the_map_in_place(zdev, staged):  # noqa: F811
     first_b = next(op for op in sb.network_view.ops if op.op_type == "HardOp")
     if not staged:
         assert sb.timeProfileResults()[first_b.op_id][1] == 0.0  # zero memcpy between them
-        assert b._bound[v.v_id][1] == chunk  # B's MMU maps its input buffer to A's output
+        assert b._forwarder.bound[v.v_id][1] == chunk  # B's MMU maps its input buffer to A's output
     # the same through the host gives the same result
     host_mid = np.asarray(mid).copy()
     via_host = [np.asarray(t).copy() for t in sb.forward([host_mid])]

@@ -8,10 +8,10 @@ from zg330_testlib import LOGICAL, Harness
 
 from npu_model import asm
 from npu_model.isa import F, Op, set_word, word
+from npu_runtime import regs as R
 from xrt import Device
 from xrt.errors import DeviceError, DeviceUrlError, InvalidArgumentError, UnsupportedOpError
 from zg330backend import ZG330Device
-from zg330backend import regs as R
 
 
 def _small_conv(hw, rng, cout=16):
@@ -64,7 +64,7 @@ def test_mock_allocates_but_cannot_compute(rng):
 
 
 def REG(off: int) -> int:
-    from zg330backend.config import REG_BASE
+    from npu_runtime.regs import REG_BASE
 
     return REG_BASE + off
 

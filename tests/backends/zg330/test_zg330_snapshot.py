@@ -32,7 +32,7 @@ def mock():
 def dump_on_mock(z, mock, path, **kw):
     s, zb = session(z, mock, profile=False, **kw)
     s.dumpSnapshot(path)
-    settings = (zb.is_mergeHardop, zb.is_etmOptimize, zb.ocmopt, zb._plan.to_json())
+    settings = (zb.is_mergeHardop, zb.is_etmOptimize, zb.ocmopt, zb.deployment.plan.to_json())
     s.close()
     return settings
 
@@ -56,12 +56,14 @@ def test_mock_snapshot_forwards_on_sim_like_a_built_session(zdev, mock, tmp_path
     r = load(p, zdev)
     zb = r.backends[0]
     assert zb.snapshot and r.backends[1].snapshot
-    assert (zb.is_mergeHardop, zb.is_etmOptimize, zb.ocmopt, zb._plan.to_json()) == settings
+    plan = zb.deployment.plan.to_json()
+    assert (zb.is_mergeHardop, zb.is_etmOptimize, zb.ocmopt, plan) == settings
     assert zb.precheck()
     got = run(r, x)
     s, zb2 = session(z, zdev, profile=False)
     want = run(s, x)
-    assert zb2._mmu and [m[0::2] for m in zb._mmu] == [m[0::2] for m in zb2._mmu]
+    assert zb2.deployment.mmu and [m[0::2] for m in zb.deployment.mmu] == \
+        [m[0::2] for m in zb2.deployment.mmu]
     for a, b, c in zip(got, want, host_ref(q, x)):
         assert a.tobytes() == b.tobytes() == c.tobytes()
     got2 = run(r, x_of(q, seed=1))  # a second forward on the restored session
@@ -77,9 +79,10 @@ def test_non_default_settings_are_kept_and_frozen(zdev, mock, tmp_path):  # noqa
     settings = dump_on_mock(z, mock, p, reuse=False, merge=False, ocm=OcmOpt.OPTION2)
     r = load(p, zdev)
     zb = r.backends[0]
-    assert (zb.is_mergeHardop, zb.is_etmOptimize, zb.ocmopt, zb._plan.to_json()) == settings
+    plan = zb.deployment.plan.to_json()
+    assert (zb.is_mergeHardop, zb.is_etmOptimize, zb.ocmopt, plan) == settings
     assert settings[:2] == (False, False)
-    assert all(len(run_.op_ids) == 1 for run_ in zb._runs)  # merge off was kept
+    assert all(len(run_.op_ids) == 1 for run_ in zb.deployment.runs)  # merge off was kept
     for call in (zb.disableMergeHardOp, zb.disableEtmOptimize,
                  lambda: zb.ocmOptimize(OcmOpt.NONE),
                  lambda: zb.userReuseSegment(None, SegmentType.FTMP)):
@@ -104,15 +107,18 @@ def test_restore_runs_no_lowering_or_planning(zdev, mock, tmp_path, monkeypatch)
     import zg330backend.lowering as lowering
     from npu_model.planners import etm as etm_planner
     from npu_model.planners import ocm as ocm_planner
-    from zg330backend import deploy
+    from npu_runtime import apply as apply_stage
+    from npu_runtime import backend as npu_backend
+    from npu_runtime import deploy
+    from npu_runtime.layout import Layout
 
     for mod, attr in [(deploy, "plan"), (deploy, "relocate"),
                       (etm_planner, "plan_etm_detailed"), (etm_planner, "plan_no_reuse"),
                       (etm_planner, "lower_bound"), (ocm_planner, "plan_ocm"),
                       (lowering, "lower"), (lowering, "adapt"),
                       (ZG330Backend, "apply"), (ZG330Backend, "init"),
-                      (ZG330Backend, "_build_logic"), (ZG330Backend, "_plan_ocm"),
-                      (ZG330Backend, "_relocate"), (ZG330Backend, "_estimate_ftmp")]:
+                      (npu_backend, "build_layout"), (apply_stage, "apply"),
+                      (Layout, "move_to"), (Layout, "ftmp_estimate")]:
         monkeypatch.setattr(mod, attr, forbidden)
     r = load(p, zdev)
     got = run(r, x)

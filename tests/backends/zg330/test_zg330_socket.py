@@ -9,13 +9,14 @@ import pytest
 from test_zg330_backend import _compiled, _x
 
 from host_backend import HostBackend
+from npu_runtime import regs as R
+from npu_runtime.regs import REG_BASE
 from xrt import Device, HostDevice, Session
 from xrt.errors import UnsupportedOpError
 from xrt.remote.server import DeviceServer
 from zg330backend import ZG330Backend, ZG330Device
-from zg330backend import regs as R
-from zg330backend.config import DEVICE_ID, REG_BASE
-from zg330backend.remote import ZG330SocketDevice
+from zg330backend.chip import DEVICE_ID
+from zg330backend.device import ZG330SocketDevice
 
 
 @pytest.fixture

@@ -1,10 +1,11 @@
-"""BuyiDevice: the Buyi NPU on the shared hardware model (seed 002, class BuyiDevice).
+"""`BuyiDevice`: the Buyi NPU as an xrt Device (xrt Python reference, class BuyiDevice), and
+`BuyiSocketDevice`, the same served by ``xrt serve buyi``.
 
-The Buyi and the ZG330 share the simulated core (`npu_model`), the register map and the memory
-regions; the device class reuses `ZG330Device` for all of that and adds only what differs
-(docs/buyi.md): the Buyi configuration (smaller MPE array, channel unit 16 / 8), the vendor's
-method names (`setEnabledMPE`, `clkFreq` / `setClkFreq`), the data type switch `setDType(8|16)`,
-and an MMU that can be switched off (`mmuModeSwitch`): with it off every address is physical.
+The shared `NpuDevice` holds the simulated core, the register map and the memory regions; the
+Buyi adds only what differs (docs/buyi.md): its `Chip` (smaller MPE array, channel unit 16 / 8),
+its vendor method names (`setEnabledMPE`, `clkFreq` / `setClkFreq`), the data type switch
+`setDType(8|16)`, and an MMU that can be switched off (`mmuModeSwitch`): with it off every
+address is physical.
 """
 
 from __future__ import annotations
@@ -13,40 +14,32 @@ from collections.abc import Iterable
 from typing import Any
 
 from npu_model.mmu import MmuTable, Segment
+from npu_runtime import regs as R
+from npu_runtime.device import NpuDevice
+from npu_runtime.remote import NpuRemoteMixin
 from xrt.device import Device
 from xrt.errors import InvalidArgumentError
-from zg330backend import regs as R
-from zg330backend.device import ZG330Device
 
-from .config import BUYI_CONFIG, DEVICE_ID, DTYPE_BITS
+from .chip import BUYI_CHIP, DTYPE_BITS
+
+#: BuyiDevice methods a socket client may call beyond the shared ones: the state the served
+#: model reads in icoreCalc
+SOCKET_METHODS = ("setDType", "dtype", "mmuModeSwitch", "modeInfo")
 
 
-class BuyiDevice(ZG330Device):
+class BuyiDevice(NpuDevice):
     """The Buyi NPU (simulated). Open it with ``Device.Open("sim://buyi")``, the vendor's
     ``axi://ql100aiu?npu=0x...&dma=0x...`` (the same simulator) or ``mock://buyi`` (allocation
     only). ``BuyiDevice(dev)`` casts a Device opened by URL back to its class."""
 
-    is_buyi = True
+    chip = BUYI_CHIP
 
-    def __new__(cls, *args: Any, **kwargs: Any) -> BuyiDevice:
-        if args and isinstance(args[0], Device):
-            if not isinstance(args[0], BuyiDevice):
-                raise InvalidArgumentError(
-                    f"{args[0]!r} is not a Buyi device; open one with Device.Open('sim://buyi')")
-            return args[0]
-        return Device.__new__(cls)
-
-    def __init__(self, url: Any = "sim://buyi", config: Any = None, mock: bool = False) -> None:
+    def __init__(self, url: Any = None, config: Any = None, mock: bool = False) -> None:
         if isinstance(url, Device):  # cast: already initialised
             return
-        super().__init__(url, config or BUYI_CONFIG, mock)
-        self._reg.on_read(R.ID, lambda a, v: DEVICE_ID, relative=True)
+        super().__init__(url, config, mock)
         self._mmu_on = True
         self._dtype_bits = 8
-
-    def _mock_msg(self) -> str:
-        return (f"{self!r} is a mock device: it allocates memory but cannot run forward or "
-                "icoreCalc; open 'sim://buyi' to compute")
 
     # --- vendor API -------------------------------------------------------------------------------
     def clkFreq(self) -> float:
@@ -56,12 +49,12 @@ class BuyiDevice(ZG330Device):
     def setClkFreq(self, clk_freq: float) -> None:
         """Set the icore clock in MHz (calcTime follows; the cycle model's DDR bandwidth per
         icore cycle too)."""
-        self.setIcoreClkFreq(int(round(float(clk_freq) * 1e6)))
+        self.set_icore_clock(int(round(float(clk_freq) * 1e6)))
 
     def setEnabledMPE(self, rows: int, cols: int) -> None:
         """Enable the first `rows` x `cols` MPEs; fewer MPEs run the same layers in more
         cycles (the results are the same)."""
-        self.setRowsCols(int(rows), int(cols))
+        self.set_rows_cols(int(rows), int(cols))
 
     def setDType(self, dtype: int) -> None:
         """The data type the NPU computes in: 8 or 16 (bits of fixed point)."""
@@ -82,6 +75,9 @@ class BuyiDevice(ZG330Device):
     def modeInfo(self) -> int:
         """1 when the MMU is on, 0 when it is off."""
         return int(self._mmu_on)
+
+    def mmu_enabled(self) -> bool:
+        return bool(self.modeInfo())
 
     def updateBuffer(self, seg_table: Iterable[Any]) -> None:
         """Replace the MMU segment table: entries ``(logical, physical, size)`` (tuples, or
@@ -107,9 +103,24 @@ class BuyiDevice(ZG330Device):
         return MmuTable([Segment(r.base, r.size, r.base, self._mem_index(r.base, r.size))
                          for r in (self._etm, self._ocm)])
 
-    def check(self, level: int = 0) -> bool:
-        """Open, memory book-keeping consistent, the Buyi's identification, no fault."""
-        ok = Device.check(self, level) and self._rd(R.ID) == DEVICE_ID
-        if level >= 1:
-            ok = ok and not self._rd(R.STATUS) & R.STATUS_ERROR
-        return ok
+
+class BuyiSocketDevice(NpuRemoteMixin, BuyiDevice):
+    """A Buyi served by ``xrt serve buyi`` (``socket://buyi@host:port`` or the vendor's board
+    name ``socket://ql100aiu@host:port``). The Buyi's own methods run unchanged where they only
+    touch registers (`clkFreq`, `setClkFreq`, `setEnabledMPE`, `getRowsCols`, `updateBuffer`
+    through `mmuClear`/`mmuMap`); the ones that change state the served model reads in
+    `icoreCalc` (data type, MMU mode) are CALLs from `SOCKET_METHODS`."""
+
+    served_marker = "setDType"
+
+    def setDType(self, dtype: int) -> None:
+        self.call("setDType", int(dtype))
+
+    def dtype(self) -> int:
+        return int(self.call("dtype"))
+
+    def mmuModeSwitch(self, is_on: bool) -> None:
+        self.call("mmuModeSwitch", bool(is_on))
+
+    def modeInfo(self) -> int:
+        return int(self.call("modeInfo"))

@@ -72,7 +72,7 @@ def _forward_kernel(op, inputs, outputs, backend: HostBackend):
 
 
 class HostBackend(Backend):
-    """The CPU reference backend (seed 002's HostBackend).
+    """The CPU reference backend (the xrt Python reference's HostBackend).
 
     Float ops run the float kernels; ops with quantized element types (and Cast) run the exact
     integer kernels of docs/quantization.md. `setFakeQf(True)` (before apply) switches the

@@ -1,477 +1,65 @@
-"""`ZG330Device`: the ZG330 NPU as an xrt Device, backed by the shared NPU hardware model.
+"""`ZG330Device`: the ZG330 NPU as an xrt Device (the shared `NpuDevice` with the ZG330's vendor
+methods), and `ZG330SocketDevice`, the same served by ``xrt serve zg330``.
 
-Regions: memory "etm" (the DDR the NPU sees; default) and "ocm" (2 MiB on chip), both
-`xrt.memory.MemRegion` over an `ArenaStorage`; registers "regs" (`zg330backend.regs`).
-
-Every state change goes through a memory or register method, so the device can later sit
-behind a socket unchanged: `icoreCalc` writes INSTR_ADDR/INSTR_SIZE and CTRL.START; the START
-hook runs the icore on the bytes in the ETM storage, and the model publishes its results by
-poking registers (cycles, layer count, tile counters) and writing timer/profiler records into
-memory. The MMU table is read from its registers at every START.
-
-Addresses: `icoreCalc(addr, size)` takes the *physical* ETM address of the instruction stream
-(the fetch unit reads DDR directly); every address inside the instructions is *logical* and goes
-through the MMU (program it with `mmuMap`, i.e. the MMU registers).
+Open it with ``Device.Open("sim://zg330")`` (or the vendor's ``axi://zg330aiu?npu=...&dma=...``,
+which opens the same simulator; the query is kept in ``url_params``); ``mock://zg330`` gives a
+device that allocates memory but cannot compute; ``socket://zg330@host:port`` a served one.
 """
 
 from __future__ import annotations
 
-import logging
-from typing import Any
-from urllib.parse import parse_qs, urlsplit
-
-import numpy as np
-
-from npu_model.core import PROFILE_RECORD, TIMER_RECORD, Icore, MemoryBus, NpuFault
-from npu_model.mmu import MmuFault, MmuTable, Segment
-from xrt.device import Device
-from xrt.errors import DeviceError, DeviceUrlError, InvalidArgumentError, UnsupportedOpError
+from npu_runtime.device import NpuDevice
+from npu_runtime.remote import NpuRemoteMixin
 from xrt.memory.chunk import MemChunk
-from xrt.memory.region import MemRegion
-from xrt.regs import RegRegion
 
-from . import regs as R
-from .config import DEVICE_ID, MEM_ALIGNMENT, REG_BASE, REG_SIZE, ZG330_CONFIG
-
-log = logging.getLogger(__name__)
-
-MODEL_VERSION = (0 << 16) | 1
+from .chip import ZG330_CHIP
 
 
-class ZG330Device(Device):
-    """The ZG330 NPU (simulated). Open it with ``Device.Open("sim://zg330")`` (or the vendor's
-    ``axi://zg330aiu?npu=...&dma=...``, which opens the same simulator); ``mock://zg330`` gives
-    a device that allocates memory but cannot compute.
+class ZG330Device(NpuDevice):
+    """The ZG330 NPU (simulated). ``ZG330Device(dev)`` casts a Device opened by URL back to its
+    class (the vendor's ``ZG330Device(ObjectRef)`` constructor); ``ZG330Device()`` opens a new
+    simulator."""
 
-    ``ZG330Device(dev)`` casts a Device opened by URL back to its class (the vendor's
-    ``ZG330Device(ObjectRef)`` constructor); ``ZG330Device()`` opens a new simulator.
-    """
-
-    def __new__(cls, *args: Any, **kwargs: Any) -> ZG330Device:
-        if args and isinstance(args[0], Device):
-            if not isinstance(args[0], ZG330Device):
-                raise InvalidArgumentError(
-                    f"{args[0]!r} is not a ZG330 device; open one with Device.Open('sim://zg330')"
-                )
-            return args[0]
-        return super().__new__(cls)
-
-    def __init__(self, url: Any = "sim://zg330", config: Any = None, mock: bool = False) -> None:
-        if isinstance(url, Device):  # cast: already initialised
-            return
-        super().__init__(url)
-        cfg = config or ZG330_CONFIG
-        if mock:
-            cfg = cfg.mock()
-        self.config = cfg
-        self.mock = bool(mock or cfg.is_mock)
-        self._etm = self.add_mem_region(
-            MemRegion("etm", self, cfg.etm_base, cfg.etm_size, default_alignment=MEM_ALIGNMENT),
-            default=True)
-        self._ocm = self.add_mem_region(
-            MemRegion("ocm", self, cfg.ocm_base, cfg.ocm_size, default_alignment=MEM_ALIGNMENT))
-        self._reg = self.add_reg_region(RegRegion("regs", self, REG_BASE, REG_SIZE, 4),
-                                         default=True)
-        self.sim = Icore(cfg, MemoryBus(cfg, self._etm.storage, self._ocm.storage))
-        ro = {R.ID: DEVICE_ID, R.VERSION: MODEL_VERSION,
-              R.ROWS_COLS: cfg.mpe_rows | cfg.mpe_cols << 16}
-        for off, value in ro.items():
-            self._reg.on_read(off, lambda a, v, _x=value: _x, relative=True)
-        for cid in range(cfg.mpe_cols):
-            for rid in range(cfg.mpe_rows):
-                self._reg.on_read(R.mpe_bank(cid, rid, cfg.mpe_rows) + R.MPE_ID,
-                                   lambda a, v, _x=(cid << 8) | rid: _x, relative=True)
-        self._reg.on_write(R.CTRL, self._on_ctrl, relative=True)
-        self._power_on_defaults()
-
-    # --- register helpers ----------------------------------------------------------------------
-
-    def _rd(self, off: int) -> int:
-        return self._reg.read(off, relative=True)
-
-    def _wr(self, off: int, value: int) -> None:
-        self._reg.write(off, value, relative=True)
-
-    def _poke(self, off: int, value: int) -> None:
-        self._reg.poke(off, int(value) & 0xFFFF_FFFF, relative=True)
-
-    def _rd64(self, lo: int) -> int:
-        return self._rd(lo) | self._rd(lo + 4) << 32
-
-    def _wr64(self, lo: int, value: int) -> None:
-        self._wr(lo, int(value) & 0xFFFF_FFFF)
-        self._wr(lo + 4, int(value) >> 32 & 0xFFFF_FFFF)
-
-    def _power_on_defaults(self) -> None:
-        cfg = self.config
-        self._poke(R.MPE_EN, cfg.mpe_rows | cfg.mpe_cols << 16)
-        self._poke(R.ICORE_CLK_HZ, cfg.icore_clk_hz)
-        self._poke(R.DDR_CLK_HZ, cfg.ddr_clk_hz)
-
-    # --- vendor API: execution ------------------------------------------------------------------
-
-    def icoreCalc(self, addr: int, size: int) -> None:
-        """Run `size` bytes of instructions at physical ETM address `addr` (blocking).
-
-        Raises DeviceError when the NPU faults (illegal word, MMU fault); the STATUS and
-        ERR_CODE registers say the same. Mock devices raise UnsupportedOpError.
-        """
-        self._check_open()
-        if self.mock:
-            raise UnsupportedOpError(self._mock_msg())
-        self._wr64(R.INSTR_ADDR_LO, int(addr))
-        self._wr(R.INSTR_SIZE, int(size))
-        self._wr(R.CTRL, R.CTRL_START)
-        if self._reg.peek(R.STATUS, relative=True) & R.STATUS_ERROR:
-            raise DeviceError(self._last_error)
-
-    def _mock_msg(self) -> str:
-        return (f"{self!r} is a mock device: it allocates memory but cannot run forward or "
-                "icoreCalc; open 'sim://zg330' to compute")
-
-    def _on_ctrl(self, addr: int, value: int) -> None:
-        if value & R.CTRL_FULL_RESET:
-            self.reset(0)
-        elif value & R.CTRL_FAST_RESET:
-            self.reset(1)
-        if value & R.CTRL_START:
-            self._start()
-
-    def _start(self) -> None:
-        self._last_error = ""
-        self._poke(R.STATUS, R.STATUS_BUSY)
-        if self.mock:
-            self._fault(R.ERR_MOCK, self._mock_msg())
-            return
-        rows, cols = self.getRowsCols()
-        timer = self._area(R.TIMER_ADDR_LO, R.TIMER_SIZE)
-        prof = self._area(R.PROF_ADDR_LO, R.PROF_SIZE)
-        base = self._rd(R.LAYER_COUNT)
-        try:
-            mmu = self.mmu_table()
-            res = self.sim.run(self._rd64(R.INSTR_ADDR_LO), self._rd(R.INSTR_SIZE), mmu,
-                               rows_en=rows, cols_en=cols, icore_clk_hz=self._rd(R.ICORE_CLK_HZ),
-                               ddr_clk_hz=self._rd(R.DDR_CLK_HZ), timer=timer, profiler=prof,
-                               layer_base=base)
-        except MmuFault as exc:
-            self._fault(R.ERR_MMU, f"{self!r}: {exc}")
-            return
-        except NpuFault as exc:
-            self._fault(R.ERR_MMU if "MMU fault" in str(exc) else R.ERR_ILLEGAL, f"{self!r}: {exc}")
-            return
-        self._poke(R.CYCLES_LO, res.cycles & 0xFFFF_FFFF)
-        self._poke(R.CYCLES_HI, res.cycles >> 32)
-        self._poke(R.LAYER_COUNT, base + res.syncs)
-        self._poke(R.RUN_COUNT, self._rd(R.RUN_COUNT) + 1)
-        for cid in range(min(self.config.mpe_cols, R.MAX_CHANNELS)):
-            self._poke(R.RTILE_BASE + 4 * cid, self.sim.tiles.r(cid))
-            self._poke(R.WTILE_BASE + 4 * cid, self.sim.tiles.w(cid))
-        macs = sum(int(r["macs"]) for r in res.layers)
-        busy = sum(int(r["compute"]) for r in res.layers)
-        n = max(rows * cols, 1)
-        for cid in range(cols):
-            for rid in range(rows):
-                bank = R.mpe_bank(cid, rid, self.config.mpe_rows)
-                for lo, add in ((R.MPE_MACS_LO, macs // n), (R.MPE_BUSY_LO, busy)):
-                    v = self._reg.peek(bank + lo, relative=True) | \
-                        self._reg.peek(bank + lo + 4, relative=True) << 32
-                    v += add
-                    self._poke(bank + lo, v & 0xFFFF_FFFF)
-                    self._poke(bank + lo + 4, v >> 32 & 0xFFFF_FFFF)
-        self._poke(R.STATUS, R.STATUS_DONE)
-        self._last_result = res
-
-    def _fault(self, code: int, msg: str) -> None:
-        self._last_error = msg
-        self._poke(R.ERR_CODE, code)
-        self._poke(R.STATUS, R.STATUS_ERROR | R.STATUS_DONE)
-        log.debug("ZG330 fault: %s", msg)
-
-    def _area(self, lo: int, size_reg: int) -> tuple[int, int] | None:
-        size = self._rd(size_reg)
-        return (self._rd64(lo), size) if size else None
-
-    # --- vendor API: counters and clocks ----------------------------------------------------------
-
-    def calcTime(self) -> float:
-        """Time of the last icoreCalc in ms, at the icore clock set now."""
-        return self._rd64(R.CYCLES_LO) / self._rd(R.ICORE_CLK_HZ) * 1e3
-
-    def calcCycles(self) -> int:
-        """Icore cycles of the last icoreCalc (not in the vendor API)."""
-        return self._rd64(R.CYCLES_LO)
-
-    def layerCount(self) -> int:
-        """SYNCs (hardware layers) executed since the last reset."""
-        return self._rd(R.LAYER_COUNT)
-
-    def _cid(self, cid: int) -> int:
-        if not 0 <= int(cid) < self.config.mpe_cols:
-            raise InvalidArgumentError(
-                f"{self!r}: channel id {cid} is outside 0..{self.config.mpe_cols - 1}")
-        return int(cid)
+    chip = ZG330_CHIP
 
     def rTileCount(self, cid: int) -> int:
         """DMA read tiles of channel (MPE column) `cid` since the last reset."""
-        return self._rd(R.RTILE_BASE + 4 * self._cid(cid))
+        return self.tile_counts(cid)[0]
 
     def wTileCount(self, cid: int) -> int:
         """DMA write tiles of channel (MPE column) `cid` since the last reset."""
-        return self._rd(R.WTILE_BASE + 4 * self._cid(cid))
-
-    def getRowsCols(self) -> tuple[int, int]:
-        """Enabled MPE rows and columns (register MPE_EN)."""
-        v = self._rd(R.MPE_EN)
-        rows, cols = v & 0xFFFF, v >> 16 & 0xFFFF
-        rows = min(rows, self.config.mpe_rows) or self.config.mpe_rows
-        cols = min(cols, self.config.mpe_cols) or self.config.mpe_cols
-        return rows, cols
+        return self.tile_counts(cid)[1]
 
     def setRowsCols(self, rows: int, cols: int) -> None:
         """Enable the first `rows` x `cols` MPEs (not in the vendor API; register MPE_EN)."""
-        if not (1 <= rows <= self.config.mpe_rows and 1 <= cols <= self.config.mpe_cols):
-            raise InvalidArgumentError(
-                f"{self!r}: {rows} x {cols} MPEs requested, the array is "
-                f"{self.config.mpe_rows} x {self.config.mpe_cols}")
-        self._wr(R.MPE_EN, rows | cols << 16)
+        self.set_rows_cols(rows, cols)
 
     def setIcoreClkFreq(self, freq_hz: int) -> None:
         """Icore clock in Hz (affects calcTime and the DDR bandwidth per icore cycle)."""
-        self._wr(R.ICORE_CLK_HZ, self._freq(freq_hz))
+        self.set_icore_clock(freq_hz)
 
     def setDDRClkFreq(self, freq_hz: int) -> None:
         """DDR clock in Hz (ETM bandwidth = ddr_bytes_per_cycle x this)."""
-        self._wr(R.DDR_CLK_HZ, self._freq(freq_hz))
-
-    def _freq(self, f: int) -> int:
-        f = int(f)
-        if not 1_000 <= f < 1 << 32:
-            raise InvalidArgumentError(f"{self!r}: clock {f} Hz is outside [1 kHz, 4.29 GHz)")
-        return f
+        self.set_ddr_clock(freq_hz)
 
     def setMasterCID(self, master_cid: int) -> None:
         """The MPE column that owns sync and timer/profiler write-back."""
-        self._wr(R.MASTER_CID, self._cid(master_cid))
-
-    # --- vendor API: registers --------------------------------------------------------------------
-
-    def readReg(self, *args: Any, relative: bool = False) -> int:
-        """``readReg(cid, rid, offset)``: register `offset` of the MPE at column `cid`, row
-        `rid`; the Device forms ``readReg(addr)`` / ``readReg(region, addr)`` also work."""
-        if len(args) == 3 and not any(isinstance(a, str) for a in args):
-            return self._rd(self._mpe_reg(*args))
-        return super().readReg(*args, relative=relative)
-
-    def writeReg(self, *args: Any, relative: bool = False) -> None:
-        """``writeReg(cid, rid, offset, data)`` for an MPE bank; Device forms otherwise."""
-        if len(args) == 4 and not any(isinstance(a, str) for a in args):
-            cid, rid, off, data = args
-            self._wr(self._mpe_reg(cid, rid, off), data)
-            return
-        super().writeReg(*args, relative=relative)
-
-    def _mpe_reg(self, cid: int, rid: int, offset: int) -> int:
-        cfg = self.config
-        if not (0 <= cid < cfg.mpe_cols and 0 <= rid < cfg.mpe_rows):
-            raise InvalidArgumentError(
-                f"{self!r}: MPE ({cid}, {rid}) is outside the {cfg.mpe_cols} x {cfg.mpe_rows} "
-                "(cols x rows) array")
-        if not 0 <= offset < R.MPE_BANK_BYTES or offset % 4:
-            raise InvalidArgumentError(
-                f"{self!r}: MPE register offset {offset:#x} is not a 4-byte aligned offset "
-                f"below {R.MPE_BANK_BYTES:#x}")
-        return R.mpe_bank(cid, rid, cfg.mpe_rows) + offset
-
-    # --- MMU --------------------------------------------------------------------------------------
-
-    def mmuMap(self, index: int, logical: int, physical: int, size: int,
-               valid: bool = True) -> None:
-        """Program MMU entry `index` (registers MMU[index]): logical -> physical, `size` bytes."""
-        if not 0 <= index < self.config.mmu_entries:
-            raise InvalidArgumentError(
-                f"{self!r}: MMU entry {index} is outside 0..{self.config.mmu_entries - 1}")
-        base = R.mmu_entry(index)
-        self._wr64(base + R.MMU_LOGIC_LO, logical)
-        self._wr64(base + R.MMU_SIZE_LO, size)
-        self._wr64(base + R.MMU_PHYS_LO, physical)
-        self._wr(base + R.MMU_FLAGS, R.MMU_VALID if valid else 0)
-
-    def mmuMapChunk(self, index: int, logical: int, chunk: MemChunk) -> None:
-        """Map a whole ETM/OCM chunk of this device at `logical`."""
-        self.mmuMap(index, logical, chunk.addr, chunk.byte_size)
-
-    def mmuClear(self) -> None:
-        """Invalidate every MMU entry."""
-        for i in range(self.config.mmu_entries):
-            self._wr(R.mmu_entry(i) + R.MMU_FLAGS, 0)
-
-    def mmu_table(self) -> MmuTable:
-        """The MMU table as programmed in the registers."""
-        entries = []
-        for i in range(self.config.mmu_entries):
-            base = R.mmu_entry(i)
-            flags = self._rd(base + R.MMU_FLAGS)
-            if not flags & R.MMU_VALID:
-                continue
-            entries.append((self._rd64(base + R.MMU_LOGIC_LO), self._rd64(base + R.MMU_SIZE_LO),
-                            self._rd64(base + R.MMU_PHYS_LO), flags))
-        segs = [Segment(lo, sz, ph, self._mem_index(ph, sz)) for lo, sz, ph, _ in entries
-                if sz > 0]
-        return MmuTable(segs)
-
-    def _mem_index(self, addr: int, size: int) -> int:
-        """Which memory a physical range is in (0 ETM, 1 OCM; MmuFault when neither)."""
-        return self.sim.bus.mem_of(addr, size)
-
-    # --- timer and profiler -----------------------------------------------------------------------
-
-    def _chunk_addr(self, chunk: MemChunk, what: str) -> tuple[int, int]:
-        region = chunk.region
-        if region is None or region.device() is not self or region.name not in ("etm", "ocm"):
-            raise InvalidArgumentError(
-                f"{self!r}.{what}: the chunk must be ETM or OCM memory of this device; allocate "
-                "it with device.malloc(size)")
-        return chunk.addr, chunk.byte_size
+        self.set_master_cid(master_cid)
 
     def configTimer(self, chunk: MemChunk) -> None:
         """Per-layer timer records go to `chunk` (32 bytes per layer, slot = layer index:
         tag, layer, start cycle, end cycle as uint64). The chunk is zeroed."""
-        addr, size = self._chunk_addr(chunk, "configTimer")
-        chunk.fill(0)
-        self._wr64(R.TIMER_ADDR_LO, addr)
-        self._wr(R.TIMER_SIZE, size)
+        self.config_timer(chunk)
 
     def configProfiler(self, chunk: MemChunk) -> None:
         """Per-layer profiler records go to `chunk` (80 bytes per layer: tag, layer, MACs,
         cycles, compute cycles, DMA cycles, ETM read/written, OCM read/written bytes)."""
-        addr, size = self._chunk_addr(chunk, "configProfiler")
-        chunk.fill(0)
-        self._wr64(R.PROF_ADDR_LO, addr)
-        self._wr(R.PROF_SIZE, size)
-
-    def _records(self, lo: int, size_reg: int, dtype: np.dtype, from_idx: int,
-                 count: int) -> np.ndarray:
-        area = self._area(lo, size_reg)
-        if area is None:
-            raise DeviceError(f"{self!r}: no {'timer' if lo == R.TIMER_ADDR_LO else 'profiler'} "
-                              "chunk configured; call configTimer / configProfiler first")
-        addr, size = area
-        slots = size // dtype.itemsize
-        from_idx = max(0, int(from_idx))
-        count = max(0, min(int(count), slots - from_idx))
-        if count == 0:
-            return np.zeros(0, dtype=dtype)
-        region = self._etm if self._mem_index(addr, size) == 0 else self._ocm
-        raw = region.storage.read(addr + from_idx * dtype.itemsize, count * dtype.itemsize)
-        return np.frombuffer(bytes(raw), dtype=dtype).copy()
-
-    def layerTimes(self, from_idx: int = 0, op_cnt: int | None = None) -> np.ndarray:
-        """Timer records [from_idx, from_idx + op_cnt) read from the timer chunk."""
-        return self._records(R.TIMER_ADDR_LO, R.TIMER_SIZE, TIMER_RECORD, from_idx,
-                             op_cnt if op_cnt is not None else 1 << 30)
-
-    def profile(self, from_idx: int = 0, op_cnt: int | None = None) -> np.ndarray:
-        """Profiler records [from_idx, from_idx + op_cnt) read from the profiler chunk."""
-        return self._records(R.PROF_ADDR_LO, R.PROF_SIZE, PROFILE_RECORD, from_idx,
-                             op_cnt if op_cnt is not None else 1 << 30)
+        self.config_profiler(chunk)
 
     def showLayerTime(self, from_idx: int, op_cnt: int) -> None:
         """Print the per-layer times [from_idx, from_idx + op_cnt) from the timer chunk."""
-        recs = self.layerTimes(from_idx, op_cnt)
-        clk = self._rd(R.ICORE_CLK_HZ)
-        print(f"{'layer':>6} {'tag':>8} {'cycles':>12} {'ms':>10}")
-        for r in recs:
-            cyc = int(r["end"]) - int(r["start"])
-            print(f"{int(r['layer']):>6} {int(r['tag']):>8} {cyc:>12} {cyc / clk * 1e3:>10.4f}")
-
-    # --- Device API -------------------------------------------------------------------------------
-
-    def reset(self, level: int = 0) -> None:
-        """`reset(1)`: fast reset, keeps configuration registers (MMU, clocks, MPE enable,
-        timer/profiler, master) and clears status and counters. `reset(0)`: full reset, every
-        register back to its power-on value. Memory keeps its contents at both levels."""
-        self._check_open()
-        level = int(level)
-        if level not in (0, 1):
-            raise InvalidArgumentError(f"{self!r}: reset level {level} is not 0 (full) or 1 (fast)")
-        if level == 0:
-            self._reg.reset()
-            self._power_on_defaults()
-        else:
-            for off in R.FAST_RESET_CLEARS:
-                self._poke(off, 0)
-            for cid in range(min(self.config.mpe_cols, R.MAX_CHANNELS)):
-                self._poke(R.RTILE_BASE + 4 * cid, 0)
-                self._poke(R.WTILE_BASE + 4 * cid, 0)
-            for cid in range(self.config.mpe_cols):
-                for rid in range(self.config.mpe_rows):
-                    bank = R.mpe_bank(cid, rid, self.config.mpe_rows)
-                    for off in (R.MPE_MACS_LO, R.MPE_MACS_HI, R.MPE_BUSY_LO, R.MPE_BUSY_HI):
-                        self._poke(bank + off, 0)
-        self.sim.reset()
-
-    def check(self, level: int = 0) -> bool:
-        """Open, memory book-keeping consistent, identification registers right, no fault."""
-        ok = super().check(level) and self._rd(R.ID) == DEVICE_ID
-        if level >= 1:
-            ok = ok and not self._rd(R.STATUS) & R.STATUS_ERROR
-        return ok
-
-    def status(self, level: int = 0) -> str:
-        rows, cols = self.getRowsCols()
-        st = self._rd(R.STATUS)
-        extra = [f" ZG330 {'mock' if self.mock else 'simulator'}: MPE {rows}x{cols} enabled of "
-                 f"{self.config.mpe_rows}x{self.config.mpe_cols}, icore "
-                 f"{self._rd(R.ICORE_CLK_HZ) / 1e6:.0f} MHz, DDR {self._rd(R.DDR_CLK_HZ) / 1e6:.0f}"
-                 f" MHz, layers {self.layerCount()}, status {st:#x}, MMU entries "
-                 f"{len(self.mmu_table())}"]
-        return super().status(level) + "\n" + "\n".join(extra)
-
-    def version(self) -> dict[str, str]:
-        from npu_model.isa import ISA_VERSION
-
-        v = super().version()
-        v.update({"device": "ZG330" + (" (mock)" if self.mock else " (simulator)"),
-                  "id": f"{self._rd(R.ID):#010x}", "isa": str(ISA_VERSION),
-                  "model": f"{MODEL_VERSION >> 16}.{MODEL_VERSION & 0xFFFF}"})
-        return v
-
-    def clone(self, depth: int = 1) -> ZG330Device:
-        """The same device (one piece of hardware is not copied)."""
-        return self
-
-    # --- simulator counters -----------------------------------------------------------------------
-
-    def stats(self) -> dict[str, int]:
-        """Cumulative simulator counters (runs, layers, cycles, MACs, bytes, tiles)."""
-        return self.sim.stats()
-
-    def clear_stats(self) -> None:
-        self.sim.clear_stats()
-
-    _last_error = ""
-    _last_result = None
-    url_params: dict = {}
+        self.show_layer_time(from_idx, op_cnt)
 
 
-def parse_url(url: str) -> dict[str, Any]:
-    """Split a ZG330 URL into scheme, host and query parameters (first value of each)."""
-    parts = urlsplit(url)
-    return {"scheme": parts.scheme.lower(), "host": parts.netloc,
-            "params": {k: v[0] for k, v in parse_qs(parts.query).items()}}
-
-
-def open_simulated(device_cls: type, url: str, hosts: dict[str, tuple[str, ...]],
-                   family: str) -> Any:
-    """Open `device_cls` for a ``sim://`` / ``axi://`` / ``mock://`` URL whose device name is
-    one of ``hosts[scheme]`` (mock opens allocation-only); the query goes to ``url_params``."""
-    parts = parse_url(url)
-    scheme, host = parts["scheme"], parts["host"].lower()
-    allowed = set(hosts.get(scheme, ()))
-    if host not in allowed:
-        raise DeviceUrlError(
-            f"{url!r}: the {family} plugin opens {scheme}://{' or '.join(sorted(allowed))}, "
-            f"not {scheme}://{host}")
-    dev = device_cls(url, mock=scheme == "mock")
-    dev.url_params = parts["params"]
-    return dev
+class ZG330SocketDevice(NpuRemoteMixin, ZG330Device):
+    """A ZG330 served by ``xrt serve zg330`` (``socket://zg330@host:port``)."""

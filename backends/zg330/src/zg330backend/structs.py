@@ -1,108 +1,18 @@
-"""The ZG330Backend data structures of seed 001, with the vendor's field names and defaults.
-
-ValueInfo and HardOpInfo describe values and HardOps; LogicSegment is built by `init` (logical
-addresses), PhySegment by `apply` (physical chunks); ForwardInfo is what forward needs.
-Everything here is plain data so a deployed backend can be serialised into a snapshot.
-"""
+"""The ZG330Backend data structures (ZG330Backend user guide, "数据结构"): the shared runtime's,
+under the vendor's import path."""
 
 from __future__ import annotations
 
-import enum
-from dataclasses import dataclass, field
-from typing import Any
+from npu_runtime.structs import (
+    ForwardInfo,
+    HardOpInfo,
+    LogicSegment,
+    MemChunkInfo,
+    OcmOpt,
+    PhySegment,
+    SegmentType,
+    ValueInfo,
+)
 
-
-class SegmentType(enum.IntEnum):
-    """Kinds of ETM segments: WEIGHT, INSTR and FTMP are one chunk each, INPUT/OUTPUT one per
-    value."""
-
-    WEIGHT = 0
-    INSTR = 1
-    FTMP = 2
-    INPUT = 3
-    OUTPUT = 4
-
-
-class OcmOpt(enum.IntEnum):
-    """OCM planning options; BEST_SCORE tries the three and keeps the best (C++ `None` is
-    NONE)."""
-
-    NONE = 0
-    OPTION1 = 1
-    OPTION2 = 2
-    OPTION3 = 3
-    BEST_SCORE = -1
-
-
-@dataclass
-class ValueInfo:
-    """A feature map's placement: segment, logical/physical address, size, aliasing."""
-
-    value: Any = None
-    real: bool = True
-    is_ocm: bool = False
-    is_host: bool = False
-    real_to: list[Any] = field(default_factory=list)
-    fake_from: Any = None
-    logic_addr: int = 0
-    phy_addr: int = 0
-    byte_size: int = 0
-    segment: SegmentType = SegmentType.FTMP
-
-
-@dataclass
-class HardOpInfo:
-    """A HardOp's instruction and weight addresses and its sync position."""
-
-    weights_logic_addr: int = 0
-    weights_size: int = 0
-    instr_logic_addr: int = 0
-    instr_size: int = 0
-    weight_phy_addr: int = 0
-    instr_phy_addr: int = 0
-    net_hardop: Any = None
-    sync_idx: tuple[int, int] = (0, 0)
-    merge_from: list[int] = field(default_factory=list)
-
-
-@dataclass
-class LogicSegment:
-    """A segment's logical layout (made by init)."""
-
-    segment_type: SegmentType
-    info_map: dict[int, ValueInfo] = field(default_factory=dict)
-    hardop_map: dict[int, HardOpInfo] = field(default_factory=dict)
-    logic_addr: int = 0
-    byte_size: int = 0
-
-
-@dataclass
-class MemChunkInfo:
-    """A chunk backing a physical segment; `user_used` when the user supplied it."""
-
-    memChunk: Any = None
-    user_used: bool = False
-    staged_chunk: dict[int, Any] = field(default_factory=dict)
-
-
-@dataclass
-class PhySegment:
-    """A segment's physical placement (made by apply)."""
-
-    segment_type: SegmentType
-    byte_size: int = 0
-    phy_addr: int = 0
-    info_map: dict[int, ValueInfo] = field(default_factory=dict)
-    hardop_map: dict[int, HardOpInfo] = field(default_factory=dict)
-    multi_chunk: dict[int, MemChunkInfo] = field(default_factory=dict)
-    single_chunk: MemChunkInfo = field(default_factory=MemChunkInfo)
-
-
-@dataclass
-class ForwardInfo:
-    """Everything forward needs: values, HardOps, sync indices and value chunks."""
-
-    value_map: dict[int, ValueInfo] = field(default_factory=dict)
-    hardop_map: dict[int, HardOpInfo] = field(default_factory=dict)
-    idx_map: dict[int, tuple[int, int]] = field(default_factory=dict)
-    memchunk_map: dict[int, MemChunkInfo] = field(default_factory=dict)
+__all__ = ["ForwardInfo", "HardOpInfo", "LogicSegment", "MemChunkInfo", "OcmOpt", "PhySegment",
+           "SegmentType", "ValueInfo"]

@@ -1,0 +1,416 @@
+"""`NpuBackend`: runs a network view's HardOps on an NPU device; the ZG330 and Buyi backends
+subclass it with their `Chip`, their vendor option methods and a few steps (`ChipSteps`).
+
+The deployment goes through typed stages, each producing what the next consumes:
+``init`` builds the `Layout` (layout.py) from the compiled view, the options fill `Settings`
+(settings.py), ``apply`` turns both into a `Deployment` (apply.py), a `Forwarder` runs it
+(forward.py), and report.py / snapshot.py read it. Nothing is computed in Python: each HardOp
+(or each run of consecutive HardOps when merging is on) is one ``device.icoreCalc`` on the
+instruction bytes in simulated ETM.
+
+The vendor's fields (ZG330Backend user guide, "数据结构": `forward_info`, `logic_segment_map`,
+`phy_segment_map`, `value_info`, `is_applied_`, `is_mergeHardop`, `is_etmOptimize`, `ocmopt`)
+are read-only views of those objects.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import itertools
+from typing import Any, ClassVar
+
+from xrt.backend import Backend
+from xrt.errors import (
+    CallOrderError,
+    InvalidArgumentError,
+    UnsupportedOpError,
+    XrtError,
+)
+from xrt.tensor import Tensor
+
+from . import apply as stage
+from . import deploy, report, snapshot
+from .chip import Chip
+from .forward import ChipSteps, Forwarder
+from .layout import SEGMENT_ALIGN, Layout, build_layout, hardops
+from .settings import Settings
+from .structs import ForwardInfo, MemChunkInfo, OcmOpt, PhySegment, SegmentType, ValueInfo
+
+_ids = itertools.count()
+
+
+class UnsupportedMethodError(UnsupportedOpError, AttributeError):
+    """A vendor method of another chip's backend (an AttributeError: `hasattr` is False)."""
+
+
+class NpuBackend(ChipSteps, Backend):
+    """Deploys and runs HardOps compiled for `chip` on a device of `device_class`."""
+
+    chip: ClassVar[Chip]
+    #: the chip's device class (its socket device subclasses it)
+    device_class: ClassVar[type]
+    #: vendor methods of other chips' backends -> what this chip offers instead
+    OTHER_CHIP_METHODS: ClassVar[dict[str, str]] = {}
+
+    def __init__(self, other: Any = None) -> None:
+        super().__init__(other)
+        if isinstance(other, Backend):
+            return
+        self.backend_id = next(_ids)
+        self.settings = Settings(merge=self.chip.merge, etm_reuse=self.chip.etm_reuse)
+        self.layout: Layout | None = None
+        self.deployment: stage.Deployment | None = None
+        self.precheck_failures: list[tuple[int, str, str]] = []
+        self._forwarder: Forwarder | None = None
+        self._fingerprint: str | None = None
+        self._is_fork = False
+
+    def __getattr__(self, name: str) -> Any:
+        hint = type(self).OTHER_CHIP_METHODS.get(name)
+        if hint is not None:
+            raise UnsupportedMethodError(f"{type(self).__name__} has no {name}(): {hint}")
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    # --- binding ---------------------------------------------------------------------------------
+    def isOpSupported(self, op: Any) -> bool:
+        if op.op_type != "HardOp":
+            return False
+        if op.compile_target != self.chip.compile_target:
+            raise UnsupportedOpError(
+                f"op {op.op_id} (HardOp '{op.name}') was compiled for {op.compile_target}; "
+                f"{type(self).__name__} runs HardOps compiled for {self.chip.compile_target} "
+                f"only: recompile with `xrt compile --target {self.chip.kind}` or bind it to "
+                f"the backend of that target first")
+        return True
+
+    def getForwardFunc(self, op: Any) -> Any:
+        return _forward_hardop if op.op_type == "HardOp" else None
+
+    def memRegion(self) -> Any:
+        self._require_init("memRegion")
+        return self._device.defaultMemRegion()
+
+    # --- init --------------------------------------------------------------------------------
+    def init(self, network_view: Any, device: Any) -> None:
+        if self._applied:
+            raise CallOrderError(f"{self._label()}: init after apply; create a new backend")
+        self._check_device(device)
+        for op in network_view.ops:
+            if op.op_type != "HardOp":
+                raise UnsupportedOpError(
+                    f"{type(self).__name__} runs HardOps only; op {op.op_id} ({op.op_type}) is "
+                    f"not one: bind it to HostBackend (Session.Create([{type(self).__name__}, "
+                    f"HostBackend], ...))")
+            self.isOpSupported(op)
+            if op.instr is not None and op.instr.data is None:
+                raise XrtError(f"HardOp {op.op_id} '{op.name}' has no instruction data: call "
+                               f"network.loadParamsFromFile(raw) first")
+        self._view = network_view
+        self._device = device
+        self.layout = build_layout(network_view, self.chip.tag, self.backend_id)
+        self.layout.ftmp_estimate(self.settings.etm_reuse)
+
+    def _check_device(self, device: Any) -> None:
+        if not isinstance(device, self.device_class):
+            raise InvalidArgumentError(
+                f"{type(self).__name__} needs a {self.chip.name} device "
+                f"(Device.Open('{self.chip.default_url}')), got {device!r}")
+
+    # --- settings (between init and apply) -------------------------------------------------------
+    def _config(self, what: str) -> None:
+        if self._snapshot:
+            raise CallOrderError(f"{type(self).__name__}.{what}(): this backend was restored "
+                                 f"from a snapshot; merge, ETM reuse and OCM settings are frozen "
+                                 f"at dump time (configure a normal session and dump again)")
+        self._require_init(what)
+        if self._applied:
+            raise CallOrderError(f"{type(self).__name__}.{what}() must be called before "
+                                 f"apply(); the backend is already deployed")
+
+    def _after_apply(self, what: str) -> None:
+        if not self._applied:
+            raise CallOrderError(f"{type(self).__name__}.{what}() is called after apply()")
+
+    def _set_merge(self, what: str, on: bool) -> None:
+        self._config(what)
+        self.settings.merge = on
+
+    def _set_etm_reuse(self, what: str, on: bool) -> None:
+        self._config(what)
+        self.settings.etm_reuse = on
+        self.layout.ftmp_estimate(on)
+
+    def _set_ocm(self, what: str, option: Any) -> None:
+        self._config(what)
+        try:
+            self.settings.ocm = OcmOpt(option)
+        except ValueError:
+            raise InvalidArgumentError(f"{what}: {option!r} is not an OcmOpt "
+                                       f"({', '.join(o.name for o in OcmOpt)})") from None
+
+    def userReuseSegment(self, memchunk: Any, segment_type: SegmentType) -> None:
+        """Deploy the WEIGHT, INSTR or FTMP segment into a chunk the user allocated
+        (4096-aligned, at least the logic segment's byte_size). Backends of one network may
+        share all three; backends of different networks only FTMP (run them one at a time)."""
+        self._config("userReuseSegment")
+        try:
+            st = SegmentType(segment_type)
+        except ValueError:
+            raise InvalidArgumentError(f"userReuseSegment: {segment_type!r} is not a "
+                                       f"SegmentType") from None
+        if st not in (SegmentType.WEIGHT, SegmentType.INSTR, SegmentType.FTMP):
+            raise InvalidArgumentError(f"userReuseSegment: {st.name} segments are one chunk per "
+                                       f"value; use userConnectNetwork(chunk, v_id)")
+        self._check_user_chunk(memchunk, self.layout.segments[st].byte_size,
+                               f"the {st.name} segment")
+        deploy.claim(memchunk, st, self.fingerprint())
+        self.settings.user_segments[st] = memchunk
+
+    def userConnectNetwork(self, memchunk: Any, v_id: int) -> None:
+        """Deploy the INPUT or OUTPUT buffer of value `v_id` into a user chunk (to connect the
+        output of one network to the input of another on ETM)."""
+        self._config("userConnectNetwork")
+        vi = self.layout.value_info.get(int(v_id))
+        if vi is None or vi.segment not in (SegmentType.INPUT, SegmentType.OUTPUT):
+            io = sorted(v for v, i in self.layout.value_info.items()
+                        if i.segment in (SegmentType.INPUT, SegmentType.OUTPUT))
+            raise InvalidArgumentError(f"userConnectNetwork: v_id {v_id} is not an input or "
+                                       f"output of this {type(self).__name__}'s view (those "
+                                       f"are {io})")
+        b = self.layout.buffer_of(vi.value)
+        t = self.layout.window(vi.value)
+        if int(v_id) == b.owner and t["c_off"] == 0 and t["pitch"] == t["c"] and \
+                vi.value.storageBytes() == b.byte_size:
+            self._check_user_chunk(memchunk, b.byte_size, f"v_id {v_id}")
+            self.settings.user_io[b.owner] = memchunk  # in place: the MMU maps the buffer to it
+        else:  # the value is a window of a wider buffer: staged through the user chunk
+            self._check_user_chunk(memchunk, vi.value.storageBytes(), f"v_id {v_id}")
+            self.settings.staged[int(v_id)] = memchunk
+
+    def fingerprint(self) -> str:
+        """md5 of the view's HardOps (ids, instructions, weights): 'the same network'."""
+        if self._fingerprint is None:
+            arrays: list[Any] = []
+            for op in hardops(self._view):
+                arrays.append(str(op.op_id))
+                if op.instr is not None:
+                    arrays.append(op.instr.data)
+                if op.params:
+                    arrays.append(op.params[0].data)
+            self._fingerprint = deploy.digest(*arrays)
+        return self._fingerprint
+
+    def _check_user_chunk(self, chunk: Any, need: int, what: str) -> None:
+        region = getattr(chunk, "region", None)
+        if region is None or region.device() is not self._device or region.name != "etm":
+            raise InvalidArgumentError(f"the chunk for {what} must be ETM memory of this "
+                                       f"backend's device")
+        if chunk.addr % SEGMENT_ALIGN:
+            raise InvalidArgumentError(f"the chunk for {what} starts at {chunk.addr:#x}, not "
+                                       f"{SEGMENT_ALIGN}-aligned: allocate it with "
+                                       f"malloc(size, True, {SEGMENT_ALIGN})")
+        if chunk.byte_size < need:
+            raise InvalidArgumentError(f"the chunk for {what} has {chunk.byte_size} bytes, "
+                                       f"{need} are needed (logic segment byte_size); "
+                                       f"allocate at least that, {SEGMENT_ALIGN}-aligned")
+
+    # --- apply -----------------------------------------------------------------------------------
+    def apply(self) -> None:
+        """Plan (OCM, then ETM reuse), relocate the instructions, allocate the physical
+        segments, upload instructions and weights, build the MMU table."""
+        self._require_init("apply")
+        if self._applied:
+            raise CallOrderError(f"{type(self).__name__}.apply() was already called; a backend "
+                                 f"is applied once")
+        self.settings.mmu_on = bool(self._device.mmu_enabled())
+        for st, chunk in self.settings.user_segments.items():
+            self._check_user_chunk(chunk, self.layout.segments[st].byte_size,
+                                   f"the {st.name} segment")
+        dep = stage.apply(self._view, self.layout, self.settings, self._device,
+                          self.backend_id, self.run_key)
+        self._adopt(dep)
+
+    def _adopt(self, dep: stage.Deployment) -> None:
+        """Take `dep` as this backend's deployment and get ready to forward it."""
+        self.deployment = dep
+        self._forwarder = Forwarder(self.layout, self.settings, dep, self._device, self._is_fork)
+        self._applied = True
+
+    # --- steps a chip may change -----------------------------------------------------------------
+    def run_key(self, op: Any) -> Any:
+        """HardOps merge into one run only while this agrees (None: any adjacent HardOps)."""
+        return None
+
+    # --- forward ---------------------------------------------------------------------------------
+    def forwardHardOp(self, op: Any, inputs: list[Tensor], outputs: list[Tensor]
+                      ) -> list[Tensor]:
+        """Run one HardOp (its whole merged run the first time); see `forward.Forwarder`."""
+        if not self._applied:
+            raise CallOrderError(f"{type(self).__name__}: forward of HardOp {op.op_id} before "
+                                 f"apply()")
+        if op.op_id not in self.layout.order:
+            raise XrtError(f"HardOp {op.op_id} is not in this {type(self).__name__}'s network "
+                           f"view")
+        return self._forwarder.forward_hardop(op, inputs, outputs, self)
+
+    def profileInfo(self) -> dict[int, dict[str, float]]:
+        """{op_id: {cycles, macs, etm_bytes, ocm_bytes, utilisation}} of the last forward, from
+        the device's profiler records (one record per layer, tagged with the HardOp id)."""
+        prof = self._forwarder.profile if self._forwarder is not None else {}
+        return {k: dict(v) for k, v in sorted(prof.items())}
+
+    # --- fork --------------------------------------------------------------------------------
+    def fork(self) -> NpuBackend:
+        """A backend for another thread: shares this one's INSTR and WEIGHT chunks (and the
+        deployment: plan, relocated instructions, logical layout), owns its FTMP, INPUT and
+        OUTPUT chunks, profiler chunk and MMU table. Forwards on one device are serialised
+        (the device's lock). Close forks before the backend they were forked from."""
+        self._after_apply("fork")
+        if not self.settings.mmu_on:
+            raise UnsupportedOpError(f"{type(self).__name__}.fork(): with the MMU off the "
+                                     f"instructions hold this backend's physical addresses; "
+                                     f"fork in MMU mode")
+        other = copy.copy(self)
+        other._times = {}
+        other.backend_id = next(_ids)
+        other._is_fork = True
+        other._deinited = False
+        other._applied = False
+        lay = self.layout
+        other.layout = dataclasses.replace(
+            lay, buffers={k: dataclasses.replace(b) for k, b in lay.buffers.items()},
+            value_info={k: dataclasses.replace(vi, real_to=list(vi.real_to))
+                        for k, vi in lay.value_info.items()})
+        other.settings = dataclasses.replace(self.settings, user_segments={}, user_io={})
+        src = self.deployment
+        region = self._device.defaultMemRegion()
+        phy: dict[SegmentType, PhySegment] = {}
+        for st in (SegmentType.WEIGHT, SegmentType.INSTR):
+            ps = src.segments[st]
+            phy[st] = dataclasses.replace(ps, single_chunk=MemChunkInfo(
+                ps.single_chunk.memChunk, True))  # borrowed: the parent frees it
+        f = src.segments[SegmentType.FTMP]
+        ff = dataclasses.replace(f, single_chunk=MemChunkInfo())
+        if f.single_chunk.memChunk is not None:
+            chunk = region.malloc(max(f.byte_size, 1), True, SEGMENT_ALIGN)
+            chunk.fill(0)
+            ff.single_chunk, ff.phy_addr = MemChunkInfo(chunk, False), chunk.addr
+        phy[SegmentType.FTMP] = ff
+        for st in (SegmentType.INPUT, SegmentType.OUTPUT):
+            phy[st] = stage.io_segment(other.layout, None, st, region)
+        dep = stage.Deployment(src.plan, phy, src.instr_words, src.ocm_chunk, forked=True)
+        try:
+            stage.zero_feature_maps(phy)
+            stage.finish(other._view, other.layout, other.settings, self._device, dep,
+                         other.backend_id, other.run_key)
+        except BaseException:
+            dep.free()
+            raise
+        other._adopt(dep)
+        return other
+
+    # --- reports -----------------------------------------------------------------------------
+    def precheck(self) -> bool:
+        """Compare the instruction and weight bytes in ETM with the network's, per HardOp."""
+        self._after_apply("precheck")
+        self.precheck_failures = report.precheck(self._view, self.layout, self.deployment)
+        return not self.precheck_failures
+
+    def deployment_report(self) -> dict[str, Any]:
+        """The deployment as plain data (what `log()` writes as JSON)."""
+        self._after_apply("deployment_report")
+        return report.deployment_report(self.layout, self.settings, self.deployment,
+                                        self.backend_id, self._is_fork)
+
+    def log(self) -> str:
+        """Write the deployment log to ./.icraft/logs/ (text, and a .json twin); returns the
+        text file's path."""
+        self._after_apply("log")
+        return report.write_log(self.deployment_report(), type(self).__name__, self.backend_id)
+
+    # --- snapshots (docs/snapshot-format.md) ---------------------------------------------------
+    def snapshotState(self) -> tuple[dict[str, Any], dict[str, bytes]]:
+        """The deployment as snapshot state: settings, plan, logical layout, value and HardOp
+        infos, MMU layout; blobs "weight" and "instr" (relocated) segment images."""
+        self._after_apply("snapshotState")
+        return snapshot.dump(self._view, self.layout, self.settings, self.deployment,
+                             self._device, type(self).__name__)
+
+    def restoreSnapshot(self, network_view: Any, device: Any, state: dict[str, Any],
+                        blobs: dict[str, Any]) -> None:
+        """Deploy from snapshot state on `device` without lowering or planning."""
+        if self._applied:
+            raise CallOrderError(f"{type(self).__name__}.restoreSnapshot() on an applied "
+                                 f"backend")
+        self._check_device(device)
+        self.layout, self.settings, dep = snapshot.restore(
+            network_view, device, state, blobs, name=type(self).__name__, tag=self.chip.tag,
+            backend_id=self.backend_id, run_key=self.run_key)
+        self._view, self._device = network_view, device
+        self._adopt(dep)
+        self._snapshot = True
+
+    def deinit(self) -> None:
+        if self._deinited:
+            return
+        if self._forwarder is not None:
+            self._forwarder.release()
+        if self.deployment is not None:
+            self.deployment.free()
+        super().deinit()
+
+    # --- the vendor's fields -------------------------------------------------------------------
+    @property
+    def logic_segment_map(self) -> dict[SegmentType, Any]:
+        return self.layout.segments if self.layout is not None else {}
+
+    @property
+    def phy_segment_map(self) -> dict[SegmentType, PhySegment]:
+        return self.deployment.segments if self.deployment is not None else {}
+
+    @property
+    def value_info(self) -> dict[int, ValueInfo]:
+        return self.layout.value_info if self.layout is not None else {}
+
+    @property
+    def forward_info(self) -> ForwardInfo:
+        lay, dep = self.layout, self.deployment
+        if lay is None:
+            return ForwardInfo()
+        return ForwardInfo(
+            value_map=dict(lay.value_info),
+            hardop_map=dict(dep.hardop_info if dep is not None else lay.hardop_info),
+            idx_map={oid: (self.backend_id, hi.sync_idx[1])
+                     for oid, hi in lay.hardop_info.items()},
+            memchunk_map=dict(dep.memchunk_map) if dep is not None else {})
+
+    @property
+    def is_applied_(self) -> bool:
+        return self._applied
+
+    @property
+    def is_mergeHardop(self) -> bool:
+        return self.settings.merge
+
+    @property
+    def is_etmOptimize(self) -> bool:
+        return self.settings.etm_reuse
+
+    @property
+    def ocmopt(self) -> OcmOpt:
+        """The OCM option: the one asked for before apply, the one used after (BEST_SCORE
+        resolves to the winner, as the vendor's field does)."""
+        if self.deployment is not None:
+            return self.deployment.plan.ocm_used
+        return self.settings.ocm
+
+
+def _forward_hardop(op: Any, inputs: list[Tensor], outputs: list[Tensor], backend: Any
+                    ) -> list[Tensor]:
+    """The forward function of HardOps (`FORWARDS`): the session calls it with the backend
+    the op is bound to."""
+    return backend.forwardHardOp(op, inputs, outputs)
+
+
+NpuBackend.FORWARDS = {"HardOp": _forward_hardop}

@@ -1,0 +1,288 @@
+"""Forward of a deployed NPU backend: a `Forwarder` runs a `Deployment`.
+
+It takes the device lock for the whole forward, binds the caller's tensors to the INPUT buffers
+(zero copy by pointing the buffer's MMU entry at the tensor, else a copy, or a staged channel
+window for a user-connected value), runs each HardOp's icoreCalc run once per forward, reads
+the profiler records and returns tensors over the results in ETM or OCM (or the caller's output
+tensors, mapped or copied into). With the MMU off the instructions hold physical addresses, so
+a tensor is copied into its buffer instead of being mapped.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+
+from xir.types import TensorType
+from xrt.errors import CallOrderError, TensorError
+from xrt.tensor import Tensor
+
+from .apply import Deployment, Run
+from .layout import Buffer, Layout
+from .settings import Settings
+from .structs import SegmentType
+
+
+class ChipSteps:
+    """The steps of a forward a chip may change. The backend passes itself with every call --
+    these steps and its `setTimeElapses` -- so the forwarder keeps no reference to it and
+    dropping a backend frees it at once."""
+
+    def before_run(self, run: Run) -> None:
+        """Called before each icoreCalc (the Buyi sets the NPU's data type)."""
+
+    def result_tensor(self, t: Tensor, is_ocm: bool) -> Tensor:
+        """The tensor handed out for a result (the Buyi's OCM tensors cannot be read)."""
+        return t
+
+
+class Forwarder:
+    """Runs the HardOps of one deployment; one per backend (a fork has its own)."""
+
+    def __init__(self, layout: Layout, settings: Settings, dep: Deployment, device: Any,
+                 is_fork: bool = False) -> None:
+        self.layout, self.settings, self.dep, self.device = layout, settings, dep, device
+        self.is_fork = is_fork
+        self.holding = False
+        self.done: set[int] = set()
+        self.last_pos = -1
+        #: buffer owner -> (physical address, chunk, offset) it is bound to now
+        self.bound: dict[int, tuple[int, Any, int]] = {}
+        #: op id -> {cycles, macs, etm_bytes, ocm_bytes, utilisation} of the last forward
+        self.profile: dict[int, dict[str, float]] = {}
+        self.restore_io()
+
+    # --- one HardOp ------------------------------------------------------------------------------
+    def forward_hardop(self, op: Any, inputs: list[Tensor], outputs: list[Tensor],
+                       steps: ChipSteps) -> list[Tensor]:
+        """Run one HardOp (its whole merged run the first time). The device is held from the
+        first HardOp of a forward to the last (its OCM maps and MMU table are this backend's
+        meanwhile): forwards of backends in other threads wait."""
+        order = self.layout.order
+        if not self.holding:
+            self.device.share.lock.acquire()
+            self.holding = True
+        try:
+            res = self._forward_locked(op, inputs, outputs, steps)
+        except BaseException:
+            self.release()
+            raise
+        if order[op.op_id] == len(order) - 1:
+            self.release()
+        return res
+
+    def release(self) -> None:
+        if self.holding:
+            self.holding = False
+            self.device.share.lock.release()
+
+    def _forward_locked(self, op: Any, inputs: list[Tensor], outputs: list[Tensor],
+                        steps: ChipSteps) -> list[Tensor]:
+        pos = self.layout.order[op.op_id]
+        if pos <= self.last_pos or not self.done:
+            self._start_forward()
+        self.last_pos = pos
+        memcpy_ms = 0.0
+        if len(inputs) != len(op.inputs):
+            raise TensorError(f"HardOp {op.op_id} takes {len(op.inputs)} inputs, got "
+                              f"{len(inputs)}")
+        for v, t in zip(op.inputs, inputs):
+            memcpy_ms += self._bind_input(op, v, t)
+        run = self.dep.runs[self.dep.run_of[op.op_id]]
+        first = op.op_id not in self.done
+        user = list(outputs or [])
+        user_mapped = first and bool(user) and run.op_ids[0] == op.op_id
+        if user_mapped:
+            for v, t in zip(op.outputs, user):
+                self._map_user_output(v, t)
+        hard_ms = 0.0
+        if first:
+            hard_ms = self._execute(run, steps)
+            self.done.update(run.op_ids)
+            if run.sid != op.op_id:
+                steps.setTimeElapses(run.sid, 0.0, hard_ms)
+                hard_ms = 0.0
+        staged = self.settings.staged
+        results = []
+        for k, v in enumerate(op.outputs):
+            t = self.tensor_of(v, steps)
+            if v.v_id in staged and not self.is_fork:
+                t0 = time.perf_counter()
+                t = self._stage(v, staged[v.v_id], to_user=True)
+                memcpy_ms += (time.perf_counter() - t0) * 1e3
+            if k < len(user) and not user_mapped:
+                t0 = time.perf_counter()
+                user[k].copyFrom(0, t, 0, min(t.dtype().storageBytes(),
+                                              user[k].dtype().storageBytes()))
+                memcpy_ms += (time.perf_counter() - t0) * 1e3
+                t = user[k]
+            elif k < len(user):
+                t = user[k]
+            results.append(t)
+        steps.setTimeElapses(op.op_id, memcpy_ms, hard_ms)
+        return results
+
+    def _start_forward(self) -> None:
+        dev = self.device
+        self.done = set()
+        self.profile = {}
+        self.restore_io()
+        dev.share.mmu_owner = None
+        if not dev.mock:
+            dev.reset(1)
+        if self.dep.prof_chunk is not None:
+            dev.config_profiler(self.dep.prof_chunk)
+
+    # --- binding ---------------------------------------------------------------------------------
+    def restore_io(self) -> None:
+        """Bind every INPUT/OUTPUT buffer to its own chunk."""
+        for st in (SegmentType.INPUT, SegmentType.OUTPUT):
+            for owner, ci in self.dep.segments[st].multi_chunk.items():
+                self._bind(self.layout.buffers[owner], ci.memChunk, 0)
+
+    def _bind_input(self, op: Any, v: Any, t: Tensor) -> float:
+        lay = self.layout
+        b = lay.buffer_of(v)
+        if v.v_id not in lay.in_ids or b.segment != SegmentType.INPUT:
+            return 0.0  # produced on the NPU by this backend: already in FTMP/OUTPUT
+        own = self.dep.segments[SegmentType.INPUT].multi_chunk[b.owner].memChunk
+        staged = self.settings.staged
+        if v.v_id in staged and not self.is_fork:
+            self._bind(b, own, 0)
+            t0 = time.perf_counter()
+            src = staged[v.v_id]
+            if not (t.isOn(self.device.defaultMemRegion()) and t.chunk() == src
+                    and t.offset() == 0):
+                src.copyFrom(0, t.chunk(), t.offset(), v.storageBytes())
+            self._stage(v, src, to_user=False)
+            return (time.perf_counter() - t0) * 1e3
+        want, got = v.dtype, t.dtype()
+        if tuple(got.shape) != tuple(want.shape) or got.numpy_dtype != want.numpy_dtype:
+            raise TensorError(f"HardOp {op.op_id} input v_id {v.v_id} must be "
+                              f"{list(want.shape)} {want.numpy_dtype}, got {list(got.shape)} "
+                              f"{got.numpy_dtype}")
+        nbytes = want.storageBytes()
+        if t.isOn(self.device.defaultMemRegion()) and v.v_id == b.owner and \
+                nbytes == b.byte_size:
+            self._bind(b, t.chunk(), t.offset())  # zero copy: the MMU maps the tensor itself
+            return 0.0
+        self._bind(b, own, 0)
+        t0 = time.perf_counter()
+        w = lay.window(v)
+        own.copyFrom(w["c_off"] * (2 if w["dtype"] == "int16" else 1), t.chunk(), t.offset(),
+                      nbytes)
+        return (time.perf_counter() - t0) * 1e3
+
+    def _bind(self, b: Buffer, chunk: Any, offset: int) -> None:
+        """Point the MMU entry of an INPUT/OUTPUT buffer at ``chunk + offset`` (MMU off: copy
+        into the buffer's own chunk, whose address the instructions hold)."""
+        if not self.settings.mmu_on:
+            own = self.dep.segments[b.segment].multi_chunk[b.owner].memChunk
+            if chunk is not own or offset:
+                own.copyFrom(0, chunk, offset, b.byte_size)
+            self.bound[b.owner] = (own.addr, own, 0)
+            return
+        phys = chunk.addr + offset
+        self.bound[b.owner] = (phys, chunk, offset)
+        lo, old, n = self.dep.mmu[b.mmu_index]
+        if old == phys:
+            return
+        self.dep.mmu[b.mmu_index] = (lo, phys, n)
+        if self.device.share.mmu_owner is self:
+            self.device.mmuMap(b.mmu_index, lo, phys, n)
+
+    def _stage(self, v: Any, user: Any, to_user: bool) -> Tensor:
+        """Copy value `v` between its channel window in its buffer and the dense user chunk
+        (`staged_chunk`): the two networks lay the map out differently."""
+        t = self.layout.window(v)
+        _, chunk, base = self.bound[self.layout.buffer_of(v).owner]
+        dt = np.int16 if t["dtype"] == "int16" else np.int8
+        esz = np.dtype(dt).itemsize
+        buf = chunk.view(base, t["h"] * t["w"] * t["pitch"] * esz).view(dt).reshape(
+            t["h"], t["w"], t["pitch"])
+        dense = user.view(0, t["h"] * t["w"] * t["c"] * esz).view(dt).reshape(
+            t["h"], t["w"], t["c"])
+        win = slice(t["c_off"], t["c_off"] + t["c"])
+        if to_user:
+            dense[...] = buf[:, :, win]
+        else:
+            buf[:, :, win] = dense
+        return Tensor(v.dtype, user, 0)
+
+    def _map_user_output(self, v: Any, t: Tensor) -> None:
+        b = self.layout.buffer_of(v)
+        if b.segment != SegmentType.OUTPUT or v.v_id != b.owner:
+            return
+        if not t.isOn(self.device.defaultMemRegion()) or t.dtype().storageBytes() < b.byte_size:
+            return
+        self._bind(b, t.chunk(), t.offset())
+
+    # --- running ---------------------------------------------------------------------------------
+    def _execute(self, run: Run, steps: ChipSteps) -> float:
+        if not run.instr_size:
+            return 0.0
+        self._check_mmu_mode()
+        if self.settings.mmu_on:
+            self._program_mmu()
+        steps.before_run(run)
+        dev = self.device
+        base = dev.layerCount() if not dev.mock else 0
+        dev.icoreCalc(self.dep.instr_phys(self.layout, run), run.instr_size)
+        hard_ms = dev.calcTime()
+        self._collect_profile(base, dev.layerCount() - base)
+        return hard_ms
+
+    def _check_mmu_mode(self) -> None:
+        mode = self.device.mmu_enabled()
+        if mode != self.settings.mmu_on:
+            raise CallOrderError(
+                f"{self.device.chip.name}Backend was applied with the MMU "
+                f"{'on' if self.settings.mmu_on else 'off'}; the device's MMU is now "
+                f"{'on' if mode else 'off'}: switch it back (mmuModeSwitch) or create the "
+                f"session again")
+
+    def _program_mmu(self) -> None:
+        dev = self.device
+        if dev.share.mmu_owner is self:
+            return
+        dev.mmuClear()
+        for i, (lo, ph, n) in enumerate(self.dep.mmu):
+            dev.mmuMap(i, lo, ph, n)
+        dev.share.mmu_owner = self
+
+    def _collect_profile(self, base: int, n: int) -> None:
+        if self.dep.prof_chunk is None or n <= 0:
+            return
+        dev = self.device
+        rows, cols = dev.getRowsCols()
+        peak = dev.config.peak_macs_per_cycle("int8", rows, cols)
+        for r in dev.profile(base, n):
+            d = self.profile.setdefault(int(r["tag"]), {"cycles": 0, "macs": 0, "etm_bytes": 0,
+                                                        "ocm_bytes": 0, "utilisation": 0.0})
+            d["cycles"] += int(r["cycles"])
+            d["macs"] += int(r["macs"])
+            d["etm_bytes"] += int(r["etm_rd"]) + int(r["etm_wr"])
+            d["ocm_bytes"] += int(r["ocm_rd"]) + int(r["ocm_wr"])
+            d["utilisation"] = d["macs"] / max(d["cycles"] * peak, 1)
+
+    def tensor_of(self, v: Any, steps: ChipSteps) -> Tensor:
+        """A tensor over value `v` where the deployment keeps it (ETM, OCM, a bound chunk)."""
+        lay, dep = self.layout, self.dep
+        t = lay.window(v)
+        b = lay.buffer_of(v)
+        is_ocm = b.segment == SegmentType.FTMP and lay.value_info[b.owner].is_ocm
+        if is_ocm:
+            chunk = dep.ocm_chunk  # an OCM tensor: reads the on-chip memory
+            base = b.logic_addr - dep.plan.ocm_logic
+        elif b.segment == SegmentType.FTMP:
+            chunk = dep.segments[SegmentType.FTMP].single_chunk.memChunk
+            base = b.logic_addr - lay.segments[SegmentType.FTMP].logic_addr
+        else:
+            _, chunk, base = self.bound[b.owner]
+        dense = t["c_off"] == 0 and t["pitch"] == t["c"] and v.storageBytes() == t["bytes"]
+        if dense:
+            return steps.result_tensor(Tensor(v.dtype, chunk, base), is_ocm)
+        hw = TensorType(v.dtype.element_dtype, (1, t["h"], t["w"], t["pitch"]), "NHWC")
+        return steps.result_tensor(Tensor(hw, chunk, base), is_ocm)
