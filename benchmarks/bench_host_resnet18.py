@@ -4,7 +4,7 @@ Target (issue 2): HostBackend at most 2x onnxruntime's single-thread time.
 """
 
 import numpy as np
-from conftest import interleaved_best, ort_session
+from helpers import interleaved_best, load_average, ort_session
 
 from host_backend import HostBackend
 from xcompile import zoo
@@ -30,5 +30,5 @@ def test_host_resnet18_vs_onnxruntime(benchmark):
     ref = ort.run(None, feed)[0]
     np.testing.assert_allclose(ours, ref.reshape(ours.shape), rtol=1e-3, atol=1e-3)
     print(f"\nresnet18 host {host_s * 1e3:.1f} ms, onnxruntime {ort_s * 1e3:.1f} ms, "
-          f"ratio {ratio:.2f}")
+          f"ratio {ratio:.2f} ({load_average()})")
     assert ratio <= 2.0, f"HostBackend is {ratio:.2f}x onnxruntime (target <= 2x)"

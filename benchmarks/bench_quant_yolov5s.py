@@ -9,7 +9,7 @@ import time
 
 import numpy as np
 import pytest
-from conftest import interleaved_best, ort_session
+from helpers import interleaved_best, load_average, ort_session
 
 from host_backend import HostBackend
 from xcompile import zoo
@@ -74,5 +74,5 @@ def test_int8_reference_vs_onnxruntime_qdq(benchmark, yolo, tmp_path):
     ratio = ours_s / ort_s
     benchmark.extra_info.update(int_ref_ms=ours_s * 1e3, ort_int8_ms=ort_s * 1e3, ratio=ratio)
     print(f"\nyolov5s int8: integer reference {ours_s * 1e3:.0f} ms, onnxruntime QDQ "
-          f"{ort_s * 1e3:.0f} ms, ratio {ratio:.2f}")
+          f"{ort_s * 1e3:.0f} ms, ratio {ratio:.2f} ({load_average()})")
     assert ratio <= 3.0, f"integer reference is {ratio:.2f}x onnxruntime int8 (target <= 3x)"

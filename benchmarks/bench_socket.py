@@ -11,7 +11,7 @@ import sys
 
 import numpy as np
 import pytest
-from conftest import interleaved_best
+from helpers import interleaved_best, load_average
 
 zg330backend = pytest.importorskip("zg330backend")
 
@@ -71,7 +71,8 @@ def test_socket_vs_in_process(benchmark, compiled, server_port):
                                 ratio=ratio, requests_per_forward=reqs,
                                 input_size=INPUT_SIZE)
     print(f"\n{MODEL}-{INPUT_SIZE}: in-process sim {local_s * 1e3:.0f} ms, socket "
-          f"{sock_s * 1e3:.0f} ms ({reqs} requests per forward), ratio {ratio:.2f}")
+          f"{sock_s * 1e3:.0f} ms ({reqs} requests per forward), ratio {ratio:.2f} "
+          f"({load_average()})")
     local.close()
     remote.close()
     sock_dev.close()

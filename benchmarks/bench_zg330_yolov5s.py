@@ -12,7 +12,7 @@ import time
 
 import numpy as np
 import pytest
-from conftest import interleaved_best, ort_session
+from helpers import interleaved_best, load_average, ort_session
 
 zg330backend = pytest.importorskip("zg330backend")
 
@@ -53,7 +53,8 @@ def test_zg330_yolov5s_vs_onnxruntime(benchmark, compiled):
     benchmark.extra_info.update(sim_ms=sim_s * 1e3, onnxruntime_ms=ort_s * 1e3, ratio=ratio,
                                 simulated_hard_ms=hard_ms)
     print(f"\nyolov5s: simulated ZG330 {sim_s * 1e3:.0f} ms wall, onnxruntime fp32 "
-          f"{ort_s * 1e3:.0f} ms, ratio {ratio:.2f}; simulated chip time {hard_ms:.2f} ms")
+          f"{ort_s * 1e3:.0f} ms, ratio {ratio:.2f}; simulated chip time {hard_ms:.2f} ms "
+          f"({load_average()})")
     assert ratio <= 2.0, f"simulator is {ratio:.2f}x onnxruntime fp32 (target <= 2x)"
 
 

@@ -377,7 +377,7 @@ class RemoteDevice(RemoteDeviceMixin, Device):
     """A device of any kind behind `socket://name@host:port`: memory, registers and `call`.
 
     Device-specific plugins subclass their device class with `RemoteDeviceMixin` instead, so
-    backends see the device type they expect (see zg330backend.remote).
+    backends see the device type they expect (see npu_runtime.remote).
     """
 
     def __init__(self, url: str) -> None:

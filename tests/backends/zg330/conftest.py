@@ -1,9 +1,9 @@
-"""Fixtures for the ZG330 simulator tests (helpers live in zg330_testlib)."""
+"""Fixtures for the ZG330 simulator tests (helpers live in npu_testlib)."""
 
 from __future__ import annotations
 
 import pytest
-from zg330_testlib import Harness
+from npu_testlib import Harness
 
 
 @pytest.fixture

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from zg330_testlib import LOGICAL, Harness
+from npu_testlib import LOGICAL, Harness
 
 from npu_model import asm
 from npu_model.isa import F, Op, set_word, word

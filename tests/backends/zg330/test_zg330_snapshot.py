@@ -201,3 +201,34 @@ def test_user_chunks_cannot_be_snapshotted_and_dump_is_atomic(zdev, tmp_path):  
     assert sorted(os.listdir(tmp_path)) == ["t.snap"]  # no temporary left behind
     s.close()
     chunk.free()
+
+
+def test_snapshots_written_before_the_shared_runtime_still_load(zdev, mock, tmp_path):  # noqa: F811
+    """State version 1 as the ZG330 runtime wrote it before `npu_runtime`: the plan's OCM
+    options were ints, not names. Such a file (re-sealed here) restores and runs bit-exactly;
+    a state version this runtime does not know is refused by name."""
+    from xrt.snapshot import read_snapshot, write_snapshot
+
+    q, z = compiled("tiny_cnn")
+    x = x_of(q, 2)
+    p = tmp_path / "new.snap"
+    dump_on_mock(z, mock, p, ocm=OcmOpt.OPTION2)
+    snap = read_snapshot(p)
+    header = dict(snap.header)
+    sections = {s["name"]: bytes(snap.sections[s["name"]]) for s in header.pop("sections")}
+    state = header["backends"][0]["state"]
+    assert state["plan"]["ocm_used"] == "OPTION2"  # names now
+    for k in ("ocm_requested", "ocm_used"):
+        state["plan"][k] = int(OcmOpt[state["plan"][k]])
+    old = tmp_path / "old.snap"
+    write_snapshot(old, header, sections)
+    r = load(old, zdev)
+    zb = r.backends[0]
+    assert zb.ocmopt == OcmOpt.OPTION2 and zb.deployment.plan.ocm_requested == OcmOpt.OPTION2
+    for a, b in zip(run(r, x), host_ref(q, x)):
+        assert a.tobytes() == b.tobytes()
+    r.close()
+    state["version"] = 2
+    write_snapshot(old, header, sections)
+    with pytest.raises(SnapshotError, match="state version 2"):
+        load(old, zdev)

@@ -7,7 +7,7 @@ import time
 
 import numpy as np
 import pytest
-from zg330_testlib import Harness
+from npu_testlib import Harness
 
 from npu_model import asm
 from xir.quant.fixed_point import quantize_multiplier

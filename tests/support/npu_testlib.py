@@ -1,4 +1,4 @@
-"""Helpers of the ZG330 simulator tests: a device harness with one mapped ETM window, and the
+"""Helpers of the NPU simulator tests: a device harness with one mapped ETM window, and the
 numpy integer references the simulator is compared against (imported by the tests)."""
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from zg330_testlib import Harness
+from npu_testlib import Harness
 
 from npu_model import asm
 from xrt import Device

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from zg330_testlib import rand_requant, ref_conv_acc, ref_requant
+from npu_testlib import rand_requant, ref_conv_acc, ref_requant
 
 from npu_model import asm
 from xir.quant.fixed_point import clip_bounds

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from zg330_testlib import ref_requant
+from npu_testlib import ref_requant
 
 from npu_model import asm
 from xir.quant.fixed_point import quantize_multiplier
