@@ -264,6 +264,27 @@ class _Exporter:
         out = self.node("BatchNormalization", ins, base, epsilon=float(a["epsilon"]))[0]
         self.put(op.outputs[0], NCHW, out)
 
+    def op_LRN(self, op: Operation, a: dict, base: str) -> None:
+        out = self.node("LRN", [self.get(op.inputs[0], NCHW)], base, size=int(a["size"]),
+                        alpha=float(a["alpha"]), beta=float(a["beta"]), bias=float(a["bias"]))[0]
+        self.put(op.outputs[0], NCHW, out)
+
+    def op_GroupNorm(self, op: Operation, a: dict, base: str) -> None:
+        c = op.inputs[0].shape[3]
+        x = self.get(op.inputs[0], NCHW)
+        if int(a["num_groups"]) == c:
+            ins = [x] + [self.get(v, NHWC) for v in op.inputs[1:]]
+            out = self.node("InstanceNormalization", ins, base, epsilon=float(a["epsilon"]))[0]
+        elif self.opset >= 21:
+            ins = [x] + [self.get(v, NHWC) for v in op.inputs[1:]]
+            out = self.node("GroupNormalization", ins, base, num_groups=int(a["num_groups"]),
+                            epsilon=float(a["epsilon"]))[0]
+        else:
+            raise OnnxExportError(f"GroupNorm with {a['num_groups']} groups of {c} channels "
+                                  f"needs opset 21 (per-channel GroupNormalization), not "
+                                  f"{self.opset}", field="opset")
+        self.put(op.outputs[0], NCHW, out)
+
     def op_LayerNorm(self, op: Operation, a: dict, base: str) -> None:
         if self.opset < 17:
             raise OnnxExportError(f"LayerNorm needs opset 17 (LayerNormalization), not "

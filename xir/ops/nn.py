@@ -245,6 +245,46 @@ class LayerNorm(Operation):
         return [x, stat, stat] if self.attrs["stats"] else [x]
 
 
+@register_op
+class GroupNorm(Operation):
+    """Group normalization of an NHWC map: the C channels in `num_groups` groups, each group
+    normalized over (H, W, its channels), then a per-channel scale and bias (inputs x, scale,
+    bias; ONNX GroupNormalization, and InstanceNormalization with num_groups = C)."""
+
+    op_type = "GroupNorm"
+    MIN_INPUTS = 3
+    MAX_INPUTS = 3
+    ATTRS = {"num_groups": (int, REQUIRED), "epsilon": (float, 1e-5)}
+
+    def infer_shapes(self, shapes):
+        x = tuple(shapes[0])
+        need_rank(self, x, 4)
+        g = self.attrs["num_groups"]
+        if g < 1 or x[3] % g:
+            raise fail(self, f"num_groups {g} does not divide the {x[3]} channels", "num_groups")
+        for i, s in enumerate(shapes[1:], 1):
+            if tuple(s) != (x[3],):
+                raise fail(self, f"input {i} must have shape [{x[3]}], got {list(s)}", "inputs")
+        return [x]
+
+
+@register_op
+class LRN(Operation):
+    """Local response normalization across the channels of an NHWC map (ONNX LRN):
+    ``y = x / (bias + alpha / size * sum(x[c'] ** 2)) ** beta`` over the `size` channels
+    ``c - (size - 1) // 2 .. c + size // 2``."""
+
+    op_type = "LRN"
+    ATTRS = {"size": (int, REQUIRED), "alpha": (float, 1e-4), "beta": (float, 0.75),
+             "bias": (float, 1.0)}
+
+    def infer_shapes(self, shapes):
+        need_rank(self, tuple(shapes[0]), 4)
+        if self.attrs["size"] < 1:
+            raise fail(self, f"size must be >= 1, not {self.attrs['size']}", "size")
+        return [tuple(shapes[0])]
+
+
 _COORD_MODES = ("half_pixel", "asymmetric", "align_corners", "pytorch_half_pixel")
 _NEAREST_MODES = ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil")
 

@@ -30,6 +30,7 @@ def run_onnx(
     feeds: dict[str, np.ndarray],
     outputs: list[str],
     initializers: dict[str, np.ndarray] | None = None,
+    opset: int = OPSET,
 ) -> list[np.ndarray]:
     """Run a small ONNX graph on onnxruntime, single-threaded."""
     inputs = [
@@ -41,8 +42,8 @@ def run_onnx(
     outs = [helper.make_tensor_value_info(name, TensorProto.FLOAT, None) for name in outputs]
     inits = [numpy_helper.from_array(np.asarray(v), k) for k, v in (initializers or {}).items()]
     graph = helper.make_graph(nodes, "test", inputs, outs, inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)])
-    model.ir_version = IR_VERSION
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = max(IR_VERSION, 10) if opset >= 21 else IR_VERSION
     options = ort.SessionOptions()
     options.intra_op_num_threads = 1
     options.inter_op_num_threads = 1
@@ -96,7 +97,7 @@ def test_registry_covers_every_kernel_op() -> None:
         "Slice", "Reshape", "Transpose", "Squeeze", "Unsqueeze", "Pad", "MaxPool2d",
         "AvgPool2d", "Relu", "Sigmoid", "Tanh", "Silu", "Hardswish", "Softmax", "Resize",
         "Upsample",
-        "BatchNorm2d", "LayerNorm", "AlignAxis", "PruneAxis",
+        "BatchNorm2d", "LayerNorm", "GroupNorm", "LRN", "AlignAxis", "PruneAxis",
     }  # fmt: skip
     assert set(FLOAT_KERNELS) == expected
     assert all(callable(k) for k in FLOAT_KERNELS.values())
@@ -760,6 +761,43 @@ def test_layer_norm(rng, shape, axis, pshape, bias, eps) -> None:
     for g, r in zip(got, ref):
         assert_close(g, r)
     assert len(run_kernel("LayerNorm", inputs, {"axis": axis})) == 1
+
+
+# --------------------------------------------------------------------------- GroupNorm / LRN
+
+
+@pytest.mark.parametrize("groups", [1, 2, 6])
+def test_group_norm(rng, groups) -> None:
+    x = randn(rng, 2, 5, 4, 6, scale=2.0) + 0.5
+    scale, bias = randn(rng, 6), randn(rng, 6)
+    (got,) = run_kernel("GroupNorm", [x, scale, bias], {"num_groups": groups, "epsilon": 1e-4})
+    if groups == 6:
+        node = helper.make_node("InstanceNormalization", ["x", "s", "b"], ["y"], epsilon=1e-4)
+    else:
+        node = helper.make_node("GroupNormalization", ["x", "s", "b"], ["y"], epsilon=1e-4,
+                                num_groups=groups)
+    (ref,) = run_onnx([node], {"x": nchw(x)}, ["y"], {"s": scale, "b": bias}, opset=21)
+    assert_close(got, nhwc(ref))
+
+
+@pytest.mark.parametrize("size", [1, 3, 4, 5])
+def test_lrn(rng, size) -> None:
+    """Against onnxruntime; an even window (which onnxruntime refuses) against the ONNX
+    spec's formula written here (onnx.reference's LRN loops over the batch axis)."""
+    x = randn(rng, 1, 4, 5, 7, scale=3.0)
+    attrs = {"size": size, "alpha": 1e-3, "beta": 0.75, "bias": 2.0}
+    (got,) = run_kernel("LRN", [x], attrs)
+    node = helper.make_node("LRN", ["x"], ["y"], **attrs)
+    if size % 2:
+        (ref,) = run_onnx([node], {"x": nchw(x)}, ["y"], {})
+    else:
+        xc = nchw(x).astype(np.float64)
+        sq = np.zeros_like(xc)
+        for c in range(xc.shape[1]):  # max(0, c - floor((size-1)/2)) <= i <= c + ceil(..)
+            lo, hi = max(0, c - (size - 1) // 2), min(xc.shape[1] - 1, c + -(-(size - 1) // 2))
+            sq[:, c] = np.square(xc[:, lo:hi + 1]).sum(axis=1)
+        ref = xc / (attrs["bias"] + attrs["alpha"] / size * sq) ** attrs["beta"]
+    assert_close(got, nhwc(ref))
 
 
 # --------------------------------------------------------------------------- AlignAxis / PruneAxis

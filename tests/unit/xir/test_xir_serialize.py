@@ -72,6 +72,8 @@ def build_all_ops() -> xir.Network:
     mm = b.matmul(sq, f32(24, 6), f32(6))
     sm = b.softmax(mm, axis=-1)
     ln, _, _ = b.layer_norm(sm, f32(6), f32(6), axis=-1, epsilon=1e-3, stats=True)
+    gn = b.group_norm(b.lrn(hs, size=3, alpha=2e-4, beta=0.5, bias=2.0), f32(4), f32(4),
+                      num_groups=2)
     # hardware path: align, cast to a tiled quantized layout, HardOp, cast back, prune
     al = b.align_axis(c, axis=3, align_unit=16)
     q = QuantizedType(INT8, 0.05, 3)
@@ -89,7 +91,7 @@ def build_all_ops() -> xir.Network:
     h16 = b.multiply(pr, b.params(np.ones(8, np.float16), "half"))
     hbf = b.add(h16, b.params(np.zeros(8, np.uint16), "bf", element=BF16))
     h16b = b.add(hbf, b.params(np.arange(8, dtype=np.int16), "i16"))
-    b.output(ln, h16b)
+    b.output(ln, gn, h16b)
     net = b.build()
     # memory types as a compiler would set them
     hard_op = next(op for op in net.ops if op.op_type == "HardOp")

@@ -13,6 +13,7 @@ from xcompile.frontend.onnx_import.handlers import (  # noqa: F401 - registers
     elementwise,
     layernorm,
     matmul,
+    normalization,
     passthrough,
     reshape,
     resize,

@@ -57,6 +57,8 @@ FLOAT_KERNELS: dict[str, Kernel] = {
     "Upsample": resize.upsample,
     "BatchNorm2d": norm.batch_norm2d,
     "LayerNorm": norm.layer_norm,
+    "GroupNorm": norm.group_norm,
+    "LRN": norm.lrn,
     "AlignAxis": layout.align_axis,
     "PruneAxis": layout.prune_axis,
 }

@@ -1,5 +1,6 @@
-"""Normalizations, float32: BatchNorm2d (inference, NHWC: one multiply-add per channel) and
-LayerNorm (statistics over the trailing axes, in float64)."""
+"""Normalizations, float32: BatchNorm2d (inference, NHWC: one multiply-add per channel),
+LayerNorm (statistics over the trailing axes), GroupNorm (statistics per channel group) and
+LRN (a window of squares across channels); statistics in float64."""
 
 from __future__ import annotations
 
@@ -35,3 +36,32 @@ def layer_norm(inputs: list[np.ndarray], attrs: dict) -> list[np.ndarray]:
     if attrs.get("stats", False):
         outs += [out32(mean), out32(inv)]
     return outs
+
+
+def group_norm(inputs: list[np.ndarray], attrs: dict) -> list[np.ndarray]:
+    """y = (x - mean_g) / sqrt(var_g + epsilon) * scale + bias, statistics over (H, W, the
+    channels of group g) of an NHWC map."""
+    x = np.asarray(inputs[0], dtype=np.float64)
+    n, h, w, c = x.shape
+    g = int(attrs["num_groups"])
+    xg = x.reshape(n, h, w, g, c // g)
+    mean = xg.mean(axis=(1, 2, 4), keepdims=True)
+    var = np.square(xg - mean).mean(axis=(1, 2, 4), keepdims=True)
+    y = ((xg - mean) / np.sqrt(var + float(attrs.get("epsilon", 1e-5)))).reshape(x.shape)
+    y = y * np.asarray(inputs[1], np.float64) + np.asarray(inputs[2], np.float64)
+    return [out32(y)]
+
+
+def lrn(inputs: list[np.ndarray], attrs: dict) -> list[np.ndarray]:
+    """y = x / (bias + alpha / size * sum of x**2 over the channel window) ** beta (NHWC)."""
+    x = np.asarray(inputs[0], dtype=np.float64)
+    size = int(attrs["size"])
+    lo, hi = (size - 1) // 2, size // 2
+    sq = np.square(x)
+    c = x.shape[-1]
+    cum = np.concatenate([np.zeros(x.shape[:-1] + (1,)), np.cumsum(sq, axis=-1)], axis=-1)
+    idx = np.arange(c)
+    win = cum[..., np.minimum(idx + hi + 1, c)] - cum[..., np.maximum(idx - lo, 0)]
+    alpha, beta, bias = (float(attrs.get(k, d)) for k, d in
+                         (("alpha", 1e-4), ("beta", 0.75), ("bias", 1.0)))
+    return [out32(x / np.power(bias + alpha / size * win, beta))]

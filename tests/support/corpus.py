@@ -1,0 +1,105 @@
+"""Real networks for the tests, generated at test time (nothing large is committed).
+
+`light_model(name, seed)`: an architecture the onnx package ships in its backend test data
+(`onnx/backend/test/data/light/*.onnx`: weights replaced by `ConstantOfShape` nodes), given
+seeded weights shaped like trained ones -- He-normal convolution and Gemm weights, BatchNorm
+near identity with measured-looking statistics, small biases -- so activations keep their scale
+through the depth and int8 quantization behaves as on a trained network.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+from typing import Any
+
+import numpy as np
+
+LIGHT = ("bvlc_alexnet", "densenet121", "inception_v1", "inception_v2", "resnet50",
+         "shufflenet", "squeezenet", "vgg19", "zfnet512")
+
+
+def light_path(name: str) -> str:
+    import onnx
+
+    root = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")
+    found = glob.glob(os.path.join(root, f"light_{name}.onnx"))
+    if not found:
+        raise FileNotFoundError(f"no light model {name!r} in {root}")
+    return found[0]
+
+
+def _weights(role: str, shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
+    n = int(np.prod(shape)) if shape else 1
+    if role == "conv_w":
+        fan_in = int(np.prod(shape[1:]))
+        return rng.normal(0.0, np.sqrt(2.0 / fan_in), shape)
+    if role == "gemm_w":
+        fan_in = min(shape) if len(shape) == 2 else n
+        return rng.normal(0.0, np.sqrt(1.0 / fan_in), shape)
+    if role in ("scale", "bn_scale"):
+        return rng.uniform(0.8, 1.2, shape)
+    if role == "bn_var":
+        return rng.uniform(0.5, 1.5, shape)
+    if role in ("bias", "bn_bias", "bn_mean"):
+        return rng.normal(0.0, 0.05, shape)
+    return rng.normal(0.0, 0.05, shape)
+
+
+def light_model(name: str, seed: int = 0) -> Any:
+    """The light model `name` with every `ConstantOfShape` weight replaced by a seeded
+    initializer of that shape (its role read from the node that consumes it)."""
+    import onnx
+    from onnx import numpy_helper
+
+    m = onnx.load(light_path(name))
+    g = m.graph
+    consts = {i.name: numpy_helper.to_array(i) for i in g.initializer}
+    uses: dict[str, tuple[str, int]] = {}
+    for node in g.node:
+        for k, x in enumerate(node.input):
+            uses.setdefault(x, (node.op_type, k))
+    rng = np.random.default_rng(seed)
+    keep, inits = [], []
+    for node in g.node:
+        if node.op_type != "ConstantOfShape":
+            keep.append(node)
+            continue
+        shape = tuple(int(d) for d in consts[node.input[0]].ravel())
+        op, k = uses.get(node.output[0], ("", -1))
+        role = {("Conv", 1): "conv_w", ("Conv", 2): "bias", ("Gemm", 1): "gemm_w",
+                ("Gemm", 2): "bias", ("BatchNormalization", 1): "bn_scale",
+                ("BatchNormalization", 2): "bn_bias", ("BatchNormalization", 3): "bn_mean",
+                ("BatchNormalization", 4): "bn_var", ("Mul", 1): "scale",
+                ("Add", 1): "bias"}.get((op, k), "other")
+        w = _weights(role, shape, rng).astype(np.float32)
+        inits.append(numpy_helper.from_array(w, node.output[0]))
+    del g.node[:]
+    g.node.extend(keep)
+    used = {x for n in keep for x in n.input}
+    kept_inits = [i for i in g.initializer if i.name in used]
+    del g.initializer[:]
+    g.initializer.extend(kept_inits + inits)
+    init_names = {i.name for i in g.initializer}
+    real_inputs = [i for i in g.input if i.name not in init_names and i.name in used]
+    del g.input[:]
+    g.input.extend(real_inputs)
+    m.ir_version = max(m.ir_version, 4)  # initializers need not be graph inputs from IR 4
+    onnx.checker.check_model(m)
+    return m
+
+
+def images(shape: tuple[int, ...], count: int, seed: int = 0) -> list[np.ndarray]:
+    """Smooth synthetic images (NCHW float32, ImageNet-normalised range) for calibration."""
+    rng = np.random.default_rng(seed)
+    n, c, h, w = shape
+    yy, xx = np.mgrid[0:h, 0:w].astype(np.float32)
+    out = []
+    for _ in range(count):
+        img = np.empty((n, c, h, w), np.float32)
+        for ch in range(c):
+            fx, fy, ph = rng.uniform(0.5, 3.0), rng.uniform(0.5, 3.0), rng.uniform(0, 6.3)
+            img[:, ch] = np.sin(xx / w * fx * 6.3 + ph) * np.cos(yy / h * fy * 6.3) * 1.5
+        img += rng.normal(0, 0.1, img.shape).astype(np.float32)
+        out.append(img)
+    return out
