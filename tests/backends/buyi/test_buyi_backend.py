@@ -242,3 +242,30 @@ def test_zoo_bit_exact(bdev, name, kw, bits):
     for a, b in zip(ref, got):
         np.testing.assert_array_equal(a, b)
     s.close()
+
+
+def test_mmu_entries_limit_only_an_mmu_on_deployment():
+    """With the MMU off the MMU table is not used, so a device with fewer entries than the
+    network's buffers still deploys (the instructions hold physical addresses); with it on,
+    the INPUT/OUTPUT buffers are packed into one entry per segment."""
+    import dataclasses
+
+    from buyibackend import BUYI_CONFIG, BuyiDevice
+
+    q, z = compiled("yolov5s", input_size=160)
+    x = rand_x(q)
+    dev = BuyiDevice("sim://buyi", config=dataclasses.replace(BUYI_CONFIG, mmu_entries=4))
+    try:
+        s_on, on = run_buyi(z, dev, x)
+        assert s_on.backends[0].deployment.packed_io and len(s_on.backends[0].deployment.mmu) == 4
+        s_on.close()
+        dev.mmuModeSwitch(False)
+        s_off, off = run_buyi(z, dev, x)
+        b = s_off.backends[0]
+        assert not b.mmu_mode and not b.deployment.packed_io and len(b.deployment.mmu) > 4
+        for a, c, r in zip(on, off, host_ref(q, x)):
+            np.testing.assert_array_equal(a, r)
+            np.testing.assert_array_equal(c, r)
+        s_off.close()
+    finally:
+        dev.close()

@@ -529,3 +529,46 @@ def test_connected_networks_pass_the_map_in_place(zdev, staged):  # noqa: F811
         np.testing.assert_array_equal(u, w)
     sa.close()
     sb.close()
+
+
+# --- MMU entries --------------------------------------------------------------------------------
+
+def test_io_buffers_share_mmu_entries_when_the_device_has_too_few(zdev, tmp_path):  # noqa: F811
+    """yolov5s-160 needs 6 entries with one per INPUT/OUTPUT buffer (WEIGHT, the OCM window,
+    1 input, 3 outputs; its FTMP all fits the OCM); on a device with 4 the buffers are packed, one entry per segment, and the results stay
+    bit-exact, forward after forward, through forks and a snapshot. A device with enough
+    entries keeps one per buffer (tensors mapped, not copied)."""
+    import dataclasses
+
+    from zg330backend import ZG330_CONFIG, ZG330Device
+
+    q, z = compiled("yolov5s", input_size=160)
+    s, zb = session(z, zdev)
+    assert not zb.deployment.packed_io and len(zb.deployment.mmu) == 6
+    s.close()
+    small = ZG330Device("sim://zg330", config=dataclasses.replace(ZG330_CONFIG, mmu_entries=4))
+    try:
+        s, zb = session(z, small)
+        dep = zb.deployment
+        assert dep.packed_io and len(dep.mmu) == 4 and zb.precheck()
+        entries = {zb.layout.buffers[o].mmu_index for o in dep.io_offsets}
+        assert len(entries) == 2  # one for the INPUT group, one for the OUTPUT group
+        for seed in (1, 2):
+            x = x_of(q, seed)
+            for a, b in zip(host_ref(q, x), run(s, x)):
+                np.testing.assert_array_equal(a, b)
+        f = zb.fork()
+        fs = Session.Create([ZG330Backend, HostBackend], z.view(0), [small, HostDevice.Default()])
+        assert f.deployment.packed_io
+        s.dumpSnapshot(tmp_path / "packed.snap")
+        r = Session.CreateWithSnapshot(tmp_path / "packed.snap", [ZG330Backend, HostBackend],
+                                       [small, HostDevice.Default()])
+        assert r.backends[0].deployment.packed_io
+        x = x_of(q, 3)
+        for a, b in zip(host_ref(q, x), run(r, x)):
+            np.testing.assert_array_equal(a, b)
+        for sess in (r, fs, s):
+            sess.close()
+        f.deinit()
+    finally:
+        small.close()

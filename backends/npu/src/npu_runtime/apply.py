@@ -59,6 +59,14 @@ class Deployment:
     prof_chunk: Any = None
     #: WEIGHT/INSTR chunks belong to the backend this one was forked from
     forked: bool = False
+    #: INPUT and OUTPUT buffers packed into one chunk and one MMU entry per segment (the
+    #: device has too few MMU entries for one per buffer): owner -> offset in the chunk. A
+    #: packed buffer's address is fixed, so tensors are copied in rather than mapped.
+    io_offsets: dict[int, int] = field(default_factory=dict)
+
+    @property
+    def packed_io(self) -> bool:
+        return bool(self.io_offsets)
 
     def phys_of_logic(self, logic: int) -> int:
         for lo, ph, n in self.mmu:
@@ -72,11 +80,14 @@ class Deployment:
 
     def free(self) -> None:
         """Free every chunk this deployment allocated (not the user's, not a parent's)."""
+        seen: set[int] = set()
         for st, ps in self.segments.items():
             if self.forked and st in (SegmentType.WEIGHT, SegmentType.INSTR):
                 continue
             for ci in [ps.single_chunk] + list(ps.multi_chunk.values()):
-                _free(ci.memChunk if not ci.user_used else None)
+                if ci.memChunk is not None and not ci.user_used and id(ci.memChunk) not in seen:
+                    seen.add(id(ci.memChunk))
+                    _free(ci.memChunk)
         _free(self.prof_chunk)
 
 
@@ -101,16 +112,20 @@ def apply(view: Any, layout: Layout, settings: Settings, device: Any, backend_id
                        num_ops=len(layout.order))
     layout.move_to(plan)
     moves = [(s.old, s.new, s.size) for s in layout.slots if s.size]
+    packed = settings.mmu_on and _entries_needed(layout, settings) > device.config.mmu_entries
+    if packed:
+        base = plan.ocm_logic + deploy.align_up(max(plan.ocm_footprint, 1), deploy.PAGE)
+        moves += layout.pack_io(base, set(settings.user_io))
     words = {op.op_id: deploy.relocate(op.instr.data.view(np.uint64), moves)
              for op in hardops(view) if op.instr is not None}
-    segments = allocate(layout, settings, device)
+    segments, offsets = allocate(layout, settings, device, packed)
     ocm_chunk = device.share.ocm_arena(device) if any(s.ocm for s in layout.slots) else None
-    dep = Deployment(plan, segments, words, ocm_chunk)
+    dep = Deployment(plan, segments, words, ocm_chunk, io_offsets=offsets)
     try:
         if not settings.mmu_on:
             # MMU off: the instructions must hold physical addresses; rewrite every logical
             # address the MMU would have mapped, now that the segments are allocated
-            phys = [(lo, ph, n) for lo, ph, n in mmu_entries(layout, dep, device) if n]
+            phys = [(lo, ph, n) for lo, ph, n in mmu_entries(layout, dep, device, False) if n]
             dep.instr_words = {k: deploy.relocate(w, phys) for k, w in words.items()}
         upload(view, layout, settings, dep)
         zero_feature_maps(dep.segments)
@@ -121,11 +136,22 @@ def apply(view: Any, layout: Layout, settings: Settings, device: Any, backend_id
     return dep
 
 
-def allocate(layout: Layout, settings: Settings, device: Any) -> dict[SegmentType, PhySegment]:
-    """The physical segments: one chunk each for WEIGHT, INSTR, FTMP (or the user's), one per
-    buffer for INPUT and OUTPUT."""
+def _entries_needed(layout: Layout, settings: Settings) -> int:
+    """MMU entries of a deployment with one entry per INPUT/OUTPUT buffer."""
+    fixed = sum(1 for st in (SegmentType.WEIGHT, SegmentType.FTMP)
+                if layout.segments[st].byte_size) + any(s.ocm for s in layout.slots)
+    return fixed + sum(1 for b in layout.buffers.values()
+                       if b.segment in (SegmentType.INPUT, SegmentType.OUTPUT))
+
+
+def allocate(layout: Layout, settings: Settings, device: Any, packed: bool = False
+             ) -> tuple[dict[SegmentType, PhySegment], dict[int, int]]:
+    """The physical segments -- one chunk each for WEIGHT, INSTR, FTMP (or the user's), one per
+    buffer for INPUT and OUTPUT, or one per segment when `packed` -- and the packed buffers'
+    offsets in their chunk."""
     region = device.defaultMemRegion()
     phy: dict[SegmentType, PhySegment] = {}
+    offsets: dict[int, int] = {}
     try:
         for st in (SegmentType.WEIGHT, SegmentType.INSTR, SegmentType.FTMP):
             ls = layout.segments[st]
@@ -139,23 +165,34 @@ def allocate(layout: Layout, settings: Settings, device: Any) -> dict[SegmentTyp
                 ps.phy_addr = chunk.addr
             phy[st] = ps
         for st in (SegmentType.INPUT, SegmentType.OUTPUT):
-            phy[st] = io_segment(layout, settings, st, region)
+            phy[st] = io_segment(layout, settings, st, region, offsets if packed else None)
     except BaseException:
         Deployment(None, phy, {}).free()  # type: ignore[arg-type]
         raise
-    return phy
+    return phy, offsets
 
 
-def io_segment(layout: Layout, settings: Settings | None, st: SegmentType, region: Any
-               ) -> PhySegment:
+def io_segment(layout: Layout, settings: Settings | None, st: SegmentType, region: Any,
+               offsets: dict[int, int] | None = None) -> PhySegment:
     """The INPUT or OUTPUT segment: a chunk per buffer (the user's where connected; `settings`
-    None: all new, as a fork has them)."""
+    None: all new, as a fork has them), or -- with `offsets` to fill -- one chunk for every
+    buffer not in a user chunk, laid out as `Layout.pack_io` placed them."""
     ls = layout.segments[st]
     ps = PhySegment(st, byte_size=ls.byte_size, info_map=dict(ls.info_map))
+    user_io = settings.user_io if settings is not None else {}
+    if offsets is not None:
+        group = layout.io_groups(set(user_io))[st]
+        if group:
+            base = group[0].logic_addr
+            size = group[-1].logic_addr + group[-1].byte_size - base
+            chunk = region.malloc(size, True, SEGMENT_ALIGN)
+            for b in group:
+                ps.multi_chunk[b.owner] = MemChunkInfo(chunk, False)
+                offsets[b.owner] = b.logic_addr - base
     for b in layout.buffers.values():
-        if b.segment != st:
+        if b.segment != st or b.owner in ps.multi_chunk:
             continue
-        user = settings.user_io.get(b.owner) if settings is not None else None
+        user = user_io.get(b.owner)
         chunk = user if user is not None else region.malloc(b.byte_size, True, SEGMENT_ALIGN)
         ps.multi_chunk[b.owner] = MemChunkInfo(chunk, user is not None)
         if settings is not None:
@@ -195,9 +232,11 @@ def zero_feature_maps(segments: dict[SegmentType, PhySegment]) -> None:
                 ci.memChunk.fill(0)
 
 
-def mmu_entries(layout: Layout, dep: Deployment, device: Any) -> list[tuple[int, int, int]]:
+def mmu_entries(layout: Layout, dep: Deployment, device: Any, mmu_on: bool = True
+                ) -> list[tuple[int, int, int]]:
     """MMU entries (logical, physical, size): WEIGHT, FTMP, the OCM window, one per
-    INPUT/OUTPUT buffer (whose index the buffer records)."""
+    INPUT/OUTPUT buffer or packed group (whose index the buffers record). With the MMU off the
+    table is only the relocation map, so the device's entry count does not limit it."""
     entries: list[tuple[int, int, int]] = []
     lw = layout.segments[SegmentType.WEIGHT]
     if lw.byte_size:
@@ -209,13 +248,24 @@ def mmu_entries(layout: Layout, dep: Deployment, device: Any) -> list[tuple[int,
         size = deploy.align_up(max(dep.plan.ocm_footprint, 64), 64)
         entries.append((dep.plan.ocm_logic, dep.ocm_chunk.addr, size))
     for st in (SegmentType.INPUT, SegmentType.OUTPUT):
+        group: dict[int, int] = {}  # id of a packed chunk -> its entry
         for owner, ci in dep.segments[st].multi_chunk.items():
             b = layout.buffers[owner]
+            if owner in dep.io_offsets:
+                key = id(ci.memChunk)
+                if key not in group:
+                    group[key] = len(entries)
+                    base = b.logic_addr - dep.io_offsets[owner]
+                    entries.append((base, ci.memChunk.addr, ci.memChunk.byte_size))
+                b.mmu_index = group[key]
+                continue
             b.mmu_index = len(entries)
             entries.append((b.logic_addr, ci.memChunk.addr, b.byte_size))
-    if len(entries) > device.config.mmu_entries:
-        raise XrtError(f"{device.chip.name}Backend needs {len(entries)} MMU entries, the "
-                       f"device has {device.config.mmu_entries}")
+    if mmu_on and len(entries) > device.config.mmu_entries:
+        raise XrtError(f"{device.chip.name}Backend needs {len(entries)} MMU entries (WEIGHT, "
+                       f"FTMP, the OCM window and the INPUT/OUTPUT buffers, packed: one entry "
+                       f"per segment), the device has {device.config.mmu_entries}; turn the OCM "
+                       f"off or deploy the network in parts (views)")
     return entries
 
 
@@ -223,7 +273,7 @@ def finish(view: Any, layout: Layout, settings: Settings, device: Any, dep: Depl
            backend_id: int, run_key: RunKey) -> None:
     """The MMU table, physical addresses, value chunks, runs and profiler chunk of `dep`."""
     phy = dep.segments
-    dep.mmu = mmu_entries(layout, dep, device)
+    dep.mmu = mmu_entries(layout, dep, device, settings.mmu_on)
     for vi in layout.value_info.values():
         vi.phy_addr = dep.phys_of_logic(vi.logic_addr)
     dep.memchunk_map = {b: ci for st in (SegmentType.INPUT, SegmentType.OUTPUT)

@@ -297,9 +297,12 @@ class NpuBackend(ChipSteps, Backend):
             chunk.fill(0)
             ff.single_chunk, ff.phy_addr = MemChunkInfo(chunk, False), chunk.addr
         phy[SegmentType.FTMP] = ff
+        offsets: dict[int, int] = {}
         for st in (SegmentType.INPUT, SegmentType.OUTPUT):
-            phy[st] = stage.io_segment(other.layout, None, st, region)
-        dep = stage.Deployment(src.plan, phy, src.instr_words, src.ocm_chunk, forked=True)
+            phy[st] = stage.io_segment(other.layout, None, st, region,
+                                       offsets if src.packed_io else None)
+        dep = stage.Deployment(src.plan, phy, src.instr_words, src.ocm_chunk, forked=True,
+                               io_offsets=offsets)
         try:
             stage.zero_feature_maps(phy)
             stage.finish(other._view, other.layout, other.settings, self._device, dep,

@@ -4,8 +4,9 @@ It takes the device lock for the whole forward, binds the caller's tensors to th
 (zero copy by pointing the buffer's MMU entry at the tensor, else a copy, or a staged channel
 window for a user-connected value), runs each HardOp's icoreCalc run once per forward, reads
 the profiler records and returns tensors over the results in ETM or OCM (or the caller's output
-tensors, mapped or copied into). With the MMU off the instructions hold physical addresses, so
-a tensor is copied into its buffer instead of being mapped.
+tensors, mapped or copied into). A buffer whose address is fixed -- every buffer with the MMU off
+(the instructions hold physical addresses), a packed INPUT/OUTPUT buffer (its MMU entry maps a
+whole group) -- is copied into instead of being mapped.
 """
 
 from __future__ import annotations
@@ -95,8 +96,8 @@ class Forwarder:
         user = list(outputs or [])
         user_mapped = first and bool(user) and run.op_ids[0] == op.op_id
         if user_mapped:
-            for v, t in zip(op.outputs, user):
-                self._map_user_output(v, t)
+            mapped = [self._map_user_output(v, t) for v, t in zip(op.outputs, user)]
+            user_mapped = all(m is not False for m in mapped)
         hard_ms = 0.0
         if first:
             hard_ms = self._execute(run, steps)
@@ -140,17 +141,27 @@ class Forwarder:
         """Bind every INPUT/OUTPUT buffer to its own chunk."""
         for st in (SegmentType.INPUT, SegmentType.OUTPUT):
             for owner, ci in self.dep.segments[st].multi_chunk.items():
-                self._bind(self.layout.buffers[owner], ci.memChunk, 0)
+                self._bind(self.layout.buffers[owner], ci.memChunk,
+                           self.dep.io_offsets.get(owner, 0))
+
+    def _own(self, b: Buffer) -> tuple[Any, int]:
+        """The chunk and offset the deployment gave buffer `b`."""
+        return (self.dep.segments[b.segment].multi_chunk[b.owner].memChunk,
+                self.dep.io_offsets.get(b.owner, 0))
+
+    def _fixed(self, b: Buffer) -> bool:
+        """Whether `b`'s address is fixed (MMU off, or packed): bind by copying."""
+        return not self.settings.mmu_on or b.owner in self.dep.io_offsets
 
     def _bind_input(self, op: Any, v: Any, t: Tensor) -> float:
         lay = self.layout
         b = lay.buffer_of(v)
         if v.v_id not in lay.in_ids or b.segment != SegmentType.INPUT:
             return 0.0  # produced on the NPU by this backend: already in FTMP/OUTPUT
-        own = self.dep.segments[SegmentType.INPUT].multi_chunk[b.owner].memChunk
+        own, own_off = self._own(b)
         staged = self.settings.staged
         if v.v_id in staged and not self.is_fork:
-            self._bind(b, own, 0)
+            self._bind(b, own, own_off)
             t0 = time.perf_counter()
             src = staged[v.v_id]
             if not (t.isOn(self.device.defaultMemRegion()) and t.chunk() == src
@@ -168,21 +179,21 @@ class Forwarder:
                 nbytes == b.byte_size:
             self._bind(b, t.chunk(), t.offset())  # zero copy: the MMU maps the tensor itself
             return 0.0
-        self._bind(b, own, 0)
+        self._bind(b, own, own_off)
         t0 = time.perf_counter()
         w = lay.window(v)
-        own.copyFrom(w["c_off"] * (2 if w["dtype"] == "int16" else 1), t.chunk(), t.offset(),
-                      nbytes)
+        own.copyFrom(own_off + w["c_off"] * (2 if w["dtype"] == "int16" else 1), t.chunk(),
+                     t.offset(), nbytes)
         return (time.perf_counter() - t0) * 1e3
 
     def _bind(self, b: Buffer, chunk: Any, offset: int) -> None:
-        """Point the MMU entry of an INPUT/OUTPUT buffer at ``chunk + offset`` (MMU off: copy
-        into the buffer's own chunk, whose address the instructions hold)."""
-        if not self.settings.mmu_on:
-            own = self.dep.segments[b.segment].multi_chunk[b.owner].memChunk
-            if chunk is not own or offset:
-                own.copyFrom(0, chunk, offset, b.byte_size)
-            self.bound[b.owner] = (own.addr, own, 0)
+        """Point the MMU entry of an INPUT/OUTPUT buffer at ``chunk + offset`` (a fixed buffer:
+        copy into its own place instead)."""
+        if self._fixed(b):
+            own, own_off = self._own(b)
+            if chunk is not own or offset != own_off:
+                own.copyFrom(own_off, chunk, offset, b.byte_size)
+            self.bound[b.owner] = (own.addr + own_off, own, own_off)
             return
         phys = chunk.addr + offset
         self.bound[b.owner] = (phys, chunk, offset)
@@ -211,13 +222,18 @@ class Forwarder:
             buf[:, :, win] = dense
         return Tensor(v.dtype, user, 0)
 
-    def _map_user_output(self, v: Any, t: Tensor) -> None:
+    def _map_user_output(self, v: Any, t: Tensor) -> bool | None:
+        """Map the caller's output tensor as `v`'s buffer; False when the buffer's address
+        is fixed (the result is then copied into the tensor)."""
         b = self.layout.buffer_of(v)
         if b.segment != SegmentType.OUTPUT or v.v_id != b.owner:
-            return
+            return None
+        if self._fixed(b):
+            return False
         if not t.isOn(self.device.defaultMemRegion()) or t.dtype().storageBytes() < b.byte_size:
-            return
+            return None
         self._bind(b, t.chunk(), t.offset())
+        return None
 
     # --- running ---------------------------------------------------------------------------------
     def _execute(self, run: Run, steps: ChipSteps) -> float:

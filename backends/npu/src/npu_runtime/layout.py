@@ -86,6 +86,37 @@ class Layout:
                 vi.is_ocm = sl.ocm
 
 
+    def io_groups(self, exclude: set[int]) -> dict[SegmentType, list[Buffer]]:
+        """The INPUT and OUTPUT buffers that share one chunk and one MMU entry when the
+        deployment packs them (`exclude`: owners deployed into user chunks), by address."""
+        return {st: sorted((b for b in self.buffers.values()
+                            if b.segment == st and b.owner not in exclude),
+                           key=lambda b: b.logic_addr)
+                for st in (SegmentType.INPUT, SegmentType.OUTPUT)}
+
+    def pack_io(self, base: int, exclude: set[int]) -> list[tuple[int, int, int]]:
+        """Move the INPUT buffers, then the OUTPUT buffers, next to each other from logical
+        address `base` (each group page-aligned, buffers 64-aligned): one MMU entry maps a
+        group. Returns the moves (old, new, size) the instructions must follow."""
+        moves = []
+        at = base
+        for st, group in self.io_groups(exclude).items():
+            if not group:
+                continue
+            start = at = deploy.align_up(at, deploy.PAGE)
+            for b in group:
+                moves.append((b.logic_addr, at, b.byte_size))
+                b.logic_addr = at
+                for m in b.members:
+                    vi = self.value_info[m]
+                    vi.logic_addr = at + self.window(vi.value)["c_off"] * _esize(
+                        self.window(vi.value))
+                at = deploy.align_up(at + b.byte_size, deploy.ALIGN)
+            seg = self.segments[st]
+            seg.logic_addr, seg.byte_size = start, at - start
+        return moves
+
+
 def hardops(view: Any) -> list[Any]:
     """The HardOps of `view` in its order: what an NPU backend deploys and runs."""
     return [op for op in view.ops if op.op_type == "HardOp"]

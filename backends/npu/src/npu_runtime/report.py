@@ -59,8 +59,10 @@ def deployment_report(layout: Layout, settings: Settings, dep: Deployment, backe
                      "byte_size": ls.byte_size, "phy_addr": ps.phy_addr if ps else 0,
                      "user_chunk": bool(ps and (ps.single_chunk.user_used or any(
                          c.user_used for c in ps.multi_chunk.values()))),
-                     "chunks": {str(k): {"phy_addr": c.memChunk.addr,
-                                         "byte_size": c.memChunk.byte_size,
+                     "chunks": {str(k): {"phy_addr": c.memChunk.addr + dep.io_offsets.get(k, 0),
+                                         "byte_size": (layout.buffers[k].byte_size
+                                                       if k in dep.io_offsets
+                                                       else c.memChunk.byte_size),
                                          "user": c.user_used}
                                 for k, c in (ps.multi_chunk.items() if ps else [])}})
     if dep.ocm_chunk is not None:
@@ -100,6 +102,7 @@ def deployment_report(layout: Layout, settings: Settings, dep: Deployment, backe
             "etm": {"ftmp_bytes": p.ftmp_size, "lower_bound": p.ftmp_lower_bound,
                     "no_reuse_bytes": p.ftmp_no_reuse,
                     "compiler_layout_bytes": p.ftmp_compiler, "strategy": p.strategy},
+            "packed_io": dep.packed_io,
             "segments": segs,
             "mmu": [{"logic_addr": lo, "phy_addr": ph, "byte_size": n}
                     for lo, ph, n in dep.mmu],

@@ -10,7 +10,8 @@ settings (merge, ETM reuse, the OCM option) are the dump's and stay frozen. The 
 what `restore` returns; nothing here touches a backend.
 
 State version 1 is read and written; version-1 files written before the OCM option became one
-type hold the plan's options as ints, read as well.
+type hold the plan's options as ints, and files written before INPUT/OUTPUT packing have no
+"packed_io" (false); both are read as well.
 """
 
 from __future__ import annotations
@@ -84,6 +85,7 @@ def dump(view: Any, layout: Layout, settings: Settings, dep: stage.Deployment, d
         "hardops": hard,
         "mmu": [[lo, n] for lo, _, n in dep.mmu],
         "runs": [[list(r.op_ids), r.sid] for r in dep.runs],
+        "packed_io": dep.packed_io,
     }
     return state, {"weight": _image(view, layout, dep, SegmentType.WEIGHT).tobytes(),
                    "instr": _image(view, layout, dep, SegmentType.INSTR).tobytes()}
@@ -151,7 +153,8 @@ def restore(view: Any, device: Any, state: dict[str, Any], blobs: dict[str, Any]
             raise SnapshotError(f"{name} snapshot places {plan.ocm_footprint} bytes in the OCM; "
                                 f"the OCM of {device!r} is not available for that")
     # physical segments, the two images as they are, feature maps zeroed
-    dep = stage.Deployment(plan, stage.allocate(layout, settings, device), {}, ocm_chunk)
+    segments, offsets = stage.allocate(layout, settings, device, bool(state.get("packed_io")))
+    dep = stage.Deployment(plan, segments, {}, ocm_chunk, io_offsets=offsets)
     try:
         li = segs[SegmentType.INSTR]
         for st, img in images.items():
