@@ -535,7 +535,7 @@ def test_connected_networks_pass_the_map_in_place(zdev, staged):  # noqa: F811
 
 def test_io_buffers_share_mmu_entries_when_the_device_has_too_few(zdev, tmp_path):  # noqa: F811
     """yolov5s-160 needs 6 entries with one per INPUT/OUTPUT buffer (WEIGHT, the OCM window,
-    1 input, 3 outputs; its FTMP all fits the OCM); on a device with 4 the buffers are packed, one entry per segment, and the results stay
+    1 input, 3 outputs; its FTMP all fits the OCM); on a device with 4 the buffers are packed,
     bit-exact, forward after forward, through forks and a snapshot. A device with enough
     entries keeps one per buffer (tensors mapped, not copied)."""
     import dataclasses
