@@ -3,12 +3,17 @@ quantize -> adapt -> generate).
 
 `optimize(net)` returns a new network and leaves its input untouched:
 
-1. a standalone BatchNorm2d whose input is a Conv2d / ConvTranspose2d output read by nothing
+1. per-channel affines: a Multiply or Add of a 4-D map by a constant that varies along C only
+   (exporters write BatchNorm so, and Caffe2's scale layers) becomes a BatchNorm2d, and a
+   BatchNorm2d read only by another composes with it into one (`y = x * a + b`, in float64);
+2. a standalone BatchNorm2d whose input is a Conv2d / ConvTranspose2d output read by nothing
    else is folded into the convolution's weights and bias (`w' = w * a`, `b' = (b - mean) * a +
    beta`, `a = gamma / sqrt(var + eps)`, computed in float64, stored float32);
-2. a Relu (threshold 0) that is the only reader of a Conv2d / ConvTranspose2d / Matmul / Add
+3. a BatchNorm2d that follows no convolution (after a Concat, an input, a pool) becomes a
+   depthwise 1x1 Conv2d with weight `a` and bias `b`, which the NPUs run;
+4. a Relu (threshold 0) that is the only reader of a Conv2d / ConvTranspose2d / Matmul / Add
    without a folded activation becomes that op's `act` / `act_alpha` / `act_max`;
-3. Reshapes that keep the shape and Transposes with the identity permutation are removed.
+5. Reshapes that keep the shape and Transposes with the identity permutation are removed.
 
 Ids are stable: a fused op keeps the producer's `op_id` and outputs the *last* value of the
 chain (the BatchNorm2d's or the Relu's output, with its `v_id`), so a value of the optimized
@@ -113,6 +118,66 @@ def _fold_bn(net: Network, conv: Operation, bn: Operation) -> bool:
     return True
 
 
+def _affine_of(op: Operation) -> tuple[np.ndarray, np.ndarray] | None:
+    """(a, b) per channel when `op` computes ``x * a + b`` on a 4-D NHWC map `x`: a BatchNorm2d
+    with constant statistics, or a Multiply / Add by a constant that varies along C only."""
+    x = op.inputs[0]
+    if len(x.shape) != 4 or x.is_params:
+        return None
+    c = x.shape[3]
+    if op.op_type == "BatchNorm2d":
+        if any(not (p.is_params and p.data is not None) for p in op.inputs[1:5]):
+            return None
+        gamma, beta, mean, var = (np.asarray(p.data, np.float64) for p in op.inputs[1:5])
+        a = gamma / np.sqrt(var + float(op.attrs.get("epsilon", 1e-5)))
+        return a, beta - mean * a
+    if op.op_type not in ("Multiply", "Add") or len(op.inputs) != 2 or op.attrs.get(
+            "act", "none") != "none":
+        return None
+    k = op.inputs[1]
+    if not (k.is_params and k.data is not None) or tuple(op.outputs[0].shape) != tuple(x.shape):
+        return None
+    kd = np.asarray(k.data, np.float64)
+    if kd.size not in (1, c) or (kd.ndim and any(d != 1 for d in kd.shape[:-1])):
+        return None
+    kd = np.broadcast_to(kd.reshape(-1), (c,))
+    if op.op_type == "Multiply":
+        return kd.copy(), np.zeros(c)
+    return np.ones(c), kd.copy()
+
+
+def _set_affine(net: Network, op: Operation, a: np.ndarray, b: np.ndarray) -> Operation:
+    """Replace `op` by a BatchNorm2d computing ``x * a + b`` (same op_id, same output value)."""
+    from xir.ops.nn import BatchNorm2d
+
+    c = a.size
+    params = [net.newParams(v.astype(np.float32), f"{op.name or 'affine'}.{n}")
+              for n, v in (("scale", a), ("bias", b), ("mean", np.zeros(c)),
+                           ("var", np.ones(c)))]
+    bn = BatchNorm2d([op.inputs[0]] + params, list(op.outputs), op_id=op.op_id, name=op.name,
+                     epsilon=0.0)
+    bn.tags = dict(op.tags)
+    net.ops[net.ops.index(op)] = bn
+    net.relink()
+    return bn
+
+
+def _as_depthwise(net: Network, bn: Operation) -> None:
+    """A BatchNorm2d as the depthwise 1x1 Conv2d with weight `a` and bias `b`."""
+    from xir.ops.nn import Conv2d
+
+    a, b = _affine_of(bn)
+    c = a.size
+    w = net.newParams(a.reshape(1, 1, 1, c).astype(np.float32), f"{bn.name or 'bn'}.weight",
+                      layout="HWIO")
+    bias = net.newParams(b.astype(np.float32), f"{bn.name or 'bn'}.bias", layout="C")
+    conv = Conv2d([bn.inputs[0], w, bias], list(bn.outputs), op_id=bn.op_id, name=bn.name,
+                  groups=c)
+    conv.tags = dict(bn.tags, affine="BatchNorm2d")
+    net.ops[net.ops.index(bn)] = conv
+    net.relink()
+
+
 def _fold_relu(net: Network, host: Operation, relu: Operation) -> bool:
     if float(relu.attrs.get("threshold", 0.0)) != 0.0 or host.attrs.get("act", "none") != "none":
         return False
@@ -134,16 +199,35 @@ def _is_noop(op: Operation) -> bool:
 
 
 def optimize(net: Network) -> Network:
-    """The optimize stage: BN and Relu folding, no-op Reshape/Transpose removal (a new network)."""
+    """The optimize stage: affine merging, BN folding (into a convolution, else as a depthwise
+    convolution), Relu folding, no-op Reshape/Transpose removal (a new network)."""
     out = copy_network(net)
     outputs = {v.v_id for v in out.outputs()}
     changed = True
     n_bn = n_relu = n_noop = 0
+    n_affine = n_dw = 0
+    for op in list(out.ops):  # 1. constant per-channel Multiply / Add as BatchNorm2d
+        if op.op_type in ("Multiply", "Add") and (ab := _affine_of(op)) is not None:
+            _set_affine(out, op, *ab)
+            n_affine += 1
     while changed:
         changed = False
         for op in list(out.ops):
             if op not in out.ops:
                 continue
+            if op.op_type == "BatchNorm2d":  # 1. compose consecutive affines
+                reader = _only_reader(out, op.outputs[0], outputs)
+                first, second = _affine_of(op), \
+                    _affine_of(reader) if reader is not None and \
+                    reader.op_type == "BatchNorm2d" else None
+                if first is not None and second is not None:
+                    (a1, b1), (a2, b2) = first, second
+                    bn = _set_affine(out, op, a1 * a2, b1 * a2 + b2)
+                    _fuse_tag(bn, reader)
+                    _bypass(out, bn, reader)
+                    n_affine += 1
+                    changed = True
+                    continue
             if op.op_type in ("Conv2d", "ConvTranspose2d") \
                     and op.attrs.get("act", "none") == "none":
                 reader = _only_reader(out, op.outputs[0], outputs)
@@ -176,7 +260,17 @@ def optimize(net: Network) -> Network:
                     out.replaceValue(dst, src)
                 n_noop += 1
                 changed = True
+    for op in list(out.ops):  # 3. what did not fold into a convolution runs as one
+        if op.op_type == "BatchNorm2d" and _affine_of(op) is not None:
+            _as_depthwise(out, op)
+            n_dw += 1
+    for op in list(out.ops):  # 4. ... and takes the Relu after it
+        if op.op_type == "Conv2d" and op.tags.get("affine") and op in out.ops:
+            reader = _only_reader(out, op.outputs[0], outputs)
+            if reader is not None and reader.op_type == "Relu" and _fold_relu(out, op, reader):
+                n_relu += 1
     out.validate()
-    log.debug("optimize %s: %d BatchNorm2d, %d Relu folded, %d no-op ops removed", net.name,
-              n_bn, n_relu, n_noop)
+    log.debug("optimize %s: %d affine ops merged, %d BatchNorm2d folded, %d as depthwise "
+              "convolutions, %d Relu folded, %d no-op ops removed", net.name, n_affine, n_bn,
+              n_dw, n_relu, n_noop)
     return out

@@ -1,0 +1,88 @@
+"""The optimize stage's affine passes: constant per-channel Multiply / Add and BatchNorm2d
+chains merge into one affine, fold into the convolution before them, or become a depthwise 1x1
+convolution (which the NPUs run); the float results stay those of the original network."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import xir
+from xcompile.passes import optimize
+from xrt import HostDevice, Session, Tensor
+
+
+def _run(net, x):
+    from host_backend import HostBackend
+
+    s = Session.Create([HostBackend], net.view(0), [HostDevice.Default()])
+    s.apply()
+    out = [np.asarray(t).copy() for t in s.forward([Tensor(x)])]
+    s.close()
+    return out
+
+
+def _types(net):
+    return [op.op_type for op in net.ops if op.op_type not in ("Input", "Output")]
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(5)
+
+
+def _bn(b, x, rng, c):
+    return b.batch_norm2d(x, rng.uniform(0.5, 1.5, c).astype(np.float32),
+                          rng.normal(0, 0.2, c).astype(np.float32),
+                          rng.normal(0, 0.2, c).astype(np.float32),
+                          rng.uniform(0.5, 1.5, c).astype(np.float32), epsilon=1e-3)
+
+
+def test_affine_chain_after_a_concat_becomes_one_depthwise_conv(rng):
+    """DenseNet's pattern as Caffe2 exports it: Concat -> BatchNorm -> Mul(scale) -> Add(bias)
+    -> Relu. No convolution to fold into: one depthwise 1x1 Conv2d with the Relu folded."""
+    b = xir.NetworkBuilder("dense")
+    x = b.input([1, 6, 5, 3], layout="NHWC")
+    c1 = b.conv2d(x, rng.normal(0, 0.5, (1, 1, 3, 4)).astype(np.float32))
+    cat = b.concat(c1, x, axis=3)
+    y = _bn(b, cat, rng, 7)
+    y = b.multiply(y, rng.uniform(0.5, 2, (1, 1, 1, 7)).astype(np.float32))
+    y = b.add(y, rng.normal(0, 0.3, (7,)).astype(np.float32))
+    y = b.relu(y)
+    b.output(b.conv2d(y, rng.normal(0, 0.5, (1, 1, 7, 2)).astype(np.float32)))
+    net = b.build()
+    opt = optimize(net)
+    assert _types(opt) == ["Conv2d", "Concat", "Conv2d", "Conv2d"]
+    dw = opt.ops[3]
+    assert dw.attrs["groups"] == 7 and dw.attrs["act"] == "relu"
+    assert dw.tags["affine"] == "BatchNorm2d" and len(dw.tags["fused_op_ids"]) >= 2
+    x = rng.normal(0, 1, (1, 6, 5, 3)).astype(np.float32)
+    np.testing.assert_allclose(_run(opt, x)[0], _run(net, x)[0], rtol=1e-5, atol=1e-5)
+
+
+def test_constant_multiply_and_add_fold_into_the_conv_before_them(rng):
+    b = xir.NetworkBuilder("scale")
+    x = b.input([1, 4, 4, 2], layout="NHWC")
+    y = b.conv2d(x, rng.normal(0, 0.5, (3, 3, 2, 5)).astype(np.float32),
+                 rng.normal(0, 0.1, 5).astype(np.float32), pad_top=1, pad_bottom=1,
+                 pad_left=1, pad_right=1)
+    y = b.multiply(y, np.float32(0.25) * np.ones((1, 1, 1, 5), np.float32))
+    y = b.add(y, rng.normal(0, 0.3, (1, 1, 1, 5)).astype(np.float32))
+    b.output(y)
+    net = b.build()
+    opt = optimize(net)
+    assert _types(opt) == ["Conv2d"]
+    x = rng.normal(0, 1, (1, 4, 4, 2)).astype(np.float32)
+    np.testing.assert_allclose(_run(opt, x)[0], _run(net, x)[0], rtol=1e-5, atol=1e-5)
+
+
+def test_feature_map_and_spatial_operands_stay_elementwise(rng):
+    """A Multiply by another feature map (a squeeze-excite gate) or by a constant that varies
+    over H and W is no per-channel affine."""
+    b = xir.NetworkBuilder("gate")
+    x = b.input([1, 4, 4, 3], layout="NHWC")
+    g = b.sigmoid(b.avg_pool2d(x, is_global=True))
+    y = b.multiply(x, g)
+    y = b.add(y, rng.normal(0, 1, (1, 4, 4, 3)).astype(np.float32))
+    b.output(y)
+    assert _types(optimize(b.build())) == ["AvgPool2d", "Sigmoid", "Multiply", "Add"]
