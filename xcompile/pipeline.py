@@ -82,32 +82,45 @@ def compile_model(opts: dict[str, Any], report: bool = False, runner: Runner | N
                                       **({"input_size": int(size)} if size else {}))
     else:
         raise XrtError("xrt compile: --calib DIR is required for an ONNX model")
-    stages: list[tuple[str, Any]] = [("parsed", net)]
-    optimized = optimize(net)
-    stages.append(("optimized", optimized))
-    quantized = quantize_network(optimized, samples, bits=int(opts["bits"]),
-                                 method=opts["method"], input_bits=opts.get("input_bits"),
-                                 op_bits=_op_bits(opts.get("op_bits")), runner=runner)
-    stages.append(("quantized", quantized))
-    adapted = lower.adapt(quantized, opts) if lower is not None and hasattr(lower, "adapt") \
-        else quantized
-    stages.append(("adapted", adapted))
-    if lower is not None:
-        stages.append((getattr(lower, "suffix", str(opts["target"]).upper()),
-                       lower(adapted, opts)))
-    if report:
-        accuracy_report(optimized, quantized, samples, runner).print()
     out_dir = os.path.abspath(opts["output"])
     os.makedirs(os.path.dirname(out_dir) or ".", exist_ok=True)
     tmp = tempfile.mkdtemp(prefix=".xrt-compile-", dir=os.path.dirname(out_dir) or ".")
+    stages: list[str] = []
+
+    def done(stage: str, network: Any) -> None:
+        """Write a stage as soon as it exists, so only the stages still needed stay in
+        memory (a large model's float copies are what a compile's peak is made of)."""
+        network.save(os.path.join(tmp, f"{name}_{stage}.json"))
+        stages.append(stage)
+
     written: dict[str, str] = {}
     try:
-        for stage, network in stages:
-            network.save(os.path.join(tmp, f"{name}_{stage}.json"))
+        done("parsed", net)
+        optimized = optimize(net)
+        del net
+        done("optimized", optimized)
+        quantized = quantize_network(optimized, samples, bits=int(opts["bits"]),
+                                     method=opts["method"], input_bits=opts.get("input_bits"),
+                                     op_bits=_op_bits(opts.get("op_bits")), runner=runner)
+        if report:
+            accuracy_report(optimized, quantized, samples, runner).print()
+        del optimized
+        done("quantized", quantized)
+        if lower is not None:
+            adapted = lower.adapt(quantized, opts) if hasattr(lower, "adapt") else quantized
+            del quantized
+            done("adapted", adapted)
+            generated = lower(adapted, opts)
+            del adapted
+            done(getattr(lower, "suffix", str(opts["target"]).upper()), generated)
+            del generated
+        else:
+            done("adapted", quantized)
+            del quantized
         os.makedirs(out_dir, exist_ok=True)
         for fname in sorted(os.listdir(tmp)):
             os.replace(os.path.join(tmp, fname), os.path.join(out_dir, fname))
-        for stage, _ in stages:
+        for stage in stages:
             written[stage] = os.path.join(out_dir, f"{name}_{stage}.json")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -67,7 +67,12 @@ def options(args: argparse.Namespace) -> dict[str, Any]:
 
 def run(args: argparse.Namespace) -> int:
     opts = options(args)
-    written = compile_model(opts, report=bool(opts.get("report")))
+    try:
+        written = compile_model(opts, report=bool(opts.get("report")))
+    except MemoryError:
+        raise XrtError(f"out of memory compiling {opts['model']}: a compile needs about 3x "
+                       f"the float model's bytes + 1 GB; close other programs or compile on "
+                       f"a machine with more memory") from None
     for stage, path in written.items():
         print(f"{stage:>10}: {path}")
     return 0

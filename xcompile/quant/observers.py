@@ -348,10 +348,13 @@ def weight_scales(w: np.ndarray, axis: int, dtype: Any = np.int8) -> np.ndarray:
     All-zero channels get :data:`MIN_SCALE`. Returns float64 of length ``w.shape[axis]``
     (``axis=-1`` for HWIO conv weights).
     """
-    wf = np.asarray(w, dtype=np.float64)
+    wf = np.asarray(w)
+    if wf.dtype.kind != "f":
+        wf = wf.astype(np.float64)
     if not np.all(np.isfinite(wf)):
         raise ValueError("weights contain NaN or inf")
     ax = axis % wf.ndim
     other = tuple(d for d in range(wf.ndim) if d != ax)
-    amax = np.abs(wf).max(axis=other) if other else np.abs(wf)
+    # max |w| is exact in the weights' own precision: no float64 copy of a large layer
+    amax = (np.abs(wf).max(axis=other) if other else np.abs(wf)).astype(np.float64)
     return np.asarray(scale_from_amax(amax, dtype), dtype=np.float64).reshape(-1)

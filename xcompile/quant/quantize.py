@@ -20,8 +20,10 @@ works on quantized element types:
   earlier than its own calibration says; this rule is order-independent (deterministic);
 - ReLU/ReLU6/LeakyReLU stay folded in the producing op's requantization; SiLU, Sigmoid, Tanh
   and Hardswish keep their op type and run as tables (`xir.quant.lut`) derived from their scales;
-- ops with no exact integer form (Softmax, an unfolded BatchNorm2d, Relu with a threshold,
-  ...) stay float, with Cast ops converting around them.
+- ops with no exact integer form (Softmax, LayerNorm, LRN, Relu with a threshold, ...) stay
+  float, with Cast ops converting around them; the ops that only move codes (Reshape,
+  Transpose, Concat, ...) stay float after them too when every input is float, so a
+  probability output is never re-quantized on its way to the network output.
 
 Mixed precision (`input_bits`, `op_bits`; docs/quantization.md section 10): raised ops compute
 at 16 bits; precision spreads through scale groups and to the other inputs of rescaling ops,
@@ -66,6 +68,21 @@ PASS_THROUGH_OPS = frozenset({"Concat", "Split", "Slice", "Reshape", "Transpose"
 INT16_HEADROOM = 2.0
 _REQUANT_OPS = frozenset({"Conv2d", "ConvTranspose2d", "Matmul", "Add", "Sub", "Multiply",
                           "AvgPool2d", "Relu", "Resize", "Upsample"})
+
+
+def _integer_ops(net: Network) -> set[int]:
+    """The ops that compute in integers: integer-capable ones, except code-moving ops (scale
+    sharing) whose every feature input comes from a float compute op -- quantizing after a
+    Softmax only to reshape its probabilities would throw their resolution away."""
+    ints = {op.op_id for op in net.ops if integer_capable(op)}
+    for op in net.ops:  # network order: producers first
+        if op.op_id not in ints or not _shares_scale(op):
+            continue
+        prods = [v.producer for v in op.feature_inputs()]
+        if prods and all(p is not None and p.op_type != "Input" and p.op_id not in ints
+                         for p in prods):
+            ints.discard(op.op_id)
+    return ints
 
 
 def _is_nearest(op: Operation) -> bool:
@@ -255,7 +272,7 @@ def quantize_network(net: Network, samples: Any, *, bits: int = 8, method: str =
                                 f"{weight_rounding!r}", field="weight_rounding")
     if headroom is not None and headroom < 1.0:
         raise QuantizationError(f"headroom must be >= 1, not {headroom}", field="headroom")
-    int_ops = {op.op_id for op in opt.ops if integer_capable(op)}
+    int_ops = _integer_ops(opt)
     uf = _scale_groups(opt, int_ops)
     raised = _resolve_op_bits(opt, op_bits, bits, int_ops)
     vbits = _value_bits(opt, int_ops, uf, bits, raised, input_bits)
@@ -412,7 +429,7 @@ def _gptq_codes(opt: Network, data: list, int_ops: set[int], op_el: dict[int, Sc
             continue
         dt = op_el[op.op_id].numpy_dtype
         qmax = int(np.iinfo(dt).max)
-        w = np.asarray(op.inputs[1].data, np.float64)
+        w = np.asarray(op.inputs[1].data)  # float32: GPTQ widens one block at a time
         s = weight_scales(w, w.ndim - 1, dt)
         groups = int(op.attrs.get("groups", 1)) if op.op_type == "Conv2d" else 1
         out[op.op_id] = (gptq_weights(w, s, hess[op.op_id], groups, dt, qmax), s)

@@ -1,0 +1,47 @@
+"""Compile time and peak resident memory of `xrt compile` for a VGG-class model: the onnx
+package's light vgg19 (143 M parameters, 575 MB of float weights) with seeded weights, compiled
+for zg330 in a child process so its own peak is measured.
+
+Target (issue 10): peak RSS <= 3x the float model's bytes + 1 GB.
+"""
+
+import os
+import resource
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+from helpers import load_average
+
+pytest.importorskip("onnx")
+
+
+def test_vgg19_compile_memory(benchmark, tmp_path):
+    import onnx
+    from corpus import images, light_model
+
+    model = light_model("vgg19")
+    float_bytes = sum(int(np.prod(i.dims)) * 4 for i in model.graph.initializer)
+    path = tmp_path / "vgg19.onnx"
+    onnx.save(model, path)
+    del model
+    cal = tmp_path / "cal"
+    cal.mkdir()
+    for k, im in enumerate(images((1, 3, 224, 224), 4)):
+        np.save(cal / f"{k}.npy", im)
+    cmd = [sys.executable, "-m", "xrt", "compile", str(path), "--target", "zg330", "--calib",
+           str(cal), "-o", str(tmp_path / "out")]
+
+    def run() -> float:
+        t0 = time.perf_counter()
+        subprocess.run(cmd, check=True, capture_output=True, env=dict(os.environ))
+        return time.perf_counter() - t0
+
+    seconds = benchmark.pedantic(run, rounds=1, iterations=1)
+    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
+    limit = 3 * float_bytes + 1e9
+    print(f"\nvgg19 compile: {seconds:.0f} s, peak RSS {peak / 1e9:.2f} GB, float model "
+          f"{float_bytes / 1e6:.0f} MB, target <= {limit / 1e9:.2f} GB ({load_average()})")
+    assert peak <= limit, f"peak RSS {peak / 1e9:.2f} GB > {limit / 1e9:.2f} GB"
