@@ -75,4 +75,11 @@ def run(args: argparse.Namespace) -> int:
                        f"a machine with more memory") from None
     for stage, path in written.items():
         print(f"{stage:>10}: {path}")
+    if opts.get("target"):
+        import xir
+        from xcompile.placement import placement
+
+        generated = xir.Network.CreateFromJsonFile(list(written.values())[-1])
+        for line in placement(generated, str(opts["target"])).lines():
+            print(line)
     return 0

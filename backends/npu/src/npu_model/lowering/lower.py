@@ -137,6 +137,18 @@ class _Lowering:
                     self.npu_ops[op.op_id] = None
                     changed = True
 
+    def host_reason(self, op: Any) -> str:
+        """Why `op` stays on the host (the network's ``tags[target]["host_ops"]``)."""
+        if op.op_id in self.why_host:
+            return self.why_host[op.op_id]
+        if op.op_type in ("Cast", "AlignAxis", "PruneAxis"):
+            return "host/NPU edge: float <-> integer conversion and channel alignment"
+        if not op.is_quantized():
+            return "float op: no integer form, computes in float32 on the host"
+        if op.op_type in ALIAS_OPS:
+            return "moves codes between host ops (an NPU alias only next to NPU ops)"
+        return f"no {self.target.name} lowering for {op.op_type}"
+
     def on_npu(self, op) -> bool:
         return op is not None and op.op_id in self.npu_ops
 
@@ -354,12 +366,16 @@ class _Lowering:
                                           "h": b.h, "w": b.w, "pitch": b.pitch, "c_off": off,
                                           "c": c, "dtype": b.dtype, "real": vid == b.owner,
                                           "host": b.host}}
-        n_hard = 0
+        n_hard = n_fused = 0
+        host: dict[str, str] = {}
         for item in seq:
             if not isinstance(item, _HardSpec):
                 out.ops.append(item)
+                if item.op_type not in ("Input", "Output"):
+                    host[str(item.op_id)] = self.host_reason(item)
                 continue
             n_hard += 1
+            n_fused += len(item.ops)
             out.ops.append(self._hardop(item, out))
         out.relink()
         out.tags[tag] = {**out.tags.get(tag, {}), "etm": {k: etm[k] for k in
@@ -367,7 +383,8 @@ class _Lowering:
                          "layers": etm["layers"], "hardops": n_hard, "isa_version": ISA_VERSION,
                          "channel_unit": {"int8": self.cfg.channel_unit("int8"),
                                           "int16": self.cfg.channel_unit("int16")},
-                         "host_ops": {str(k): v for k, v in self.why_host.items()}}
+                         "npu_ops": n_fused + sum(1 for v in self.npu_ops.values() if v is None),
+                         "host_ops": host}
         out.validate()
         return out
 
