@@ -321,3 +321,21 @@ def test_missing_onnx_raises_missing_dependency(monkeypatch):
     monkeypatch.setitem(sys.modules, "onnx", None)
     with pytest.raises(xir.MissingDependencyError, match="pip install"):
         import_onnx(b"whatever")
+
+
+@pytest.mark.parametrize("batch", [-1, 0, "N", None])
+def test_dynamic_dims_as_exporters_write_them(batch):
+    """PaddlePaddle writes [-1, 3, ?, ?]; -1, 0, a name and nothing are all dynamic, and
+    `input_shapes` fills them. A dynamic batch alone is taken as 1."""
+    nodes = [helper.make_node("Relu", ["x"], ["y"])]
+    model = _model(nodes, [_vi("x", [batch, 3, None, "w"])], [_vi("y", None)])
+    with pytest.raises(xir.DynamicShapeError, match="'x'"):
+        import_onnx(model)
+    net = import_onnx(model, input_shapes={"x": [1, 3, 48, 192]})
+    assert net.inputs()[0].shape == (1, 3, 48, 192)
+    with pytest.raises(xir.DynamicShapeError, match="contradicts"):
+        import_onnx(model, input_shapes={"x": [1, 4, 48, 192]})
+    with pytest.raises(xir.DynamicShapeError, match="positive"):
+        import_onnx(model, input_shapes={"x": [-1, 3, 48, 192]})
+    only_batch = _model(nodes, [_vi("x", [batch, 3, 8, 8])], [_vi("y", None)])
+    assert import_onnx(only_batch).inputs()[0].shape == (1, 3, 8, 8)

@@ -7,6 +7,7 @@ them all. The finished network goes through the clean-up passes and is validated
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import numpy as np
@@ -30,6 +31,8 @@ from xir.values import Params, Value
 
 _NO_FOLD = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
             "Multinomial", "Bernoulli", "If", "Loop", "Scan"}
+
+log = logging.getLogger(__name__)
 
 
 def _attrs(node) -> dict[str, Any]:
@@ -196,9 +199,15 @@ class _Importer:
             tt = inp.type.tensor_type
             dims: list[int | None] | None = None
             if tt.HasField("shape"):
-                dims = [d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim]
+                # exporters write a dynamic dimension as a name, nothing, -1 or 0
+                dims = [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else None
+                        for d in tt.shape.dim]
             if inp.name in self.input_shapes:
                 want = [int(d) for d in self.input_shapes[inp.name]]
+                if any(w <= 0 for w in want):
+                    raise DynamicShapeError(
+                        f"input_shapes['{inp.name}'] = {want}: every dimension must be a "
+                        f"positive size", file=self.file, field="input_shapes")
                 if dims is not None and len(want) != len(dims):
                     raise DynamicShapeError(
                         f"input_shapes['{inp.name}'] = {want} has rank {len(want)}, the model "
@@ -209,6 +218,10 @@ class _Importer:
                         f"input_shapes['{inp.name}'] = {want} contradicts the model's static "
                         f"shape {dims}", file=self.file, field="input_shapes")
                 dims = want
+            if dims is not None and len(dims) > 1 and dims[0] is None and \
+                    all(d is not None for d in dims[1:]):
+                dims = [1] + dims[1:]  # a dynamic batch alone: one sample, as deployed
+                log.info("graph input '%s': dynamic batch dimension taken as 1", inp.name)
             if dims is None or any(d is None for d in dims):
                 dynamic.append((inp.name, dims))
                 continue
