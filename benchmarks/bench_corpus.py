@@ -1,0 +1,105 @@
+"""The corpus table of the README: the onnx package's light models with seeded weights,
+compiled for zg330 by `xrt compile` in a child process (its time and peak RSS), run on
+sim://zg330 against the integer reference (bit-exact?) and against onnxruntime float; our int8
+output cosine next to onnxruntime's own int8 (quantize_static, QDQ, per-channel weights, the
+same four calibration images).
+
+    python -m pytest benchmarks/bench_corpus.py --benchmark-only -s      # prints the table
+"""
+
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+from helpers import load_average
+
+pytest.importorskip("onnxruntime")
+
+
+def _cos(a, b) -> float:
+    a, b = np.asarray(a, np.float64).ravel(), np.asarray(b, np.float64).ravel()
+    return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
+
+
+def _compile(path, cal, out) -> tuple[float, int]:
+    cmd = [sys.executable, "-m", "xrt", "compile", str(path), "--target", "zg330", "--calib",
+           str(cal), "-o", str(out)]
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(proc.pid, 0)
+    err = proc.stderr.read().decode()
+    proc.stderr.close()
+    if status:
+        raise RuntimeError(f"{path.name}: xrt compile failed: {err[-500:]}")
+    return time.perf_counter() - t0, usage.ru_maxrss * 1024
+
+
+def _row(name, tmp):
+    import onnx
+    import onnxruntime as ort
+    from corpus import images, light_model, ort_int8
+
+    import xir
+    from host_backend import HostBackend
+    from xcompile.placement import placement
+    from xrt import Device, HostDevice, Session, Tensor
+    from zg330backend import ZG330Backend
+
+    model = light_model(name)
+    path = tmp / f"{name}.onnx"
+    onnx.save(model, path)
+    shape = tuple(d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim)
+    del model
+    cal = tmp / f"{name}_cal"
+    cal.mkdir()
+    samples = images(shape, 4)
+    for k, im in enumerate(samples):
+        np.save(cal / f"{k}.npy", im)
+    seconds, rss = _compile(path, cal, tmp / name)
+
+    def load(stage):
+        net = xir.Network.CreateFromJsonFile(str(tmp / name / f"{name}_{stage}.json"))
+        net.loadParamsFromFile(str(tmp / name / f"{name}_{stage}.raw"))
+        return net
+
+    def run(net, backends, devices, x):
+        s = Session.Create(backends, net.view(0), devices)
+        s.apply()
+        out = np.asarray(s.forward([Tensor(x)])[0]).copy()
+        s.close()
+        return out
+
+    zg, adapted = load("ZG"), load("adapted")
+    where = placement(zg, "zg330")
+    x = images(shape, 1, seed=9)[0]
+    dev = Device.Open("sim://zg330")
+    chip = run(zg, [ZG330Backend, HostBackend], [dev, HostDevice.Default()], x)
+    dev.close()
+    ref = run(adapted, [HostBackend], [HostDevice.Default()], x)
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    want = sess.run(None, {sess.get_inputs()[0].name: x})[0]
+    qs = ort.InferenceSession(ort_int8(str(path), samples, str(tmp / f"{name}_int8.onnx")),
+                              providers=["CPUExecutionProvider"])
+    theirs = _cos(qs.run(None, {qs.get_inputs()[0].name: x})[0], want)
+    host = ", ".join(f"{t} {n}" for c in where.host.values() for t, n in c.items()
+                     if t not in ("Cast", "AlignAxis", "PruneAxis"))
+    return (f"| {name} | {where.npu_ops} in {where.hardops} HardOps | {where.host_ops} "
+            f"({host or 'edges only'}) | {_cos(chip, want):.4f} | {theirs:.4f} | "
+            f"{'yes' if chip.tobytes() == ref.tobytes() else 'NO'} | {seconds:.0f} s | "
+            f"{rss / 1e9:.2f} GB |")
+
+
+def test_corpus_table(benchmark, tmp_path):
+    from corpus import LIGHT
+
+    rows = benchmark.pedantic(lambda: [_row(n, tmp_path) for n in LIGHT], rounds=1,
+                              iterations=1)
+    print(f"\ncorpus on zg330 ({load_average()})")
+    print("| network | ops on chip | ops on host | int8 cosine (ours) | onnxruntime int8 "
+          "cosine | bit-exact | compile | peak RSS |")
+    print("|---|---|---|---:|---:|---|---:|---:|")
+    print("\n".join(rows))
+    assert all("| NO |" not in r for r in rows)
