@@ -3,6 +3,8 @@ quantize -> adapt -> generate).
 
 `optimize(net)` returns a new network and leaves its input untouched:
 
+0. decomposed activations: HardSwish as exporters write it (``x * relu6(x + 3) / 6``, in
+   either association) becomes one Hardswish op (a lookup table once quantized);
 1. per-channel affines: a Multiply or Add of a 4-D map by a constant that varies along C only
    (exporters write BatchNorm so, and Caffe2's scale layers) becomes a BatchNorm2d, and a
    BatchNorm2d read only by another composes with it into one (`y = x * a + b`, in float64);
@@ -178,6 +180,68 @@ def _as_depthwise(net: Network, bn: Operation) -> None:
     net.relink()
 
 
+def _scalar(v: Value) -> float | None:
+    """The value of a constant holding one number, else None."""
+    if v.is_params and v.data is not None and np.asarray(v.data).size == 1:
+        return float(np.asarray(v.data).ravel()[0])
+    return None
+
+
+def _reader(v: Value, op_type: str, outputs: set[int]) -> Operation | None:
+    """The only reader of `v`, if it is an `op_type` op and `v` is no network output."""
+    if v.v_id in outputs or len(v.consumers) != 1 or v.consumers[0].op_type != op_type:
+        return None
+    return v.consumers[0]
+
+
+def _other(op: Operation, v: Value) -> Value | None:
+    """The input of binary `op` that is not `v`."""
+    ins = list(op.inputs)
+    if len(ins) != 2 or (ins[0] is v) == (ins[1] is v):
+        return None
+    return ins[1] if ins[0] is v else ins[0]
+
+
+def _fold_hardswish(net: Network, add: Operation, outputs: set[int]) -> bool:
+    """``x * relu6(x + 3) / 6`` or ``x * (relu6(x + 3) / 6)`` from `add` = ``x + 3`` on:
+    one Hardswish op (the last op's output value and the Add's op_id kept)."""
+    from xir.ops.elementwise import Hardswish
+
+    if add.op_type != "Add" or len(add.inputs) != 2 or add.attrs.get("act", "none") != "none":
+        return False
+    x = next((v for v in add.inputs if not v.is_params), None)
+    k = _other(add, x) if x is not None else None
+    if k is None or _scalar(k) != 3.0:
+        return False
+    relu = _reader(add.outputs[0], "Relu", outputs)
+    if relu is None or float(relu.attrs.get("max_value", 0)) != 6.0 or \
+            float(relu.attrs.get("alpha", 0)) != 0.0 or \
+            float(relu.attrs.get("threshold", 0)) != 0.0:
+        return False
+    r = relu.outputs[0]
+    m1 = _reader(r, "Multiply", outputs)
+    if m1 is None:
+        return False
+    o = _other(m1, r)
+    if o is x:  # x * relu6(x + 3), then / 6
+        m2 = _reader(m1.outputs[0], "Multiply", outputs)
+        ok = m2 is not None and (c := _other(m2, m1.outputs[0])) is not None and \
+            _scalar(c) is not None and abs(_scalar(c) * 6.0 - 1.0) < 1e-6
+    else:  # relu6(x + 3) / 6, then x *
+        ok = o is not None and _scalar(o) is not None and abs(_scalar(o) * 6.0 - 1.0) < 1e-6
+        m2 = _reader(m1.outputs[0], "Multiply", outputs) if ok else None
+        ok = ok and m2 is not None and _other(m2, m1.outputs[0]) is x
+    if not ok:
+        return False
+    hs = Hardswish([x], list(m2.outputs), op_id=add.op_id, name=m2.name or add.name)
+    hs.tags = {"fused_op_ids": [relu.op_id, m1.op_id, m2.op_id]}
+    for gone in (relu, m1, m2):
+        net.ops.remove(gone)
+    net.ops[net.ops.index(add)] = hs
+    net.relink()
+    return True
+
+
 def _fold_relu(net: Network, host: Operation, relu: Operation) -> bool:
     if float(relu.attrs.get("threshold", 0.0)) != 0.0 or host.attrs.get("act", "none") != "none":
         return False
@@ -205,7 +269,10 @@ def optimize(net: Network) -> Network:
     outputs = {v.v_id for v in out.outputs()}
     changed = True
     n_bn = n_relu = n_noop = 0
-    n_affine = n_dw = 0
+    n_affine = n_dw = n_act = 0
+    for op in list(out.ops):  # 0. decomposed activations
+        if op in out.ops and op.op_type == "Add" and _fold_hardswish(out, op, outputs):
+            n_act += 1
     for op in list(out.ops):  # 1. constant per-channel Multiply / Add as BatchNorm2d
         if op.op_type in ("Multiply", "Add") and (ab := _affine_of(op)) is not None:
             _set_affine(out, op, *ab)
@@ -270,7 +337,7 @@ def optimize(net: Network) -> Network:
             if reader is not None and reader.op_type == "Relu" and _fold_relu(out, op, reader):
                 n_relu += 1
     out.validate()
-    log.debug("optimize %s: %d affine ops merged, %d BatchNorm2d folded, %d as depthwise "
-              "convolutions, %d Relu folded, %d no-op ops removed", net.name, n_affine, n_bn,
-              n_dw, n_relu, n_noop)
+    log.debug("optimize %s: %d activations recomposed, %d affine ops merged, %d BatchNorm2d "
+              "folded, %d as depthwise convolutions, %d Relu folded, %d no-op ops removed",
+              net.name, n_act, n_affine, n_bn, n_dw, n_relu, n_noop)
     return out

@@ -86,3 +86,26 @@ def test_feature_map_and_spatial_operands_stay_elementwise(rng):
     y = b.add(y, rng.normal(0, 1, (1, 4, 4, 3)).astype(np.float32))
     b.output(y)
     assert _types(optimize(b.build())) == ["AvgPool2d", "Sigmoid", "Multiply", "Add"]
+
+
+@pytest.mark.parametrize("assoc", ["x*r/6", "x*(r/6)", "(r/6)*x"])
+def test_decomposed_hardswish_becomes_one_op(rng, assoc):
+    """HardSwish as PaddlePaddle and torch exporters write it, ``x * clip(x + 3, 0, 6) / 6``
+    (the Clip imports as a Relu bounded at 6, the division as a Multiply by 1/6)."""
+    b = xir.NetworkBuilder("hswish")
+    x = b.input([1, 5, 4, 3], layout="NHWC")
+    c = b.conv2d(x, rng.normal(0, 1, (1, 1, 3, 3)).astype(np.float32))
+    r = b.relu(b.add(c, np.array([3.0], np.float32)), max_value=6.0)
+    sixth = np.array([1 / 6], np.float32)
+    if assoc == "x*r/6":
+        y = b.multiply(b.multiply(c, r), sixth)
+    elif assoc == "x*(r/6)":
+        y = b.multiply(c, b.multiply(r, sixth))
+    else:
+        y = b.multiply(b.multiply(r, sixth), c)
+    b.output(y)
+    net = b.build()
+    opt = optimize(net)
+    assert _types(opt) == ["Conv2d", "Hardswish"]
+    x = rng.normal(0, 2, (1, 5, 4, 3)).astype(np.float32)
+    np.testing.assert_allclose(_run(opt, x)[0], _run(net, x)[0], rtol=1e-5, atol=1e-5)
