@@ -199,8 +199,9 @@ class _Importer:
             tt = inp.type.tensor_type
             dims: list[int | None] | None = None
             if tt.HasField("shape"):
-                # exporters write a dynamic dimension as a name, nothing, -1 or 0
-                dims = [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else None
+                # exporters write a dynamic dimension as a name, nothing or -1; a 0 is an empty
+                # axis unless input_shapes gives it a size (some exporters mean dynamic)
+                dims = [d.dim_value if d.HasField("dim_value") and d.dim_value >= 0 else None
                         for d in tt.shape.dim]
             if inp.name in self.input_shapes:
                 want = [int(d) for d in self.input_shapes[inp.name]]
@@ -212,7 +213,7 @@ class _Importer:
                     raise DynamicShapeError(
                         f"input_shapes['{inp.name}'] = {want} has rank {len(want)}, the model "
                         f"says rank {len(dims)}", file=self.file, field="input_shapes")
-                if dims is not None and any(d is not None and d != w
+                if dims is not None and any(d is not None and d != 0 and d != w
                                             for d, w in zip(dims, want)):
                     raise DynamicShapeError(
                         f"input_shapes['{inp.name}'] = {want} contradicts the model's static "
