@@ -5,15 +5,9 @@ for zg330 in a child process so its own peak is measured.
 Target (issue 10): peak RSS <= 3x the float model's bytes + 1 GB.
 """
 
-import os
-import resource
-import subprocess
-import sys
-import time
-
 import numpy as np
 import pytest
-from helpers import load_average
+from helpers import load_average, xrt_peak_rss
 
 pytest.importorskip("onnx")
 
@@ -31,16 +25,9 @@ def test_vgg19_compile_memory(benchmark, tmp_path):
     cal.mkdir()
     for k, im in enumerate(images((1, 3, 224, 224), 4)):
         np.save(cal / f"{k}.npy", im)
-    cmd = [sys.executable, "-m", "xrt", "compile", str(path), "--target", "zg330", "--calib",
-           str(cal), "-o", str(tmp_path / "out")]
-
-    def run() -> float:
-        t0 = time.perf_counter()
-        subprocess.run(cmd, check=True, capture_output=True, env=dict(os.environ))
-        return time.perf_counter() - t0
-
-    seconds = benchmark.pedantic(run, rounds=1, iterations=1)
-    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
+    args = ["compile", str(path), "--target", "zg330", "--calib", str(cal), "-o",
+            str(tmp_path / "out")]
+    seconds, peak = benchmark.pedantic(lambda: xrt_peak_rss(args), rounds=1, iterations=1)
     limit = 3 * float_bytes + 1e9
     print(f"\nvgg19 compile: {seconds:.0f} s, peak RSS {peak / 1e9:.2f} GB, float model "
           f"{float_bytes / 1e6:.0f} MB, target <= {limit / 1e9:.2f} GB ({load_average()})")

@@ -7,34 +7,22 @@ same four calibration images).
     python -m pytest benchmarks/bench_corpus.py --benchmark-only -s      # prints the table
 """
 
-import os
-import subprocess
-import sys
-import time
-
 import numpy as np
 import pytest
-from helpers import load_average
+from helpers import load_average, xrt_peak_rss
 
 pytest.importorskip("onnxruntime")
 
 
 def _cos(a, b) -> float:
     a, b = np.asarray(a, np.float64).ravel(), np.asarray(b, np.float64).ravel()
-    return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
+    na, nb = np.linalg.norm(a), np.linalg.norm(b)
+    return float(a @ b / (na * nb)) if na and nb else float(na == nb)
 
 
 def _compile(path, cal, out) -> tuple[float, int]:
-    cmd = [sys.executable, "-m", "xrt", "compile", str(path), "--target", "zg330", "--calib",
-           str(cal), "-o", str(out)]
-    t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    _, status, usage = os.wait4(proc.pid, 0)
-    err = proc.stderr.read().decode()
-    proc.stderr.close()
-    if status:
-        raise RuntimeError(f"{path.name}: xrt compile failed: {err[-500:]}")
-    return time.perf_counter() - t0, usage.ru_maxrss * 1024
+    return xrt_peak_rss(["compile", str(path), "--target", "zg330", "--calib", str(cal), "-o",
+                         str(out)])
 
 
 def _row(name, tmp):
@@ -95,8 +83,14 @@ def _row(name, tmp):
 def test_corpus_table(benchmark, tmp_path):
     from corpus import LIGHT
 
-    rows = benchmark.pedantic(lambda: [_row(n, tmp_path) for n in LIGHT], rounds=1,
-                              iterations=1)
+    def table() -> list[str]:
+        rows = []
+        for n in LIGHT:
+            rows.append(_row(n, tmp_path))
+            print(rows[-1], flush=True)
+        return rows
+
+    rows = benchmark.pedantic(table, rounds=1, iterations=1)
     print(f"\ncorpus on zg330 ({load_average()})")
     print("| network | ops on chip | ops on host | int8 cosine (ours) | onnxruntime int8 "
           "cosine | bit-exact | compile | peak RSS |")

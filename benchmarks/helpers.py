@@ -57,3 +57,24 @@ def ort_session(model_bytes: bytes):
     opts.intra_op_num_threads = 1
     opts.inter_op_num_threads = 1
     return ort.InferenceSession(model_bytes, opts, providers=["CPUExecutionProvider"])
+
+
+_PEAK = ("import sys\nfrom xrt.cli import main\ntry:\n    rc = main(sys.argv[1:])\nfinally:\n"
+         "    hwm = [ln for ln in open('/proc/self/status') if ln.startswith('VmHWM')]\n"
+         "    print('PEAK_RSS_KB', hwm[0].split()[1] if hwm else 0, file=sys.stderr)\n"
+         "sys.exit(rc)\n")
+
+
+def xrt_peak_rss(args: list[str]) -> tuple[float, int]:
+    """Run ``xrt ARGS`` in a child process: (seconds, peak resident bytes of the child itself,
+    its VmHWM, which a fork's shared pages of this process do not inflate)."""
+    import subprocess
+    import sys
+
+    t0 = time.perf_counter()
+    res = subprocess.run([sys.executable, "-c", _PEAK, *args], capture_output=True, text=True)
+    seconds = time.perf_counter() - t0
+    if res.returncode:
+        raise RuntimeError(f"xrt {' '.join(args)} failed: {res.stderr[-800:]}")
+    kb = [ln.split()[1] for ln in res.stderr.splitlines() if ln.startswith("PEAK_RSS_KB")]
+    return seconds, int(kb[-1]) * 1024 if kb else 0
