@@ -38,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from xcompile.quant.observers import make_observer
+from xcompile.quant.observers import MinMaxObserver, make_observer
 from xcompile.runner import Runner, default_runner
 from xir.errors import CalibrationError
 
@@ -210,8 +210,8 @@ def calibrate(net: Any, samples: Any, method: str = "minmax", *,
               runner: Runner | None = None, **kw: Any) -> dict[int, float]:
     """`{v_id: amax}` of every float value of `net` over `samples` (anything
     `load_calibration` accepts), with one `make_observer(method, **kw)` per value
-    (`per_value[v_id]`, when given, replaces `kw` for that value: mixed-precision networks
-    calibrate their 16-bit values with 16-bit observers).
+    (`per_value[v_id]`, when given, replaces `kw` for that value -- mixed-precision networks
+    calibrate their 16-bit values with 16-bit observers -- and may name another "method").
 
     `skip_zeros` (default: on for "kl", off otherwise) leaves exact zeros out of the
     histograms, as pytorch-quantization's `HistogramCalibrator(skip_zeros=True)` does: after a
@@ -229,8 +229,9 @@ def calibrate(net: Any, samples: Any, method: str = "minmax", *,
             return
         obs = observers.get(v.v_id)
         if obs is None:
-            obs = observers[v.v_id] = make_observer(method, **per_value.get(v.v_id, kw))
-        if skip:
+            own = dict(per_value.get(v.v_id, kw))
+            obs = observers[v.v_id] = make_observer(own.pop("method", method), **own)
+        if skip and not isinstance(obs, MinMaxObserver):
             arr = arr[arr != 0]
             if arr.size == 0:
                 return

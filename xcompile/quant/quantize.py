@@ -63,6 +63,10 @@ __all__ = ["quantize_network", "PASS_THROUGH_OPS", "LUT_OPS", "integer_capable"]
 #: Ops whose integer kernel moves codes without rescaling: their values share one scale.
 PASS_THROUGH_OPS = frozenset({"Concat", "Split", "Slice", "Reshape", "Transpose", "Squeeze",
                               "Unsqueeze", "Pad", "MaxPool2d", "AlignAxis", "PruneAxis"})
+#: Ops whose outputs are probabilities in [0, 1]: calibrated by their range (minmax), not by a
+#: histogram search that clips the few large ones (reported on a transformer block: 0.972
+#: output cosine with KL on the attention probabilities, 0.998 with minmax)
+PROBABILITY_OPS = frozenset({"Softmax"})
 #: Default amax multiplier of 16-bit quantization: int16 has resolution to spare, and one
 #: bit of it buys headroom for values beyond the calibration set's range.
 INT16_HEADROOM = 2.0
@@ -284,6 +288,10 @@ def quantize_network(net: Network, samples: Any, *, bits: int = 8, method: str =
         return INT8 if bits_of(vid) == 8 else INT16
 
     per_value = {vid: _observer_kw(method, b, kw) for vid, b in vbits.items()}
+    for op in opt.ops:  # probabilities: KL's clipping search has no tail to trade away there
+        if op.op_type in PROBABILITY_OPS:
+            for v in op.outputs:
+                per_value[v.v_id] = {"method": "minmax"}
     amax = calibrate(opt, data, method, per_value=per_value, runner=runner,
                      **_observer_kw(method, bits, kw))
     amax = {vid: a * (headroom if headroom is not None else

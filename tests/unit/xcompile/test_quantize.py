@@ -11,7 +11,7 @@ import xcompile.zoo as zoo
 import xir
 from host_backend import HostBackend
 from xcompile.passes import optimize
-from xcompile.quant.calibrate import calibrate, load_calibration
+from xcompile.quant.calibrate import calibrate, load_calibration, run_float
 from xcompile.quant.quantize import quantize_network
 from xcompile.quant.report import accuracy_report, cosine
 from xir.serialize.json import load_network
@@ -378,3 +378,25 @@ def test_yolov5s_accuracy(bits, method, floor):
     rep = accuracy_report(net, q, zoo.calibration_set("yolov5s", 1, seed=1))
     print({o["name"]: round(o["cosine"], 5) for o in rep.outputs})
     assert min(o["cosine"] for o in rep.outputs) >= floor
+
+
+def test_probabilities_are_calibrated_by_their_range():
+    """Attention: softmax probabilities feeding a Matmul. With the default KL method the
+    softmax output is still calibrated by its range (minmax), so the largest probabilities are
+    not clipped, and the network keeps its output."""
+    rng = np.random.default_rng(3)
+    b = xir.NetworkBuilder("attn")
+    x = b.input([1, 16, 32])
+    s = b.softmax(b.matmul(x, (rng.normal(0, 0.6, (32, 16))).astype(np.float32)), axis=-1)
+    b.output(b.matmul(s, rng.normal(0, 1, (16, 8)).astype(np.float32)))
+    net = b.build()
+    samples = [[rng.normal(0, 1, (1, 16, 32)).astype(np.float32)] for _ in range(4)]
+    q = quantize_network(net, samples, method="kl")
+    sm = next(op for op in net.ops if op.op_type == "Softmax").outputs[0]
+    probs: list[np.ndarray] = []
+    run_float(net, samples, lambda v, a: probs.append(a) if v.v_id == sm.v_id else None)
+    casts = [v for op in q.ops for v in op.outputs
+             if int(v.tags.get("float_v_id", -1)) == sm.v_id and v.dtype.element_dtype.is_quantized]
+    assert casts, "the softmax output is quantized for the Matmul reading it"
+    el = casts[0].dtype.element_dtype
+    assert float(el.scale[0]) * 127 >= max(float(p.max()) for p in probs) * 0.999
