@@ -4,7 +4,8 @@ quantize -> adapt -> generate).
 `optimize(net)` returns a new network and leaves its input untouched:
 
 0. decomposed activations: HardSwish as exporters write it (``x * relu6(x + 3) / 6``, in
-   either association) becomes one Hardswish op (a lookup table once quantized);
+   either association) becomes one Hardswish op and GELU (``x * (1 + erf(x / sqrt 2)) / 2``)
+   one Gelu op: a lookup table each once quantized;
 1. per-channel affines: a Multiply or Add of a 4-D map by a constant that varies along C only
    (exporters write BatchNorm so, and Caffe2's scale layers) becomes a BatchNorm2d, and a
    BatchNorm2d read only by another composes with it into one (`y = x * a + b`, in float64);
@@ -242,6 +243,51 @@ def _fold_hardswish(net: Network, add: Operation, outputs: set[int]) -> bool:
     return True
 
 
+def _near(v: Value, want: float) -> bool:
+    got = _scalar(v)
+    return got is not None and abs(got - want) <= 1e-5 * abs(want)
+
+
+def _fold_gelu(net: Network, erf: Operation, outputs: set[int]) -> bool:
+    """``x * (1 + erf(x * 1/sqrt 2)) * 0.5`` around `erf` (either order of the two final
+    products, as torch.onnx writes it): one Gelu op (the last output and Erf's op_id kept)."""
+    from xir.ops.elementwise import Gelu
+
+    scale = erf.inputs[0].producer
+    if scale is None or scale.op_type != "Multiply" or len(erf.inputs[0].consumers) != 1:
+        return False
+    x = next((v for v in scale.inputs if not v.is_params), None)
+    if x is None or not _near(_other(scale, x), 2 ** -0.5):
+        return False
+    add = _reader(erf.outputs[0], "Add", outputs)
+    if add is None or add.attrs.get("act", "none") != "none" or \
+            not _near(_other(add, erf.outputs[0]), 1.0):
+        return False
+    m1 = _reader(add.outputs[0], "Multiply", outputs)
+    if m1 is None:
+        return False
+    o = _other(m1, add.outputs[0])
+    half = next((c for c in x.consumers if c.op_type == "Multiply" and c not in (m1, scale)
+                 and (k := _other(c, x)) is not None and _near(k, 0.5)), None)
+    if o is x:  # (x * (1 + erf)) * 0.5
+        m2 = _reader(m1.outputs[0], "Multiply", outputs)
+        if m2 is None or not _near(_other(m2, m1.outputs[0]), 0.5):
+            return False
+        gone, last = [scale, add, m1, m2], m2
+    elif o is not None and half is not None and o is half.outputs[0] and \
+            len(o.consumers) == 1:  # (x * 0.5) * (1 + erf)
+        gone, last = [scale, add, half, m1], m1
+    else:
+        return False
+    g = Gelu([x], list(last.outputs), op_id=erf.op_id, name=last.name or erf.name)
+    g.tags = {"fused_op_ids": [op.op_id for op in gone]}
+    for op in gone:
+        net.ops.remove(op)
+    net.ops[net.ops.index(erf)] = g
+    net.relink()
+    return True
+
+
 def _fold_relu(net: Network, host: Operation, relu: Operation) -> bool:
     if float(relu.attrs.get("threshold", 0.0)) != 0.0 or host.attrs.get("act", "none") != "none":
         return False
@@ -272,6 +318,8 @@ def optimize(net: Network) -> Network:
     n_affine = n_dw = n_act = 0
     for op in list(out.ops):  # 0. decomposed activations
         if op in out.ops and op.op_type == "Add" and _fold_hardswish(out, op, outputs):
+            n_act += 1
+        elif op in out.ops and op.op_type == "Erf" and _fold_gelu(out, op, outputs):
             n_act += 1
     for op in list(out.ops):  # 1. constant per-channel Multiply / Add as BatchNorm2d
         if op.op_type in ("Multiply", "Add") and (ab := _affine_of(op)) is not None:

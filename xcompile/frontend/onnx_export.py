@@ -264,6 +264,24 @@ class _Exporter:
         out = self.node("BatchNormalization", ins, base, epsilon=float(a["epsilon"]))[0]
         self.put(op.outputs[0], NCHW, out)
 
+    def op_Erf(self, op: Operation, a: dict, base: str) -> None:
+        form, x = self._unary(op)
+        self.put(op.outputs[0], form, self.node("Erf", [x], base)[0])
+
+    def op_Gelu(self, op: Operation, a: dict, base: str) -> None:
+        """Gelu (opset 20), or below it the exporters' own decomposition."""
+        form, x = self._unary(op)
+        if self.opset >= 20:
+            self.put(op.outputs[0], form, self.node("Gelu", [x], base)[0])
+            return
+        d = self.node("Mul", [x, self.const(np.float32(2 ** -0.5), f"{base}_isq2")],
+                      f"{base}_d")[0]
+        e = self.node("Erf", [d], f"{base}_erf")[0]
+        a1 = self.node("Add", [e, self.const(np.float32(1.0), f"{base}_one")], f"{base}_a")[0]
+        m = self.node("Mul", [x, a1], f"{base}_m")[0]
+        self.put(op.outputs[0], form,
+                 self.node("Mul", [m, self.const(np.float32(0.5), f"{base}_half")], base)[0])
+
     def op_LRN(self, op: Operation, a: dict, base: str) -> None:
         out = self.node("LRN", [self.get(op.inputs[0], NCHW)], base, size=int(a["size"]),
                         alpha=float(a["alpha"]), beta=float(a["beta"]), bias=float(a["bias"]))[0]

@@ -66,6 +66,20 @@ class Silu(Operation):
 
 
 @register_op
+class Gelu(Operation):
+    """0.5 * x * (1 + erf(x / sqrt(2))), the exact GELU (ONNX Gelu, approximate="none")."""
+
+    op_type = "Gelu"
+
+
+@register_op
+class Erf(Operation):
+    """The error function, elementwise (float only: inside GELU it becomes a Gelu op)."""
+
+    op_type = "Erf"
+
+
+@register_op
 class Hardswish(Operation):
     """x * relu6(x + 3) / 6."""
 

@@ -64,7 +64,8 @@ LUT_FUNCTIONS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
 
 
 #: Ops that compute as a lookup table once quantized: op type -> table function name.
-LUT_OPS = {"Sigmoid": "sigmoid", "Tanh": "tanh", "Silu": "silu", "Hardswish": "hardswish"}
+LUT_OPS = {"Sigmoid": "sigmoid", "Tanh": "tanh", "Silu": "silu", "Hardswish": "hardswish",
+           "Gelu": "gelu"}
 
 
 def lut_function(fn_name: str) -> Callable[[np.ndarray], np.ndarray]:

@@ -95,7 +95,8 @@ def test_registry_covers_every_kernel_op() -> None:
     expected = {
         "Conv2d", "ConvTranspose2d", "Matmul", "Add", "Sub", "Multiply", "Concat", "Split",
         "Slice", "Reshape", "Transpose", "Squeeze", "Unsqueeze", "Pad", "MaxPool2d",
-        "AvgPool2d", "Relu", "Sigmoid", "Tanh", "Silu", "Hardswish", "Softmax", "Resize",
+        "AvgPool2d", "Relu", "Sigmoid", "Tanh", "Silu", "Hardswish", "Gelu", "Erf", "Softmax",
+        "Resize",
         "Upsample",
         "BatchNorm2d", "LayerNorm", "GroupNorm", "LRN", "AlignAxis", "PruneAxis",
     }  # fmt: skip

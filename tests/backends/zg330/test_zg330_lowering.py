@@ -171,7 +171,7 @@ def test_pool_bit_exact(zdev, kind, hwc, k, s, p, ceil, incl, bits, seed):  # no
 
 
 @settings(max_examples=40, **SETTINGS)
-@given(st.sampled_from(["Sigmoid", "Tanh", "Silu", "Hardswish", "Upsample", "Matmul",
+@given(st.sampled_from(["Sigmoid", "Tanh", "Silu", "Hardswish", "Gelu", "Upsample", "Matmul",
                         "MatmulT"]),
        small_map(), st.sampled_from([8, 16]), st.integers(0, 2 ** 31))
 def test_lut_upsample_matmul_bit_exact(zdev, kind, hwc, bits, seed):  # noqa: F811

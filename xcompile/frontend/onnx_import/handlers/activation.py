@@ -60,6 +60,18 @@ def _clip(im: _Importer, node, a, ins):
     return [_unary(im, x, "Relu", max_value=float(hi))]
 
 
+@_handles("Erf")
+def _erf(im, node, a, ins):
+    return [_unary(im, ins[0], "Erf")]
+
+
+@_handles("Gelu")
+def _gelu(im, node, a, ins):
+    if a.get("approximate", "none") != "none":
+        raise _Unsupported("the tanh approximation (approximate='tanh')")
+    return [_unary(im, ins[0], "Gelu")]
+
+
 @_handles("Tanh")
 def _tanh(im, node, a, ins):
     return [_unary(im, ins[0], "Tanh")]

@@ -1,7 +1,9 @@
-"""Relu (with alpha / max_value / threshold), Sigmoid, Silu, Hardswish, Softmax, float32."""
+"""Relu (with alpha / max_value / threshold), Sigmoid, Silu, Hardswish, Gelu, Erf, Softmax,
+float32; the integer forms of the lookup-table activations."""
 
 from __future__ import annotations
 
+import math
 from functools import lru_cache
 
 import numpy as np
@@ -47,6 +49,17 @@ def tanh(inputs: list[np.ndarray], attrs: dict) -> list[np.ndarray]:
 def silu(inputs: list[np.ndarray], attrs: dict) -> list[np.ndarray]:
     x = f32(inputs[0])
     return [out32(x * _sigmoid(x))]
+
+
+def gelu(inputs: list[np.ndarray], attrs: dict) -> list[np.ndarray]:
+    from xir.quant.lut import lut_function
+
+    return [out32(lut_function("gelu")(np.asarray(inputs[0], np.float64)))]
+
+
+def erf(inputs: list[np.ndarray], attrs: dict) -> list[np.ndarray]:
+    x = np.asarray(inputs[0], np.float64)
+    return [out32(np.frompyfunc(math.erf, 1, 1)(x).astype(np.float64))]
 
 
 def hardswish(inputs: list[np.ndarray], attrs: dict) -> list[np.ndarray]:
@@ -118,3 +131,4 @@ sigmoid_int = _lut_kernel("sigmoid")
 tanh_int = _lut_kernel("tanh")
 silu_int = _lut_kernel("silu")
 hardswish_int = _lut_kernel("hardswish")
+gelu_int = _lut_kernel("gelu")

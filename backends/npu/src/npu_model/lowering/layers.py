@@ -317,6 +317,7 @@ RULES: dict[str, Callable[[Any, Any], OpLowering]] = {
     "Conv2d": lower_conv, "Matmul": lower_matmul, "Add": lower_eltw, "Sub": lower_eltw,
     "Multiply": lower_eltw, "MaxPool2d": lower_pool, "AvgPool2d": lower_pool,
     "Sigmoid": lower_lut, "Tanh": lower_lut, "Silu": lower_lut, "Hardswish": lower_lut,
+    "Gelu": lower_lut,
     "Upsample": lower_upsample,
 }
 
