@@ -22,7 +22,7 @@ def _cos(a, b) -> float:
 
 def _compile(path, cal, out) -> tuple[float, int]:
     return xrt_peak_rss(["compile", str(path), "--target", "zg330", "--calib", str(cal), "-o",
-                         str(out)])
+                         str(out), "--name", path.stem])
 
 
 def _row(name, tmp):
