@@ -1,10 +1,11 @@
-"""`xrt plugins`: what plugins were found, with their backends, URL schemes and targets."""
+"""`xrt plugins`: what plugins were found, with their backends, URL schemes, targets and
+commands."""
 
 from __future__ import annotations
 
 import argparse
 
-HELP = "list discovered plugins, backends, device URL schemes and compile targets"
+HELP = "list discovered plugins: backends, device URL schemes, compile targets, commands"
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -31,6 +32,8 @@ def run(args: argparse.Namespace) -> int:
              sorted(reg.schemes.items())]
     rows += [("target", f"{t} {reg.compile_targets.get(t, '')}".strip(), plugin, dist(plugin))
              for t, (_, plugin, _) in sorted(reg.targets.items())]
+    rows += [("command", name, plugin, dist(plugin)) for name, (_, _, _, plugin) in
+             sorted(reg.commands.items())]
     broken = [(name, info.error) for name, info in sorted(reg.plugins.items()) if info.error]
     if args.json:
         print(json.dumps({"entries": [dict(zip(("kind", "name", "plugin", "distribution"), r))
