@@ -29,7 +29,7 @@ from xrt.errors import XrtError
 __all__ = ["DEFAULTS", "compile_model"]
 
 #: every option of a compile and its default ("model" has none)
-DEFAULTS = {"target": None, "calib": None, "output": "out", "bits": 8, "method": "kl",
+DEFAULTS = {"target": None, "calib": None, "output": "out", "bits": 8, "method": "mse",
             "input_shape": None, "name": None, "calib_count": 8, "input_size": None,
             "input_bits": None, "op_bits": None}
 

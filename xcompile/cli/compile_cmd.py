@@ -26,7 +26,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-o", "--output", help="output folder (default: out)")
     parser.add_argument("--bits", type=int, choices=(8, 16), help="8 (default) or 16")
     parser.add_argument("--method", choices=("minmax", "percentile", "kl", "mse"),
-                        help="calibration method (default kl)")
+                        help="calibration method (default mse; KL clips trained networks' "
+                             "activations too hard: PaddleOCR's classifier 0.923 output cosine "
+                             "with kl, 0.9998 with mse)")
     parser.add_argument("--input-bits", type=int, choices=(16,),
                         help="mixed precision: the network inputs and the layers reading them "
                              "in 16 bits (an int16 stem writing int8)")
