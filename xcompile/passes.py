@@ -124,8 +124,8 @@ def _fold_bn(net: Network, conv: Operation, bn: Operation) -> bool:
 def _affine_of(op: Operation) -> tuple[np.ndarray, np.ndarray] | None:
     """(a, b) per channel when `op` computes ``x * a + b`` on a 4-D NHWC map `x`: a BatchNorm2d
     with constant statistics, or a Multiply / Add by a constant that varies along C only."""
-    x = op.inputs[0]
-    if len(x.shape) != 4 or x.is_params:
+    x = next((v for v in op.inputs if not v.is_params), None)
+    if x is None or len(x.shape) != 4:
         return None
     c = x.shape[3]
     if op.op_type == "BatchNorm2d":
@@ -137,8 +137,9 @@ def _affine_of(op: Operation) -> tuple[np.ndarray, np.ndarray] | None:
     if op.op_type not in ("Multiply", "Add") or len(op.inputs) != 2 or op.attrs.get(
             "act", "none") != "none":
         return None
-    k = op.inputs[1]
-    if not (k.is_params and k.data is not None) or tuple(op.outputs[0].shape) != tuple(x.shape):
+    k = _other(op, x)
+    if k is None or not (k.is_params and k.data is not None) or \
+            tuple(op.outputs[0].shape) != tuple(x.shape):
         return None
     kd = np.asarray(k.data, np.float64)
     if kd.size not in (1, c) or (kd.ndim and any(d != 1 for d in kd.shape[:-1])):
@@ -157,8 +158,8 @@ def _set_affine(net: Network, op: Operation, a: np.ndarray, b: np.ndarray) -> Op
     params = [net.newParams(v.astype(np.float32), f"{op.name or 'affine'}.{n}")
               for n, v in (("scale", a), ("bias", b), ("mean", np.zeros(c)),
                            ("var", np.ones(c)))]
-    bn = BatchNorm2d([op.inputs[0]] + params, list(op.outputs), op_id=op.op_id, name=op.name,
-                     epsilon=0.0)
+    x = next(v for v in op.inputs if not v.is_params)
+    bn = BatchNorm2d([x] + params, list(op.outputs), op_id=op.op_id, name=op.name, epsilon=0.0)
     bn.tags = dict(op.tags)
     net.ops[net.ops.index(op)] = bn
     net.relink()
