@@ -5,7 +5,8 @@ quantize -> adapt -> generate).
 
 0. decomposed activations: HardSwish as exporters write it (``x * relu6(x + 3) / 6``, in
    either association) becomes one Hardswish op and GELU (``x * (1 + erf(x / sqrt 2)) / 2``)
-   one Gelu op: a lookup table each once quantized;
+   one Gelu op: a lookup table each once quantized; LayerNorm written out (ReduceMean, Sub,
+   Pow 2, ReduceMean, Add eps, Sqrt, Div, then Mul gamma and Add beta) becomes one LayerNorm;
 1. per-channel affines: a Multiply or Add of a 4-D map by a constant that varies along C only
    (exporters write BatchNorm so, and Caffe2's scale layers) becomes a BatchNorm2d, and a
    BatchNorm2d read only by another composes with it into one (`y = x * a + b`, in float64);
@@ -289,6 +290,60 @@ def _fold_gelu(net: Network, erf: Operation, outputs: set[int]) -> bool:
     return True
 
 
+def _fold_layernorm(net: Network, mean: Operation, outputs: set[int]) -> bool:
+    """``(x - mean(x)) / sqrt(mean((x - mean(x))**2) + eps) [* gamma] [+ beta]`` over the last
+    axes, from `mean` = the first ReduceMean on: one LayerNorm (op_id of `mean`)."""
+    from xir.ops.nn import LayerNorm
+
+    x = mean.inputs[0]
+    axes = sorted(int(a) % len(x.shape) for a in mean.attrs["axes"])
+    if not mean.attrs.get("keepdims", True) or axes != list(range(axes[0], len(x.shape))):
+        return False
+    sub = _reader(mean.outputs[0], "Sub", outputs)
+    if sub is None or list(sub.inputs) != [x, mean.outputs[0]]:
+        return False
+    d = sub.outputs[0]
+    readers = {op.op_type: op for op in d.consumers}
+    sq, div = readers.get("Multiply"), readers.get("Div")
+    if len(d.consumers) != 2 or sq is None or div is None or list(sq.inputs) != [d, d] or \
+            div.inputs[0] is not d:
+        return False
+    var = _reader(sq.outputs[0], "ReduceMean", outputs)
+    if var is None or sorted(int(a) % len(x.shape) for a in var.attrs["axes"]) != axes or \
+            not var.attrs.get("keepdims", True):
+        return False
+    add = _reader(var.outputs[0], "Add", outputs)
+    eps = _other(add, var.outputs[0]) if add is not None else None
+    if eps is None or _scalar(eps) is None or add.attrs.get("act", "none") != "none":
+        return False
+    root = _reader(add.outputs[0], "Sqrt", outputs)
+    if root is None or len(root.outputs[0].consumers) != 1 or div.inputs[1] is not root.outputs[0]:
+        return False
+    gone, last = [sub, sq, var, add, root, div], div
+    norm = tuple(x.shape[axes[0]:])
+    params: list[Value] = []
+    for op_type in ("Multiply", "Add"):
+        nxt = _reader(last.outputs[0], op_type, outputs)
+        k = _other(nxt, last.outputs[0]) if nxt is not None else None
+        if k is None or not (k.is_params and k.data is not None) or \
+                np.asarray(k.data).ndim > len(norm) or \
+                tuple(np.asarray(k.data).shape) != norm[len(norm) - np.asarray(k.data).ndim:]:
+            break
+        params.append(k)
+        gone.append(nxt)
+        last = nxt
+    if not params:
+        params = [net.newParams(np.ones(norm[-1], np.float32), f"{mean.name}.scale")]
+    ln = LayerNorm([x] + params, list(last.outputs), op_id=mean.op_id, name=last.name or mean.name,
+                   axis=axes[0], epsilon=float(_scalar(eps)))
+    ln.tags = {"fused_op_ids": [op.op_id for op in gone]}
+    for op in gone:
+        net.ops.remove(op)
+    net.ops[net.ops.index(mean)] = ln
+    net.relink()
+    return True
+
+
 def _fold_relu(net: Network, host: Operation, relu: Operation) -> bool:
     if float(relu.attrs.get("threshold", 0.0)) != 0.0 or host.attrs.get("act", "none") != "none":
         return False
@@ -321,6 +376,8 @@ def optimize(net: Network) -> Network:
         if op in out.ops and op.op_type == "Add" and _fold_hardswish(out, op, outputs):
             n_act += 1
         elif op in out.ops and op.op_type == "Erf" and _fold_gelu(out, op, outputs):
+            n_act += 1
+        elif op in out.ops and op.op_type == "ReduceMean" and _fold_layernorm(out, op, outputs):
             n_act += 1
     for op in list(out.ops):  # 1. constant per-channel Multiply / Add as BatchNorm2d
         if op.op_type in ("Multiply", "Add") and (ab := _affine_of(op)) is not None:

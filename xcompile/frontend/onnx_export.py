@@ -264,6 +264,21 @@ class _Exporter:
         out = self.node("BatchNormalization", ins, base, epsilon=float(a["epsilon"]))[0]
         self.put(op.outputs[0], NCHW, out)
 
+    def op_Sqrt(self, op: Operation, a: dict, base: str) -> None:
+        form, x = self._unary(op)
+        self.put(op.outputs[0], form, self.node("Sqrt", [x], base)[0])
+
+    def op_ReduceMean(self, op: Operation, a: dict, base: str) -> None:
+        x = self.get(op.inputs[0], NHWC)
+        axes = [int(d) for d in a["axes"]]
+        keep = int(bool(a["keepdims"]))
+        if self.opset >= 18:
+            out = self.node("ReduceMean", [x, self.ints(axes, f"{base}_axes")], base,
+                            keepdims=keep)[0]
+        else:
+            out = self.node("ReduceMean", [x], base, axes=axes, keepdims=keep)[0]
+        self.put(op.outputs[0], NHWC, out)
+
     def op_Erf(self, op: Operation, a: dict, base: str) -> None:
         form, x = self._unary(op)
         self.put(op.outputs[0], form, self.node("Erf", [x], base)[0])
@@ -419,6 +434,9 @@ class _Exporter:
 
     def op_Sub(self, op: Operation, a: dict, base: str) -> None:
         self._binary(op, "Sub", base)
+
+    def op_Div(self, op: Operation, a: dict, base: str) -> None:
+        self._binary(op, "Div", base)
 
     def op_Multiply(self, op: Operation, a: dict, base: str) -> None:
         self._binary(op, "Mul", base)

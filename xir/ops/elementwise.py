@@ -30,6 +30,20 @@ class Sub(_Binary):
 
 
 @register_op
+class Div(_Binary):
+    """a / b with numpy broadcasting (a float op: a constant divisor imports as a Multiply)."""
+
+    op_type = "Div"
+
+
+@register_op
+class Sqrt(Operation):
+    """The square root, elementwise (float)."""
+
+    op_type = "Sqrt"
+
+
+@register_op
 class Multiply(_Binary):
     """a * b with numpy broadcasting."""
 

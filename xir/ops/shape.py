@@ -80,6 +80,22 @@ class Slice(Operation):
 
 
 @register_op
+class ReduceMean(Operation):
+    """The mean over `axes` (float; the mean over H and W of an NHWC map is an AvgPool2d)."""
+
+    op_type = "ReduceMean"
+    KEEPS_LAYOUT = False
+    ATTRS = {"axes": (list, REQUIRED), "keepdims": (bool, True)}
+
+    def infer_shapes(self, shapes):
+        x = tuple(shapes[0])
+        axes = {norm_axis(self, int(a), len(x), "axes") for a in self.attrs["axes"]}
+        if self.attrs["keepdims"]:
+            return [tuple(1 if i in axes else d for i, d in enumerate(x))]
+        return [tuple(d for i, d in enumerate(x) if i not in axes)]
+
+
+@register_op
 class Reshape(Operation):
     """Row-major reshape; one -1 entry is inferred, a 0 copies the input dimension."""
 

@@ -93,7 +93,8 @@ def rng() -> np.random.Generator:
 
 def test_registry_covers_every_kernel_op() -> None:
     expected = {
-        "Conv2d", "ConvTranspose2d", "Matmul", "Add", "Sub", "Multiply", "Concat", "Split",
+        "Conv2d", "ConvTranspose2d", "Matmul", "Add", "Sub", "Multiply", "Div", "Sqrt",
+        "ReduceMean", "Concat", "Split",
         "Slice", "Reshape", "Transpose", "Squeeze", "Unsqueeze", "Pad", "MaxPool2d",
         "AvgPool2d", "Relu", "Sigmoid", "Tanh", "Silu", "Hardswish", "Gelu", "Erf", "Softmax",
         "Resize",

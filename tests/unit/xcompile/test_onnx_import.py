@@ -155,10 +155,21 @@ def test_squeeze_excite_gate_reduce_mean_and_hardsigmoid(keepdims):
     assert q.tags["quantization"]["float_ops"] == []
 
 
-def test_reduce_mean_over_other_axes_is_listed_unsupported():
-    nodes = [helper.make_node("ReduceMean", ["x"], ["y"], axes=[1], keepdims=1)]
-    model = _model(nodes, [_vi("x", [2, 3, 6, 6])], [_vi("y", [2, 1, 6, 6])])
-    with pytest.raises(xir.errors.UnsupportedOnnxOpError, match="axes 2, 3"):
+@pytest.mark.parametrize("axes, keepdims", [([1], 1), ([-1], 0), ([1, 3], 1)])
+def test_reduce_mean_over_other_axes_is_a_float_reduce_mean(axes, keepdims):
+    nodes = [helper.make_node("ReduceMean", ["x"], ["y"], axes=axes, keepdims=keepdims)]
+    model = _model(nodes, [_vi("x", [2, 3, 6, 5])], [_vi("y", None)])
+    net = import_onnx(model)
+    assert "ReduceMean" in {op.op_type for op in net.ops}
+    x = _rand(2, 3, 6, 5)
+    np.testing.assert_allclose(_forward(net, [x])[0], _ort(model, {"x": x})[0], rtol=1e-5,
+                               atol=1e-6)
+
+
+def test_reduce_mean_over_every_axis_is_listed_unsupported():
+    nodes = [helper.make_node("ReduceMean", ["x"], ["y"], keepdims=1)]
+    model = _model(nodes, [_vi("x", [2, 3, 6, 6])], [_vi("y", None)])
+    with pytest.raises(xir.errors.UnsupportedOnnxOpError, match="every axis"):
         import_onnx(model)
 
 

@@ -72,6 +72,7 @@ def build_all_ops() -> xir.Network:
     mm = b.matmul(sq, f32(24, 6), f32(6))
     sm = b.softmax(mm, axis=-1)
     ln, _, _ = b.layer_norm(sm, f32(6), f32(6), axis=-1, epsilon=1e-3, stats=True)
+    ln = b.div(ln, b.sqrt(b.reduce_mean(b.multiply(ln, ln), axes=[-1], keepdims=True)))
     gn = b.group_norm(b.lrn(hs, size=3, alpha=2e-4, beta=0.5, bias=2.0), f32(4), f32(4),
                       num_groups=2)
     # hardware path: align, cast to a tiled quantized layout, HardOp, cast back, prune

@@ -71,9 +71,21 @@ def _sum(im: _Importer, node, a, ins):
 @_handles("Div")
 def _div(im: _Importer, node, a, ins):
     x, d = ins
-    if not d.is_const or not np.issubdtype(d.dtype, np.floating):
-        raise _Unsupported("division by a non-constant (or integer) divisor")
+    if not np.issubdtype(d.dtype, np.floating):
+        raise _Unsupported("integer division")
+    if not d.is_const:
+        return [_binary(im, "Div", [x, d])]  # a float op (LayerNorm's divide by the std)
     return [_binary(im, "Multiply", [x, _T.constant((1 / d.const).astype(d.dtype))])]
+
+
+@_handles("Sqrt")
+def _sqrt(im: _Importer, node, a, ins):
+    x = ins[0]
+    if not np.issubdtype(x.dtype, np.floating):
+        raise _Unsupported("an integer input")
+    perm = x.base if not x.is_const else None
+    layout = "NHWC" if perm == NHWC else None
+    return [im.result(im.emit1("Sqrt", [im.value(x, perm)], layout), perm)]
 
 
 @_handles("Neg")

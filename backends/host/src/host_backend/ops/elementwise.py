@@ -22,6 +22,21 @@ def multiply(inputs: list[np.ndarray], attrs: dict) -> list[np.ndarray]:
     return [out32(np.multiply(f32(inputs[0]), f32(inputs[1])))]
 
 
+def div(inputs: list[np.ndarray], attrs: dict) -> list[np.ndarray]:
+    return [out32(np.divide(f32(inputs[0]), f32(inputs[1])))]
+
+
+def sqrt(inputs: list[np.ndarray], attrs: dict) -> list[np.ndarray]:
+    return [out32(np.sqrt(f32(inputs[0])))]
+
+
+def reduce_mean(inputs: list[np.ndarray], attrs: dict) -> list[np.ndarray]:
+    """The mean over `axes` (float64 accumulation, float32 result)."""
+    x = np.asarray(inputs[0], np.float64)
+    axes = tuple(int(a) % x.ndim for a in attrs["axes"])
+    return [out32(x.mean(axis=axes, keepdims=bool(attrs.get("keepdims", True))))]
+
+
 # --------------------------------------------------------------------------------------------
 # Integer kernels (docs/quantization.md, "Integer ops")
 # --------------------------------------------------------------------------------------------
