@@ -160,8 +160,10 @@ def _logit_bits(net: Network, int_ops: set[int], bits: int) -> dict[int, int]:
     for op in net.ops:
         if op.op_type in PROBABILITY_OPS:
             for v in op.feature_inputs():
-                if v.producer is not None and v.producer.op_id in int_ops:
-                    out[v.producer.op_id] = 16
+                prod = v.producer
+                if prod is not None and prod.op_id in int_ops and \
+                        prod.op_type in ("Conv2d", "Matmul", "Add", "Sub", "Multiply"):
+                    out[prod.op_id] = 16  # the ops the chips run writing the other dtype
     return out
 
 
