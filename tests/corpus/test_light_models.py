@@ -29,8 +29,10 @@ CHIPS = {"zg330": ("ZG330", "ZG"), "buyi": ("Buyi", "BY")}
 
 
 def _cosine(a: np.ndarray, b: np.ndarray) -> float:
+    """Cosine similarity; 0 when one side is all zeros (onnxruntime's int8 inception_v2)."""
     a, b = a.astype(np.float64).ravel(), b.astype(np.float64).ravel()
-    return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
+    na, nb = np.linalg.norm(a), np.linalg.norm(b)
+    return float(a @ b / (na * nb)) if na and nb else float(na == nb)
 
 
 def _run(net, backends, devices, x):
