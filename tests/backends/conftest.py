@@ -1,5 +1,5 @@
-"""Fixtures for the hardware model tests: a simulated device to run instruction streams on
-(helpers live in tests/support/npu_testlib.py)."""
+"""Fixtures of the NPU tests (hardware model and chips): a simulated ZG330 to run instruction
+streams on, and a harness over it (helpers live in tests/support/npu_testlib.py)."""
 
 from __future__ import annotations
 
