@@ -9,10 +9,7 @@ methods, its compile target (`lowering`) and its plugin.
 
 from __future__ import annotations
 
-from .backend import ZG330Backend
-from .chip import ZG330_CHIP, ZG330_CONFIG
-from .device import ZG330Device
-from .structs import (
+from npu_runtime.structs import (
     ForwardInfo,
     HardOpInfo,
     LogicSegment,
@@ -22,6 +19,10 @@ from .structs import (
     SegmentType,
     ValueInfo,
 )
+
+from .backend import ZG330Backend
+from .chip import ZG330_CHIP, ZG330_CONFIG
+from .device import ZG330Device
 
 __all__ = ["ZG330Backend", "ZG330Device", "ZG330_CONFIG", "ZG330_CHIP", "SegmentType", "OcmOpt",
            "ValueInfo", "HardOpInfo", "LogicSegment", "MemChunkInfo", "PhySegment",
