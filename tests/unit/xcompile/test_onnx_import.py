@@ -264,12 +264,21 @@ def test_unsupported_attribute_values_are_listed_with_reasons():
              helper.make_node("Add", ["a", "c"], ["y"], name="add")]
     model = _model(nodes, [_vi("x", [1, 4])], [_vi("y", None)],
                    [("pads", np.array([0, 1, 0, 1], np.int64)),
-                    ("lo", np.array(-1.0, np.float32))])
+                    ("lo", np.array(-np.inf, np.float32))])
     with pytest.raises(xir.UnsupportedOnnxOpError) as info:
         import_onnx(model)
     reasons = {n: r for n, _, r in info.value.nodes}
     assert set(reasons) == {"padwrap", "clip_neg"}
     assert "wrap" in reasons["padwrap"] and "min" in reasons["clip_neg"]
+
+
+@pytest.mark.parametrize("lo, hi", [(-1.0, 1.0), (0.5, 4.0), (-2.0, np.inf)])
+def test_clip_with_any_bounds(lo, hi):
+    """Clip(min != 0) as relu(x - min, max - min) + min (hardtanh is Clip(-1, 1))."""
+    nodes = [helper.make_node("Clip", ["x", "lo", "hi"], ["y"])]
+    model = _model(nodes, [_vi("x", [1, 3, 4, 5])], [_vi("y", None)],
+                   [("lo", np.array(lo, np.float32)), ("hi", np.array(hi, np.float32))])
+    _check_against_ort(model, {"x": _rand(1, 3, 4, 5, scale=3.0)})
 
 
 def test_dynamic_dims_need_input_shapes():

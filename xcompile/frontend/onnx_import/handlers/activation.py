@@ -55,9 +55,16 @@ def _clip(im: _Importer, node, a, ins):
         hi_c = im.const_of(ins[2] if len(ins) > 2 else None, "Clip max")
         lo = -np.inf if lo_c is None else float(lo_c)
         hi = np.inf if hi_c is None else float(hi_c)
-    if lo != 0.0 or not np.issubdtype(x.dtype, np.floating):
-        raise _Unsupported(f"Clip(min={lo}) has no exact xir Relu form (needs min = 0)")
-    return [_unary(im, x, "Relu", max_value=float(hi))]
+    if not np.issubdtype(x.dtype, np.floating):
+        raise _Unsupported(f"Clip of an integer tensor ({x.dtype})")
+    if lo == 0.0:
+        return [_unary(im, x, "Relu", max_value=float(hi))]
+    if not np.isfinite(lo):
+        raise _Unsupported(f"Clip(min={lo}) with no lower bound has no xir Relu form")
+    # clip(x, lo, hi) = relu(x - lo, max = hi - lo) + lo (the shifts become affines later)
+    shift = _T.constant(np.array(-lo, dtype=x.dtype))
+    r = _unary(im, _binary(im, "Add", [x, shift]), "Relu", max_value=float(hi - lo))
+    return [_binary(im, "Add", [r, _T.constant(np.array(lo, dtype=x.dtype))])]
 
 
 @_handles("Erf")
