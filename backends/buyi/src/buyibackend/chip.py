@@ -36,4 +36,4 @@ DEVICE_ID = 0x0B01_0001
 BUYI_CHIP = Chip(
     name="Buyi", target=BUYI_TARGET, device_id=DEVICE_ID,
     url_names={"sim": ("buyi",), "axi": ("ql100aiu", "buyi"), "mock": ("buyi",)},
-    socket_names=("buyi", "ql100aiu"), merge=False, etm_reuse=False)
+    socket_names=("buyi", "ql100aiu"), merge=False, etm_reuse=False, mmu_switch=True)

@@ -223,7 +223,7 @@ class NpuBackend(ChipSteps, Backend):
         if self._applied:
             raise CallOrderError(f"{type(self).__name__}.apply() was already called; a backend "
                                  f"is applied once")
-        self.settings.mmu_on = bool(self._device.mmu_enabled())
+        self.settings.mmu_on = not self.chip.mmu_switch or bool(self._device.mmu_enabled())
         for st, chunk in self.settings.user_segments.items():
             self._check_user_chunk(chunk, self.layout.segments[st].byte_size,
                                    f"the {st.name} segment")

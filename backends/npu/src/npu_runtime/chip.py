@@ -27,6 +27,9 @@ class Chip:
     #: deployment defaults: consecutive HardOps merged into one run; FTMP reused by lifetime
     merge: bool = True
     etm_reuse: bool = True
+    #: the device's MMU can be switched off (the Buyi's mmuModeSwitch): apply reads the mode
+    #: and every run checks it has not changed since
+    mmu_switch: bool = False
 
     @property
     def config(self) -> NpuConfig:

@@ -251,6 +251,8 @@ class Forwarder:
         return hard_ms
 
     def _check_mmu_mode(self) -> None:
+        if not self.device.chip.mmu_switch:
+            return  # no switch: nothing to ask the (possibly remote) device on every run
         mode = self.device.mmu_enabled()
         if mode != self.settings.mmu_on:
             raise CallOrderError(
