@@ -106,32 +106,8 @@ def images(shape: tuple[int, ...], count: int, seed: int = 0) -> list[np.ndarray
 
 
 def ort_int8(model_path: str, samples: list[np.ndarray], out_path: str) -> str:
-    """onnxruntime's own int8 of `model_path`: `quantize_static` (QDQ, per-channel weights,
-    int8 activations and weights) calibrated on `samples`; returns `out_path`."""
-    import onnx
-    from onnx import version_converter
-    from onnxruntime.quantization import (
-        CalibrationDataReader,
-        QuantFormat,
-        QuantType,
-        quantize_static,
-    )
+    """onnxruntime's own int8 of `model_path` calibrated on `samples` (one input each):
+    `xcompile.quant.onnxruntime_int8.quantize_static_int8`; returns `out_path`."""
+    from xcompile.quant.onnxruntime_int8 import quantize_static_int8
 
-    model = onnx.load(model_path)
-    name = model.graph.input[0].name
-    if model.opset_import[0].version < 13:  # per-channel DequantizeLinear needs opset 13
-        model = version_converter.convert_version(model, 13)
-        model_path = out_path + ".opset13.onnx"
-        onnx.save(model, model_path)
-
-    class _Reader(CalibrationDataReader):
-        def __init__(self) -> None:
-            self._it = iter([{name: s} for s in samples])
-
-        def get_next(self) -> dict | None:
-            return next(self._it, None)
-
-    quantize_static(model_path, out_path, _Reader(), quant_format=QuantFormat.QDQ,
-                    per_channel=True, activation_type=QuantType.QInt8,
-                    weight_type=QuantType.QInt8)
-    return out_path
+    return quantize_static_int8(model_path, [[s] for s in samples], out_path)

@@ -15,6 +15,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
                                         "network is a zoo network)")
     parser.add_argument("--count", type=int, default=4, help="samples from the zoo set")
     parser.add_argument("--json", dest="json_out", help="write the report as json here")
+    parser.add_argument("--onnx", metavar="MODEL.onnx",
+                        help="the float ONNX model the networks came from: adds onnxruntime's "
+                             "own int8 (quantize_static, QDQ, per-channel, the same samples) "
+                             "as a column of the outputs table")
     parser.add_argument("--suggest", type=int, metavar="N", default=0,
                         help="print the N 8-bit ops whose own rounding costs most (lowest "
                              "'alone' cosine) as --op-bits flags for xrt compile")
@@ -42,6 +46,10 @@ def run(args: argparse.Namespace) -> int:
     else:
         raise XrtError("quant-report: give --calib DIR for a network outside the zoo")
     report = accuracy_report(fnet, qnet, samples)
+    if args.onnx:
+        from xcompile.quant.onnxruntime_int8 import attach
+
+        attach(report, args.onnx, samples, samples)
     report.print()
     if args.suggest:
         flags = " ".join(f"--op-bits {name}=16"

@@ -111,11 +111,14 @@ class Report:
                           style=style)
         console.print(table)
         out = Table(title="network outputs")
-        for col in ("output", "v_id", "cosine", "max abs err"):
+        ort_col = any("onnxruntime_int8" in o for o in self.outputs)
+        for col in ("output", "v_id", "cosine", "max abs err") + \
+                (("onnxruntime int8 cosine",) if ort_col else ()):
             out.add_column(col)
         for o in self.outputs:
+            extra = (f"{o['onnxruntime_int8']:.6f}",) if ort_col else ()
             out.add_row(o["name"], str(o["v_id"]), f"{o['cosine']:.6f}",
-                        f"{o['max_abs_err']:.4g}")
+                        f"{o['max_abs_err']:.4g}", *extra)
         console.print(out)
 
 

@@ -400,3 +400,35 @@ def test_probabilities_are_calibrated_by_their_range():
     assert casts, "the softmax output is quantized for the Matmul reading it"
     el = casts[0].dtype.element_dtype
     assert float(el.scale[0]) * 127 >= max(float(p.max()) for p in probs) * 0.999
+
+
+def test_quant_report_shows_onnxruntime_int8_beside_ours(tmp_path):
+    """`xrt quant-report --onnx MODEL` adds onnxruntime's quantize_static output cosine."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    from xcompile.pipeline import DEFAULTS, compile_model
+    from xrt.cli import main
+
+    rng = np.random.default_rng(4)
+    w = rng.normal(0, 0.3, (8, 3, 3, 3)).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+         helper.make_node("Relu", ["c"], ["y"])], "small",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(w, "w")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    path = tmp_path / "small.onnx"
+    path.write_bytes(model.SerializeToString())
+    cal = tmp_path / "cal"
+    cal.mkdir()
+    for k in range(3):
+        np.save(cal / f"{k}.npy", rng.normal(0, 1, (1, 3, 8, 8)).astype(np.float32))
+    out = compile_model(dict(DEFAULTS, model=str(path), calib=str(cal), output=str(tmp_path),
+                             name="small"))
+    report = tmp_path / "r.json"
+    assert main(["quant-report", out["optimized"], out["quantized"], "--calib", str(cal),
+                 "--onnx", str(path), "--json", str(report)]) == 0
+    outs = json.loads(report.read_text())["outputs"]
+    assert 0.9 < outs[0]["onnxruntime_int8"] <= 1.0 and outs[0]["cosine"] > 0.99
