@@ -153,3 +153,52 @@ def layernorm(rng):
     y = g.op("Add", [g.op("Mul", [n, g.const(rng.uniform(0.5, 1.5, 32))]),
                      g.const(rng.normal(0, 0.1, 32))])
     return g.model([1, 16, 32], g.op("MatMul", [y, g.const(rng.normal(0, 0.2, (32, 32)))]))
+
+
+@_net("torch_convtranspose_decoder", (1, 8, 8, 8))
+def decoder(rng):
+    g = _G(rng)
+    y = g.op("Relu", [g.conv("x", 8, 8)])
+    w = rng.normal(0, 0.3, (8, 4, 3, 3))
+    y = g.op("ConvTranspose", [y, g.const(w), g.const(rng.normal(0, 0.1, 4))], strides=[2, 2],
+             pads=[1, 1, 1, 1], output_padding=[1, 1])
+    return g.model([1, 8, 8, 8], g.conv(g.op("Relu", [y]), 4, 4))
+
+
+@_net("torch_silu_yolo", (1, 4, 16, 16))
+def silu(rng):
+    g = _G(rng)
+    c = g.conv("x", 4, 8, stride=2)
+    y = g.op("Mul", [c, g.op("Sigmoid", [c])])
+    return g.model([1, 4, 16, 16], g.conv(y, 8, 8, k=1))
+
+
+@_net("torch_channel_shuffle", (1, 8, 8, 8))
+def shuffle(rng):
+    g = _G(rng)
+    y = g.conv("x", 8, 8, k=1)
+    y = g.op("Reshape", [y, _int_const(g, [1, 2, 4, 8, 8])])
+    y = g.op("Transpose", [y], perm=[0, 2, 1, 3, 4])
+    y = g.op("Reshape", [y, _int_const(g, [1, 8, 8, 8])])
+    return g.model([1, 8, 8, 8], g.conv(y, 8, 8, k=3, group=8))
+
+
+@_net("torch_attention", (1, 16, 32))
+def attention(rng):
+    g = _G(rng)
+    q = g.op("MatMul", ["x", g.const(rng.normal(0, 0.2, (32, 32)))])
+    k = g.op("MatMul", ["x", g.const(rng.normal(0, 0.2, (32, 32)))])
+    v = g.op("MatMul", ["x", g.const(rng.normal(0, 0.2, (32, 32)))])
+    s = g.op("Div", [g.op("MatMul", [q, g.op("Transpose", [k], perm=[0, 2, 1])]),
+                     g.const(np.array(32 ** 0.5))])
+    p = g.op("Softmax", [s], axis=-1)
+    return g.model([1, 16, 32], g.op("MatMul", [g.op("MatMul", [p, v]),
+                                                g.const(rng.normal(0, 0.2, (32, 32)))]))
+
+
+def _int_const(g: _G, values: list[int]) -> str:
+    from onnx import numpy_helper
+
+    n = g.name("shape")
+    g.inits.append(numpy_helper.from_array(np.asarray(values, np.int64), n))
+    return n
