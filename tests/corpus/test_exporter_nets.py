@@ -46,12 +46,22 @@ def test_exporter_network_runs_on_the_chip(name, target, tmp_path):
     backend_name, suffix = CHIPS[target]
     net = xir.Network.CreateFromJsonFile(written[suffix])
     net.loadParamsFromFile(written[suffix][:-5] + ".raw")
-    assert any(op.op_type == "HardOp" for op in net.ops)
+    # where the ops run: HardOps on the chip, every host op with its reason, no convolution
+    # left on the host
+    reasons = net.tags[target]["host_ops"]
+    host = [op for op in net.ops if op.op_type not in ("HardOp", "Input", "Output")]
+    assert all(str(op.op_id) in reasons for op in host)
+    assert "Conv2d" not in {op.op_type for op in host}
     x = rng.normal(0, 1, shape).astype(np.float32)
+    npu = plugins.backend_class(backend_name)
     dev = Device.Open(f"sim://{target}")
     try:
-        got = _run(net, [plugins.backend_class(backend_name), HostBackend],
-                   [dev, HostDevice.Default()], x)
+        s = Session.Create([npu, HostBackend], net.view(0), [dev, HostDevice.Default()])
+        bound = s.backendBindings()
+        hard = [op for op in net.ops if op.op_type == "HardOp"]
+        assert hard and all(isinstance(bound[op.op_id], npu) for op in hard)
+        s.close()
+        got = _run(net, [npu, HostBackend], [dev, HostDevice.Default()], x)
     finally:
         dev.close()
     adapted = xir.Network.CreateFromJsonFile(written["adapted"])
