@@ -14,12 +14,6 @@ from helpers import load_average, xrt_peak_rss
 pytest.importorskip("onnxruntime")
 
 
-def _cos(a, b) -> float:
-    a, b = np.asarray(a, np.float64).ravel(), np.asarray(b, np.float64).ravel()
-    na, nb = np.linalg.norm(a), np.linalg.norm(b)
-    return float(a @ b / (na * nb)) if na and nb else float(na == nb)
-
-
 def _compile(path, cal, out) -> tuple[float, int]:
     return xrt_peak_rss(["compile", str(path), "--target", "zg330", "--calib", str(cal), "-o",
                          str(out), "--name", path.stem])
@@ -28,12 +22,13 @@ def _compile(path, cal, out) -> tuple[float, int]:
 def _row(name, tmp):
     import onnx
     import onnxruntime as ort
-    from corpus import images, light_model, ort_int8
+    from corpus import forward_once, images, light_model, load_stage
 
-    import xir
     from host_backend import HostBackend
     from xcompile.placement import placement
-    from xrt import Device, HostDevice, Session, Tensor
+    from xcompile.quant.onnxruntime_int8 import quantize_static_int8
+    from xcompile.quant.report import cosine
+    from xrt import Device, HostDevice
     from zg330backend import ZG330Backend
 
     model = light_model(name)
@@ -49,33 +44,25 @@ def _row(name, tmp):
     seconds, rss = _compile(path, cal, tmp / name)
 
     def load(stage):
-        net = xir.Network.CreateFromJsonFile(str(tmp / name / f"{name}_{stage}.json"))
-        net.loadParamsFromFile(str(tmp / name / f"{name}_{stage}.raw"))
-        return net
-
-    def run(net, backends, devices, x):
-        s = Session.Create(backends, net.view(0), devices)
-        s.apply()
-        out = np.asarray(s.forward([Tensor(x)])[0]).copy()
-        s.close()
-        return out
+        return load_stage(tmp / name / f"{name}_{stage}.json")
 
     zg, adapted = load("ZG"), load("adapted")
     where = placement(zg, "zg330")
     x = images(shape, 1, seed=9)[0]
     dev = Device.Open("sim://zg330")
-    chip = run(zg, [ZG330Backend, HostBackend], [dev, HostDevice.Default()], x)
+    chip, _ = forward_once(zg, [ZG330Backend, HostBackend], [dev, HostDevice.Default()], x)
     dev.close()
-    ref = run(adapted, [HostBackend], [HostDevice.Default()], x)
+    ref, _ = forward_once(adapted, [HostBackend], [HostDevice.Default()], x)
     sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     want = sess.run(None, {sess.get_inputs()[0].name: x})[0]
-    qs = ort.InferenceSession(ort_int8(str(path), samples, str(tmp / f"{name}_int8.onnx")),
+    qs = ort.InferenceSession(quantize_static_int8(str(path), [[a] for a in samples],
+                                                   str(tmp / f"{name}_int8.onnx")),
                               providers=["CPUExecutionProvider"])
-    theirs = _cos(qs.run(None, {qs.get_inputs()[0].name: x})[0], want)
+    theirs = cosine(qs.run(None, {qs.get_inputs()[0].name: x})[0], want)
     host = ", ".join(f"{t} {n}" for c in where.host.values() for t, n in c.items()
                      if t not in ("Cast", "AlignAxis", "PruneAxis"))
     return (f"| {name} | {where.npu_ops} in {where.hardops} HardOps | {where.host_ops} "
-            f"({host or 'edges only'}) | {_cos(chip, want):.4f} | {theirs:.4f} | "
+            f"({host or 'edges only'}) | {cosine(chip, want):.4f} | {theirs:.4f} | "
             f"{'yes' if chip.tobytes() == ref.tobytes() else 'NO'} | {seconds:.0f} s | "
             f"{rss / 1e9:.2f} GB |")
 

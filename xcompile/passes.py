@@ -72,11 +72,22 @@ def copy_network(net: Network) -> Network:
     return new
 
 
-def _only_reader(net: Network, v: Value, outputs: set[int]) -> Operation | None:
-    """The single op reading `v`, if exactly one does and `v` is not a network output."""
+def _reader(v: Value, outputs: set[int], op_type: str | None = None) -> Operation | None:
+    """The single op reading `v` (of `op_type`, when given), if exactly one does and `v` is
+    not a network output."""
     if v.v_id in outputs or len(v.consumers) != 1:
         return None
-    return v.consumers[0]
+    c = v.consumers[0]
+    return c if op_type is None or c.op_type == op_type else None
+
+
+def _replace(net: Network, old: Operation, new: Operation, gone: list[Operation] = ()
+             ) -> None:
+    """`new` takes `old`'s place in the network order; the ops in `gone` leave it."""
+    for op in gone:
+        net.ops.remove(op)
+    net.ops[net.ops.index(old)] = new
+    net.relink()
 
 
 def _fuse_tag(host: Operation, gone: Operation) -> None:
@@ -162,8 +173,7 @@ def _set_affine(net: Network, op: Operation, a: np.ndarray, b: np.ndarray) -> Op
     x = next(v for v in op.inputs if not v.is_params)
     bn = BatchNorm2d([x] + params, list(op.outputs), op_id=op.op_id, name=op.name, epsilon=0.0)
     bn.tags = dict(op.tags)
-    net.ops[net.ops.index(op)] = bn
-    net.relink()
+    _replace(net, op, bn)
     return bn
 
 
@@ -179,22 +189,14 @@ def _as_depthwise(net: Network, bn: Operation) -> None:
     conv = Conv2d([bn.inputs[0], w, bias], list(bn.outputs), op_id=bn.op_id, name=bn.name,
                   groups=c)
     conv.tags = dict(bn.tags, affine="BatchNorm2d")
-    net.ops[net.ops.index(bn)] = conv
-    net.relink()
+    _replace(net, bn, conv)
 
 
-def _scalar(v: Value) -> float | None:
+def _scalar(v: Value | None) -> float | None:
     """The value of a constant holding one number, else None."""
-    if v.is_params and v.data is not None and np.asarray(v.data).size == 1:
+    if v is not None and v.is_params and v.data is not None and np.asarray(v.data).size == 1:
         return float(np.asarray(v.data).ravel()[0])
     return None
-
-
-def _reader(v: Value, op_type: str, outputs: set[int]) -> Operation | None:
-    """The only reader of `v`, if it is an `op_type` op and `v` is no network output."""
-    if v.v_id in outputs or len(v.consumers) != 1 or v.consumers[0].op_type != op_type:
-        return None
-    return v.consumers[0]
 
 
 def _other(op: Operation, v: Value) -> Value | None:
@@ -216,36 +218,32 @@ def _fold_hardswish(net: Network, add: Operation, outputs: set[int]) -> bool:
     k = _other(add, x) if x is not None else None
     if k is None or _scalar(k) != 3.0:
         return False
-    relu = _reader(add.outputs[0], "Relu", outputs)
+    relu = _reader(add.outputs[0], outputs, "Relu")
     if relu is None or float(relu.attrs.get("max_value", 0)) != 6.0 or \
             float(relu.attrs.get("alpha", 0)) != 0.0 or \
             float(relu.attrs.get("threshold", 0)) != 0.0:
         return False
     r = relu.outputs[0]
-    m1 = _reader(r, "Multiply", outputs)
+    m1 = _reader(r, outputs, "Multiply")
     if m1 is None:
         return False
     o = _other(m1, r)
     if o is x:  # x * relu6(x + 3), then / 6
-        m2 = _reader(m1.outputs[0], "Multiply", outputs)
-        ok = m2 is not None and (c := _other(m2, m1.outputs[0])) is not None and \
-            _scalar(c) is not None and abs(_scalar(c) * 6.0 - 1.0) < 1e-6
+        m2 = _reader(m1.outputs[0], outputs, "Multiply")
+        ok = m2 is not None and _near(_other(m2, m1.outputs[0]), 1 / 6)
     else:  # relu6(x + 3) / 6, then x *
-        ok = o is not None and _scalar(o) is not None and abs(_scalar(o) * 6.0 - 1.0) < 1e-6
-        m2 = _reader(m1.outputs[0], "Multiply", outputs) if ok else None
+        ok = _near(o, 1 / 6)
+        m2 = _reader(m1.outputs[0], outputs, "Multiply") if ok else None
         ok = ok and m2 is not None and _other(m2, m1.outputs[0]) is x
     if not ok:
         return False
     hs = Hardswish([x], list(m2.outputs), op_id=add.op_id, name=m2.name or add.name)
     hs.tags = {"fused_op_ids": [relu.op_id, m1.op_id, m2.op_id]}
-    for gone in (relu, m1, m2):
-        net.ops.remove(gone)
-    net.ops[net.ops.index(add)] = hs
-    net.relink()
+    _replace(net, add, hs, [relu, m1, m2])
     return True
 
 
-def _near(v: Value, want: float) -> bool:
+def _near(v: Value | None, want: float) -> bool:
     got = _scalar(v)
     return got is not None and abs(got - want) <= 1e-5 * abs(want)
 
@@ -261,18 +259,18 @@ def _fold_gelu(net: Network, erf: Operation, outputs: set[int]) -> bool:
     x = next((v for v in scale.inputs if not v.is_params), None)
     if x is None or not _near(_other(scale, x), 2 ** -0.5):
         return False
-    add = _reader(erf.outputs[0], "Add", outputs)
+    add = _reader(erf.outputs[0], outputs, "Add")
     if add is None or add.attrs.get("act", "none") != "none" or \
             not _near(_other(add, erf.outputs[0]), 1.0):
         return False
-    m1 = _reader(add.outputs[0], "Multiply", outputs)
+    m1 = _reader(add.outputs[0], outputs, "Multiply")
     if m1 is None:
         return False
     o = _other(m1, add.outputs[0])
     half = next((c for c in x.consumers if c.op_type == "Multiply" and c not in (m1, scale)
-                 and (k := _other(c, x)) is not None and _near(k, 0.5)), None)
+                 and _near(_other(c, x), 0.5)), None)
     if o is x:  # (x * (1 + erf)) * 0.5
-        m2 = _reader(m1.outputs[0], "Multiply", outputs)
+        m2 = _reader(m1.outputs[0], outputs, "Multiply")
         if m2 is None or not _near(_other(m2, m1.outputs[0]), 0.5):
             return False
         gone, last = [scale, add, m1, m2], m2
@@ -283,10 +281,7 @@ def _fold_gelu(net: Network, erf: Operation, outputs: set[int]) -> bool:
         return False
     g = Gelu([x], list(last.outputs), op_id=erf.op_id, name=last.name or erf.name)
     g.tags = {"fused_op_ids": [op.op_id for op in gone]}
-    for op in gone:
-        net.ops.remove(op)
-    net.ops[net.ops.index(erf)] = g
-    net.relink()
+    _replace(net, erf, g, gone)
     return True
 
 
@@ -299,7 +294,7 @@ def _fold_layernorm(net: Network, mean: Operation, outputs: set[int]) -> bool:
     axes = sorted(int(a) % len(x.shape) for a in mean.attrs["axes"])
     if not mean.attrs.get("keepdims", True) or axes != list(range(axes[0], len(x.shape))):
         return False
-    sub = _reader(mean.outputs[0], "Sub", outputs)
+    sub = _reader(mean.outputs[0], outputs, "Sub")
     if sub is None or list(sub.inputs) != [x, mean.outputs[0]]:
         return False
     d = sub.outputs[0]
@@ -308,22 +303,22 @@ def _fold_layernorm(net: Network, mean: Operation, outputs: set[int]) -> bool:
     if len(d.consumers) != 2 or sq is None or div is None or list(sq.inputs) != [d, d] or \
             div.inputs[0] is not d:
         return False
-    var = _reader(sq.outputs[0], "ReduceMean", outputs)
+    var = _reader(sq.outputs[0], outputs, "ReduceMean")
     if var is None or sorted(int(a) % len(x.shape) for a in var.attrs["axes"]) != axes or \
             not var.attrs.get("keepdims", True):
         return False
-    add = _reader(var.outputs[0], "Add", outputs)
+    add = _reader(var.outputs[0], outputs, "Add")
     eps = _other(add, var.outputs[0]) if add is not None else None
     if eps is None or _scalar(eps) is None or add.attrs.get("act", "none") != "none":
         return False
-    root = _reader(add.outputs[0], "Sqrt", outputs)
+    root = _reader(add.outputs[0], outputs, "Sqrt")
     if root is None or len(root.outputs[0].consumers) != 1 or div.inputs[1] is not root.outputs[0]:
         return False
     gone, last = [sub, sq, var, add, root, div], div
     norm = tuple(x.shape[axes[0]:])
     params: list[Value] = []
     for op_type in ("Multiply", "Add"):
-        nxt = _reader(last.outputs[0], op_type, outputs)
+        nxt = _reader(last.outputs[0], outputs, op_type)
         k = _other(nxt, last.outputs[0]) if nxt is not None else None
         if k is None or not (k.is_params and k.data is not None) or \
                 np.asarray(k.data).ndim > len(norm) or \
@@ -337,10 +332,7 @@ def _fold_layernorm(net: Network, mean: Operation, outputs: set[int]) -> bool:
     ln = LayerNorm([x] + params, list(last.outputs), op_id=mean.op_id, name=last.name or mean.name,
                    axis=axes[0], epsilon=float(_scalar(eps)))
     ln.tags = {"fused_op_ids": [op.op_id for op in gone]}
-    for op in gone:
-        net.ops.remove(op)
-    net.ops[net.ops.index(mean)] = ln
-    net.relink()
+    _replace(net, mean, ln, gone)
     return True
 
 
@@ -389,10 +381,9 @@ def optimize(net: Network) -> Network:
             if op not in out.ops:
                 continue
             if op.op_type == "BatchNorm2d":  # 1. compose consecutive affines
-                reader = _only_reader(out, op.outputs[0], outputs)
-                first, second = _affine_of(op), \
-                    _affine_of(reader) if reader is not None and \
-                    reader.op_type == "BatchNorm2d" else None
+                reader = _reader(op.outputs[0], outputs, "BatchNorm2d")
+                first = _affine_of(op)
+                second = _affine_of(reader) if reader is not None else None
                 if first is not None and second is not None:
                     (a1, b1), (a2, b2) = first, second
                     bn = _set_affine(out, op, a1 * a2, b1 * a2 + b2)
@@ -403,15 +394,15 @@ def optimize(net: Network) -> Network:
                     continue
             if op.op_type in ("Conv2d", "ConvTranspose2d") \
                     and op.attrs.get("act", "none") == "none":
-                reader = _only_reader(out, op.outputs[0], outputs)
-                if reader is not None and reader.op_type == "BatchNorm2d" \
-                        and reader.inputs[0] is op.outputs[0] and _fold_bn(out, op, reader):
+                reader = _reader(op.outputs[0], outputs, "BatchNorm2d")
+                if reader is not None and reader.inputs[0] is op.outputs[0] \
+                        and _fold_bn(out, op, reader):
                     n_bn += 1
                     changed = True
                     continue
             if op.op_type in _ACT_HOSTS:
-                reader = _only_reader(out, op.outputs[0], outputs)
-                if reader is not None and reader.op_type == "Relu" and _fold_relu(out, op, reader):
+                reader = _reader(op.outputs[0], outputs, "Relu")
+                if reader is not None and _fold_relu(out, op, reader):
                     n_relu += 1
                     changed = True
                     continue
@@ -439,8 +430,8 @@ def optimize(net: Network) -> Network:
             n_dw += 1
     for op in list(out.ops):  # 4. ... and takes the Relu after it
         if op.op_type == "Conv2d" and op.tags.get("affine") and op in out.ops:
-            reader = _only_reader(out, op.outputs[0], outputs)
-            if reader is not None and reader.op_type == "Relu" and _fold_relu(out, op, reader):
+            reader = _reader(op.outputs[0], outputs, "Relu")
+            if reader is not None and _fold_relu(out, op, reader):
                 n_relu += 1
     out.validate()
     log.debug("optimize %s: %d activations recomposed, %d affine ops merged, %d BatchNorm2d "

@@ -6,24 +6,17 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from corpus import forward_once, load_stage
 from exporter_nets import NETS
 
-import xir
 from host_backend import HostBackend
 from xcompile.pipeline import DEFAULTS, compile_model
-from xrt import Device, HostDevice, Session, Tensor, plugins
+from xcompile.quant.report import cosine
+from xrt import Device, HostDevice, plugins
 
 pytest.importorskip("onnxruntime")
 
 CHIPS = {"zg330": ("ZG330", "ZG"), "buyi": ("Buyi", "BY")}
-
-
-def _run(net, backends, devices, x):
-    s = Session.Create(backends, net.view(0), devices)
-    s.apply()
-    out = np.asarray(s.forward([Tensor(x)])[0]).copy()
-    s.close()
-    return out
 
 
 @pytest.mark.parametrize("target", sorted(CHIPS))
@@ -44,8 +37,7 @@ def test_exporter_network_runs_on_the_chip(name, target, tmp_path):
                                  output=str(tmp_path / "out"), name=name,
                                  input_shape={"x": list(shape)}))
     backend_name, suffix = CHIPS[target]
-    net = xir.Network.CreateFromJsonFile(written[suffix])
-    net.loadParamsFromFile(written[suffix][:-5] + ".raw")
+    net = load_stage(written[suffix])
     # where the ops run: HardOps on the chip, every host op with its reason, no convolution
     # left on the host
     reasons = net.tags[target]["host_ops"]
@@ -56,18 +48,14 @@ def test_exporter_network_runs_on_the_chip(name, target, tmp_path):
     npu = plugins.backend_class(backend_name)
     dev = Device.Open(f"sim://{target}")
     try:
-        s = Session.Create([npu, HostBackend], net.view(0), [dev, HostDevice.Default()])
-        bound = s.backendBindings()
-        hard = [op for op in net.ops if op.op_type == "HardOp"]
-        assert hard and all(isinstance(bound[op.op_id], npu) for op in hard)
-        s.close()
-        got = _run(net, [npu, HostBackend], [dev, HostDevice.Default()], x)
+        got, bound = forward_once(net, [npu, HostBackend], [dev, HostDevice.Default()], x)
     finally:
         dev.close()
-    adapted = xir.Network.CreateFromJsonFile(written["adapted"])
-    adapted.loadParamsFromFile(written["adapted"][:-5] + ".raw")
-    assert got.tobytes() == _run(adapted, [HostBackend], [HostDevice.Default()], x).tobytes()
+    hard = [op for op in net.ops if op.op_type == "HardOp"]
+    assert hard and all(isinstance(bound[op.op_id], npu) for op in hard)
+    ref, _ = forward_once(load_stage(written["adapted"]), [HostBackend],
+                          [HostDevice.Default()], x)
+    assert got.tobytes() == ref.tobytes()
     want = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(
         None, {"x": x})[0]
-    a, b = got.astype(np.float64).ravel(), want.astype(np.float64).ravel()
-    assert float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b))) >= 0.99
+    assert cosine(got, want) >= 0.99

@@ -14,32 +14,19 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from corpus import LIGHT, images, light_model, ort_int8
+from corpus import LIGHT, forward_once, images, light_model, load_stage
 
-import xir
 from host_backend import HostBackend
 from xcompile.pipeline import DEFAULTS, compile_model
 from xcompile.placement import placement
-from xrt import Device, HostDevice, Session, Tensor
+from xcompile.quant.onnxruntime_int8 import quantize_static_int8
+from xcompile.quant.report import cosine
+from xrt import Device, HostDevice
 
 pytest.importorskip("onnxruntime")
 
 FAST = {"squeezenet"}
 CHIPS = {"zg330": ("ZG330", "ZG"), "buyi": ("Buyi", "BY")}
-
-
-def _cosine(a: np.ndarray, b: np.ndarray) -> float:
-    """Cosine similarity; 0 when one side is all zeros (onnxruntime's int8 inception_v2)."""
-    a, b = a.astype(np.float64).ravel(), b.astype(np.float64).ravel()
-    na, nb = np.linalg.norm(a), np.linalg.norm(b)
-    return float(a @ b / (na * nb)) if na and nb else float(na == nb)
-
-
-def _run(net, backends, devices, x):
-    s = Session.Create(backends, net.view(0), devices)
-    s.apply()
-    out = [np.asarray(t).copy() for t in s.forward([Tensor(x)])]
-    return s, out
 
 
 @pytest.mark.parametrize("target", sorted(CHIPS))
@@ -62,8 +49,7 @@ def test_light_model_compiles_deploys_and_runs_on_the_chip(name, target, tmp_pat
     written = compile_model(dict(DEFAULTS, model=str(path), target=target, calib=str(cal),
                                  output=str(tmp_path / "out"), name=name))
     backend_name, suffix = CHIPS[target]
-    net = xir.Network.CreateFromJsonFile(written[suffix])
-    net.loadParamsFromFile(written[suffix][:-5] + ".raw")
+    net = load_stage(written[suffix])
 
     # placement: HardOps for the chip, every host op with its reason
     where = placement(net, target)
@@ -78,25 +64,20 @@ def test_light_model_compiles_deploys_and_runs_on_the_chip(name, target, tmp_pat
     npu = plugins.backend_class(backend_name)
     dev = Device.Open(f"sim://{target}")
     try:
-        s, got = _run(net, [npu, HostBackend], [dev, HostDevice.Default()], x)
-        bound = s.backendBindings()
+        got, bound = forward_once(net, [npu, HostBackend], [dev, HostDevice.Default()], x)
         assert all(isinstance(bound[op.op_id], npu) for op in net.ops if op.op_type == "HardOp")
-        s.close()
     finally:
         dev.close()
-    adapted = xir.Network.CreateFromJsonFile(written["adapted"])
-    adapted.loadParamsFromFile(written["adapted"][:-5] + ".raw")
-    ref_s, ref = _run(adapted, [HostBackend], [HostDevice.Default()], x)
-    ref_s.close()
-    for a, b in zip(got, ref):
-        assert a.tobytes() == b.tobytes()  # bit-exact against the integer reference
+    ref, _ = forward_once(load_stage(written["adapted"]), [HostBackend],
+                          [HostDevice.Default()], x)
+    assert got.tobytes() == ref.tobytes()  # bit-exact against the integer reference
     sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     want = sess.run(None, {sess.get_inputs()[0].name: x})[0]
-    ours = _cosine(got[0], want)
+    ours = cosine(got, want)
     assert ours >= 0.99
     # side by side with onnxruntime's own int8 (QDQ, per-channel, the same calibration set)
-    qdq = ort_int8(str(path), [np.load(cal / f"{k}.npy") for k in range(4)],
-                   str(tmp_path / "int8.onnx"))
+    qdq = quantize_static_int8(str(path), [[np.load(cal / f"{k}.npy")] for k in range(4)],
+                               str(tmp_path / "int8.onnx"))
     qs = ort.InferenceSession(qdq, providers=["CPUExecutionProvider"])
-    theirs = _cosine(qs.run(None, {qs.get_inputs()[0].name: x})[0], want)
+    theirs = cosine(qs.run(None, {qs.get_inputs()[0].name: x})[0], want)
     assert ours >= theirs - 0.005, f"int8 cosine {ours:.4f}, onnxruntime's {theirs:.4f}"

@@ -105,9 +105,24 @@ def images(shape: tuple[int, ...], count: int, seed: int = 0) -> list[np.ndarray
     return out
 
 
-def ort_int8(model_path: str, samples: list[np.ndarray], out_path: str) -> str:
-    """onnxruntime's own int8 of `model_path` calibrated on `samples` (one input each):
-    `xcompile.quant.onnxruntime_int8.quantize_static_int8`; returns `out_path`."""
-    from xcompile.quant.onnxruntime_int8 import quantize_static_int8
+def load_stage(json_path: str) -> Any:
+    """A compiled stage's network with its params (the .raw beside the json)."""
+    import xir
 
-    return quantize_static_int8(model_path, [[s] for s in samples], out_path)
+    net = xir.Network.CreateFromJsonFile(str(json_path))
+    net.loadParamsFromFile(str(json_path)[:-5] + ".raw")
+    return net
+
+
+def forward_once(net: Any, backends: list, devices: list, x: np.ndarray
+                 ) -> tuple[np.ndarray, dict]:
+    """The first output of one forward of `net` on `x` (a copy), and which backend each op was
+    bound to."""
+    from xrt import Session, Tensor
+
+    s = Session.Create(backends, net.view(0), devices)
+    try:
+        s.apply()
+        return np.asarray(s.forward([Tensor(x)])[0]).copy(), dict(s.backendBindings())
+    finally:
+        s.close()

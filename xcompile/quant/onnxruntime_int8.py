@@ -13,7 +13,7 @@ import numpy as np
 from xcompile.quant.report import cosine
 from xir.errors import MissingDependencyError
 
-__all__ = ["quantize_static_int8", "output_cosines"]
+__all__ = ["quantize_static_int8", "output_cosines", "attach"]
 
 
 def quantize_static_int8(model_path: str, samples: list[list[np.ndarray]], out_path: str
