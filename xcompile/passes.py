@@ -347,6 +347,49 @@ def _fold_relu(net: Network, host: Operation, relu: Operation) -> bool:
     return True
 
 
+def _fold_matmul_bias(net: Network, mm: Operation, add: Operation) -> bool:
+    """``Matmul(x, W) + b`` with a constant b along the output columns: b becomes the
+    Matmul's bias (what torch.onnx writes for nn.Linear on a 3-D input)."""
+    if len(mm.inputs) != 2 or not mm.inputs[1].is_params or add.attrs.get("act", "none") != \
+            "none" or mm.attrs.get("act", "none") != "none":
+        return False
+    y = mm.outputs[0]
+    k = _other(add, y)
+    if k is None or not (k.is_params and k.data is not None) or \
+            tuple(add.outputs[0].shape) != tuple(y.shape) or not y.shape:
+        return False
+    n = int(y.shape[-1])
+    kd = np.asarray(k.data, np.float32)
+    if kd.size not in (1, n) or (kd.ndim and any(d != 1 for d in kd.shape[:-1])):
+        return False
+    bias = net.newParams(np.broadcast_to(kd.reshape(-1), (n,)).copy(),
+                         f"{mm.name or 'matmul'}.bias", layout="C")
+    mm.inputs = list(mm.inputs) + [bias]
+    _fuse_tag(mm, add)
+    _bypass(net, mm, add)
+    return True
+
+
+def _fold_transpose_into_matmul(net: Network, tr: Operation, outputs: set[int]) -> bool:
+    """A Transpose that swaps the last two axes and feeds only a Matmul becomes the Matmul's
+    transpose_a / transpose_b (``Q @ K^T`` of attention)."""
+    perm = list(tr.attrs.get("perm") or [])
+    n = len(perm)
+    if n < 2 or perm != list(range(n - 2)) + [n - 1, n - 2] or tr.inputs[0].is_params:
+        return False
+    mm = _reader(tr.outputs[0], outputs, "Matmul")
+    if mm is None or (mm.inputs[0] is tr.outputs[0]) == (mm.inputs[1] is tr.outputs[0]):
+        return False
+    i = 0 if mm.inputs[0] is tr.outputs[0] else 1
+    key = ("transpose_a", "transpose_b")[i]
+    mm.inputs = [tr.inputs[0] if j == i else v for j, v in enumerate(mm.inputs)]
+    mm.attrs[key] = not bool(mm.attrs.get(key, False))
+    _fuse_tag(mm, tr)
+    net.ops.remove(tr)
+    net.relink()
+    return True
+
+
 def _is_noop(op: Operation) -> bool:
     if op.op_type == "Reshape":
         return tuple(op.inputs[0].shape) == tuple(op.outputs[0].shape)
@@ -400,6 +443,16 @@ def optimize(net: Network) -> Network:
                     n_bn += 1
                     changed = True
                     continue
+            if op.op_type == "Matmul":
+                reader = _reader(op.outputs[0], outputs, "Add")
+                if reader is not None and _fold_matmul_bias(out, op, reader):
+                    n_affine += 1
+                    changed = True
+                    continue
+            if op.op_type == "Transpose" and _fold_transpose_into_matmul(out, op, outputs):
+                n_noop += 1
+                changed = True
+                continue
             if op.op_type in _ACT_HOSTS:
                 reader = _reader(op.outputs[0], outputs, "Relu")
                 if reader is not None and _fold_relu(out, op, reader):

@@ -128,18 +128,20 @@ def test_matmul_constant_b(hw, rng, dtype):
     np.testing.assert_array_equal(hw.read(fo), ref_requant(acc, mult, shift, info.min, info.max))
 
 
+@pytest.mark.parametrize("transposed", [False, True])
 @pytest.mark.parametrize("dtype", ["int8", "int16"])
-def test_matmul_dynamic_b(hw, rng, dtype):
+def test_matmul_dynamic_b(hw, rng, dtype, transposed):
     npdt = np.int8 if dtype == "int8" else np.int16
     info = np.iinfo(npdt)
     batch, m_, k, n = 3, 5, 40, 6
     a = rng.integers(info.min, info.max + 1, (batch, m_, k)).astype(npdt)
     b = rng.integers(info.min, info.max + 1, (batch, k, n)).astype(npdt)
     mult, shift = rand_requant(rng, n, 1.0 / (k * (40 if dtype == "int8" else 9000)))
-    fa, fb = hw.fmap_in(a), hw.fmap_in(b)
+    fa = hw.fmap_in(a)
+    fb = hw.fmap_in(np.ascontiguousarray(b.transpose(0, 2, 1)) if transposed else b)
     fo = hw.fmap_out(batch, m_, n, dtype)
     hw.run([asm.Matmul(fa, fo, hw.put(asm.pack_requant_params(0, mult, shift, n=n)), b=fb,
-                       clip=(0, info.max))])
+                       clip=(0, info.max), b_transposed=transposed)])
     acc = a.astype(np.int64) @ b.astype(np.int64)
     np.testing.assert_array_equal(hw.read(fo), ref_requant(acc, mult, shift, 0, info.max))
 

@@ -114,19 +114,27 @@ def small_map(draw):
 
 @settings(max_examples=60, **SETTINGS)
 @given(st.sampled_from(["Add", "Sub", "Multiply"]), small_map(), st.sampled_from([8, 16]),
-       st.sampled_from(["same", "b_pixel", "a_pixel"]), st.sampled_from(["none", "relu",
-                                                                         "leaky", "relu6"]),
-       st.integers(0, 2 ** 31))
+       st.sampled_from(["same", "b_pixel", "a_pixel", "a_const", "b_const", "b_scalar",
+                        "b_const_map"]),
+       st.sampled_from(["none", "relu", "leaky", "relu6"]), st.integers(0, 2 ** 31))
 def test_eltw_bit_exact(zdev, op, hwc, bits, bcast, act, seed):  # noqa: F811
     rng = np.random.default_rng(seed)
     h, w, c = hwc
     sa, sb = rng.uniform(0.001, 0.1, 2)
     s_out = float(rng.uniform(0.002, 0.2))
     b = NetworkBuilder("eltw")
-    sha = (1, 1, 1, c) if bcast == "a_pixel" else (1, h, w, c)
-    shb = (1, 1, 1, c) if bcast == "b_pixel" else (1, h, w, c)
-    x = qin(b, sha, bits, float(sa), "a")
-    yv = qin(b, shb, bits, float(sb), "b")
+    sha = (1, 1, 1, c) if bcast in ("a_pixel", "a_const") else (1, h, w, c)
+    shb = {"b_pixel": (1, 1, 1, c), "b_const": (c,), "b_scalar": (),
+           "b_const_map": (1, h, w, c)}.get(bcast, (1, h, w, c))
+
+    def operand(shape, scale, name):
+        if not bcast.endswith(("const", "scalar", "const_map")) or name[0] != bcast[0]:
+            return qin(b, shape, bits, scale, name)
+        q = rand_input(rng, type("V", (), {"shape": shape})(), bits)
+        return b.params(np.asarray(q), name, None, qtype(bits, scale))
+
+    x = operand(sha, float(sa), "a")
+    yv = operand(shb, float(sb), "b")
     attrs = {}
     if op == "Add" and act != "none":
         attrs = {"relu": dict(act="relu"), "leaky": dict(act="relu", act_alpha=0.25),
@@ -135,9 +143,9 @@ def test_eltw_bit_exact(zdev, op, hwc, bits, bcast, act, seed):  # noqa: F811
     b.output(out)
     net = b.build()
     z = _check(net, rng, bits, zdev)
-    # Sub cannot swap its operands to broadcast a one-pixel a, unless a is the whole map
-    lowered = op != "Sub" or bcast != "a_pixel" or (h, w) == (1, 1)
-    assert any(o.op_type == "HardOp" for o in z.ops) == lowered
+    # every form runs on the chip: a one-pixel or constant first operand of a Sub runs as
+    # (-1 * b) + a, a constant operand is read from the HardOp's weight blob
+    assert [o.device_info["kinds"] for o in z.ops if o.op_type == "HardOp"] == [["eltw"]]
 
 
 @settings(max_examples=50, **SETTINGS)
@@ -202,6 +210,25 @@ def test_lut_upsample_matmul_bit_exact(zdev, kind, hwc, bits, seed):  # noqa: F8
     # it ran on the chip: inside a HardOp, not left on the host
     assert kind.replace("MatmulT", "Matmul") not in {op.op_type for op in z.ops}
     assert any(op.op_type == "HardOp" for op in z.ops)
+
+
+@settings(max_examples=30, **SETTINGS)
+@given(st.integers(1, 4), st.integers(1, 20), st.integers(1, 70), st.integers(1, 40),
+       st.booleans(), st.booleans(), st.sampled_from([8, 16]), st.integers(0, 2 ** 31))
+def test_feature_matmul_bit_exact(zdev, batch, m, k, n, bt, rank4, bits, seed):  # noqa: F811
+    """Attention's Q @ K^T and P @ V: both operands feature maps, B read as stored."""
+    rng = np.random.default_rng(seed)
+    s_a, s_b = (float(v) for v in rng.uniform(0.01, 0.1, 2))
+    lead = (1, batch) if rank4 else (batch,)
+    b = NetworkBuilder("attn")
+    x = qin(b, lead + (m, k), bits, s_a, "a")
+    yv = qin(b, lead + ((n, k) if bt else (k, n)), bits, s_b, "b")
+    s_out = s_a * s_b * np.sqrt(k) * (40 if bits == 8 else 9000)
+    y = b.op("Matmul", [x, yv], out_types=[out_type(lead + (m, n), bits, s_out, None)],
+             transpose_b=bt)
+    b.output(y)
+    z = _check(b.build(), rng, bits, zdev)
+    assert [op.device_info["kinds"] for op in z.ops if op.op_type == "HardOp"] == [["matmul"]]
 
 
 # --- data movement: concat in place / by COPY, split, reshape -------------------------------------

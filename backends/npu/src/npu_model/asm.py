@@ -144,7 +144,9 @@ class Matmul:
 
     `a` is a feature map with h = batch, w = M, c = K. B is either constant weights
     ``(K, N)`` packed by `pack_matmul_weights` at `weights_addr` (a 1x1 convolution on the MPE
-    array), or a feature map `b` with h = batch, w = K, c = N. `params_addr`: N records.
+    array), or a feature map `b` with h = batch, w = K, c = N, or with `b_transposed` its
+    transpose (h = batch, w = N, c = K: attention's ``Q @ K^T`` reads K as it is stored).
+    `params_addr`: N records.
     """
 
     a: FMap
@@ -154,6 +156,7 @@ class Matmul:
     b: FMap | None = None
     clip: tuple[int, int] | None = None
     tag: int = 0
+    b_transposed: bool = False
 
 
 @dataclass
@@ -335,13 +338,15 @@ def _emit_matmul(L: Matmul, cfg: NpuConfig) -> list[int]:
                                tag=L.tag), cfg)
     b = L.b.resolved(cfg)
     _check_same_dtype(a, b)
-    if b.h != a.h or b.w != a.c or b.c != o.c:
-        raise ValueError(f"matmul b must be (batch={a.h}, K={a.c}, N={o.c}), got "
-                         f"({b.h}, {b.w}, {b.c})")
+    want = (a.h, o.c, a.c) if L.b_transposed else (a.h, a.c, o.c)
+    if (b.h, b.w, b.c) != want:
+        raise ValueError(f"matmul b must be (batch, {'N, K' if L.b_transposed else 'K, N'}) = "
+                         f"{want}, got ({b.h}, {b.w}, {b.c})")
     words = _fmap_words(a, "in") + _fmap_words(b, "in1") + _fmap_words(o, "out") + [
         set_word(F.PRM_ADDR, L.params_addr)] + _clip_words(L.clip, o.dtype) + \
         _tile_words(cfg, a, o, 1, 1, 1)
-    return words + [run_word(Op.MATMUL, MatmulMode.DYNAMIC)]
+    return words + [run_word(Op.MATMUL, MatmulMode.DYNAMIC_BT if L.b_transposed else
+                             MatmulMode.DYNAMIC)]
 
 
 def _emit_eltw(L: Eltw, cfg: NpuConfig) -> list[int]:

@@ -23,7 +23,7 @@ from . import cycles as cy
 from .asm import AVG_RECORD, PARAM_RECORD, conv_weight_bytes
 from .config import CODE_DTYPES, NP_DTYPES, NpuConfig
 from .dma import TileCounters
-from .isa import ConvMode, F, Op, PoolMode, decode_arrays, unpack_payload
+from .isa import ConvMode, F, MatmulMode, Op, PoolMode, decode_arrays, unpack_payload
 from .kernels import mpe, vector
 from .mmu import MEM_ETM, MEM_OCM, MmuFault, MmuTable
 
@@ -323,7 +323,7 @@ class Icore:
         if op == Op.CONV:
             self._conv(mode, d, mmu, x, y, lv, rows_en, lo, hi, compute)
         elif op == Op.MATMUL:
-            self._matmul(d, mmu, x, y, lv, rows_en, lo, hi, compute)
+            self._matmul(mode, d, mmu, x, y, lv, rows_en, lo, hi, compute)
         elif op == Op.ELTW:
             b = self._operand(d, mmu, "in1")
             if mode > 2:
@@ -446,13 +446,16 @@ class Icore:
         cache[key] = (packed.copy(), wf)
         return wf
 
-    def _matmul(self, d, mmu, a: Operand, y: Operand, lv, rows_en, lo, hi, compute):
+    def _matmul(self, mode, d, mmu, a: Operand, y: Operand, lv, rows_en, lo, hi, compute):
         cfg = self.cfg
+        if mode not in (MatmulMode.DYNAMIC, MatmulMode.DYNAMIC_BT):
+            raise NpuFault(f"MATMUL mode {mode} unknown")
+        bt = mode == MatmulMode.DYNAMIC_BT
         b = self._operand(d, mmu, "in1")
-        if a.dtype != b.dtype or b.h != a.h or b.w != a.c or b.c != y.c or \
-                (y.h, y.w) != (a.h, a.w):
+        kn = (b.c, b.w) if bt else (b.w, b.c)
+        if a.dtype != b.dtype or b.h != a.h or kn != (a.c, y.c) or (y.h, y.w) != (a.h, a.w):
             raise NpuFault("MATMUL operand shapes do not match (a: batch x M x K, "
-                           "b: batch x K x N, out: batch x M x N)")
+                           f"b: batch x {'N x K' if bt else 'K x N'}, out: batch x M x N)")
         dtype = a.dtype
         lv[cy.L_KIND] = cy.K_MATMUL
         lv[cy.L_CIN_G], lv[cy.L_COUT_G] = a.c, y.c
@@ -467,7 +470,7 @@ class Icore:
         fdt, kc = (np.float32, mpe.KC_INT8_F32) if dtype == "int8" else \
             (np.float64, mpe.KC_INT16_F64)
         mpe.matmul_dynamic(a.arr, a.rs, a.pitch, a.coff, b.arr, b.rs, b.pitch, b.coff,
-                           a.h, a.w, a.c, y.c, np.zeros(1, dtype=fdt), kc,
+                           a.h, a.w, a.c, y.c, bt, np.zeros(1, dtype=fdt), kc,
                            bias, mult, shift, mneg, sneg, lo, hi, y.arr, y.rs, y.pitch, y.coff)
 
     def _pool(self, mode, d, mmu, x: Operand, y: Operand, lv, lo, hi, compute):

@@ -54,7 +54,8 @@ class ConvMode(IntEnum):
 
 
 class MatmulMode(IntEnum):
-    DYNAMIC = 0  #: B is a feature map (IN1); no weights
+    DYNAMIC = 0  #: B is a feature map (IN1) stored h = batch, w = K, c = N; no weights
+    DYNAMIC_BT = 1  #: B is a feature map stored transposed: h = batch, w = N, c = K (Q @ K^T)
 
 
 class EltwMode(IntEnum):

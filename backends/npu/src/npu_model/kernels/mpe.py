@@ -356,18 +356,19 @@ def conv_depthwise(x, xrs, xpitch, xcoff, ih_n, iw_n,
 
 @njit(cache=True)
 def matmul_dynamic(a, ars, apitch, acoff, b, brs, bpitch, bcoff,
-                   batch, m, k, n, fdummy, kc,
+                   batch, m, k, n, bt, fdummy, kc,
                    bias, mult, shift, mult_neg, shift_neg, lo, hi,
                    y, yrs, ypitch, ycoff):
     """Batched ``A (batch, M, K) @ B (batch, K, N)`` with both operands feature maps.
 
-    A is stored as H=batch, W=M, C=K; B as H=batch, W=K, C=N; the result as H=batch, W=M, C=N.
+    A is stored as H=batch, W=M, C=K; B as H=batch, W=K, C=N (`bt`: transposed, W=N, C=K);
+    the result as H=batch, W=M, C=N.
     `fdummy` is a 0-d-like array whose dtype selects float32 / float64 for the exact GEMM.
     """
     af = np.empty((m, min(k, kc)), dtype=fdummy.dtype)
     bf = np.empty((min(k, kc), n), dtype=fdummy.dtype)
     acc = np.empty((m, n), dtype=np.int64)
-    for bt in range(batch):
+    for ib in range(batch):
         for i in range(m):
             for j in range(n):
                 acc[i, j] = bias[j]
@@ -375,19 +376,25 @@ def matmul_dynamic(a, ars, apitch, acoff, b, brs, bpitch, bcoff,
             k1 = min(k, k0 + kc)
             kl = k1 - k0
             for i in range(m):
-                src = bt * ars + i * apitch + acoff + k0
+                src = ib * ars + i * apitch + acoff + k0
                 for kk in range(kl):
                     af[i, kk] = a[src + kk]
-            for kk in range(kl):
-                src = bt * brs + (k0 + kk) * bpitch + bcoff
+            if bt:
                 for j in range(n):
-                    bf[kk, j] = b[src + j]
+                    src = ib * brs + j * bpitch + bcoff + k0
+                    for kk in range(kl):
+                        bf[kk, j] = b[src + kk]
+            else:
+                for kk in range(kl):
+                    src = ib * brs + (k0 + kk) * bpitch + bcoff
+                    for j in range(n):
+                        bf[kk, j] = b[src + j]
             part = np.dot(np.ascontiguousarray(af[:, :kl]), np.ascontiguousarray(bf[:kl]))
             for i in range(m):
                 for j in range(n):
                     acc[i, j] += np.int64(part[i, j])
         for i in range(m):
-            base = bt * yrs + i * ypitch + ycoff
+            base = ib * yrs + i * ypitch + ycoff
             for j in range(n):
                 y[base + j] = requantize_one(acc[i, j], mult[j], shift[j], mult_neg[j],
                                              shift_neg[j], lo, hi)

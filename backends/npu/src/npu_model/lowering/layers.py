@@ -150,10 +150,35 @@ def lower_conv(op, cfg) -> OpLowering:
     return OpLowering("conv", [packed, rec], make, [x], oh * ow * cout * kh * kw * cin_g)
 
 
+def _lower_matmul_dynamic(op, dt: str) -> OpLowering:
+    """A @ B with both operands feature maps (attention's Q @ K^T and P @ V): MATMUL DYNAMIC,
+    or DYNAMIC_BT reading B as stored when the Matmul transposes it."""
+    a, b, y = op.inputs[0], op.inputs[1], op.outputs[0]
+    bt = bool(_attr(op, "transpose_b", False))
+    (ah, aw, ac), (bh, bw, bc), (yh, yw, yc) = map3(a.shape), map3(b.shape), map3(y.shape)
+    kn = (bc, bw) if bt else (bw, bc)
+    if len({len(a.shape), len(b.shape), len(y.shape)}) != 1 or \
+            bh != ah or kn != (ac, yc) or (yh, yw) != (ah, aw):
+        raise NotLowerable("Matmul of two feature maps needs equal batches (no broadcast)")
+    bias = op.inputs[2].data if len(op.inputs) > 2 else None
+    rec, clip = _rq_records(bias, scale_of(a), np.array([scale_of(b)]), scale_of(y), yc,
+                            op.attrs, y.dtype.numpy_dtype)
+
+    def make(R: Resolver) -> list[asm.Layer]:
+        return [asm.Matmul(R.fmap(a), R.fmap(y), R.const(0), b=R.fmap(b), clip=clip,
+                           b_transposed=bt, tag=op.op_id)]
+
+    return OpLowering("matmul", [rec], make, [a, b], ah * aw * ac * yc)
+
+
 def lower_matmul(op, cfg) -> OpLowering:
     dt = _feature_dtypes(op, rescales=True)
-    if len(op.feature_inputs()) != 1 or len(op.inputs) < 2 or not op.inputs[1].is_params or \
-            _attr(op, "transpose_a", False):
+    if _attr(op, "transpose_a", False):
+        raise NotLowerable("Matmul with a transposed A")
+    if len(op.feature_inputs()) == 2 and len(op.inputs) in (2, 3) and \
+            op.feature_inputs() == op.inputs[:2]:
+        return _lower_matmul_dynamic(op, dt)
+    if len(op.feature_inputs()) != 1 or len(op.inputs) < 2 or not op.inputs[1].is_params:
         raise NotLowerable("Matmul needs a feature-map A and constant 2-D B")
     a, b, y = op.inputs[0], op.inputs[1], op.outputs[0]
     if b.data is None or b.data.ndim != 2 or np.dtype(b.data.dtype) != np.dtype(dt):
@@ -180,21 +205,42 @@ def lower_matmul(op, cfg) -> OpLowering:
 
 
 
+def _const_map(v, y, dt: str) -> np.ndarray:
+    """A constant operand of an element-wise op as the (h, w, c) map the ELTW layer reads: one
+    pixel when it is per-channel (or a scalar), else the whole output map."""
+    if npu_dtype(v) != dt or v.data is None or np.dtype(v.data.dtype) != np.dtype(dt):
+        raise NotLowerable("constant operand is not per-tensor quantized to the feature dtype")
+    data = np.asarray(v.data)
+    try:
+        full = np.broadcast_to(data, tuple(y.shape))
+    except ValueError:
+        raise NotLowerable("constant operand does not broadcast to the output") from None
+    h, w, c = map3(y.shape)
+    flat = full.reshape(h * w, c)
+    if np.all(flat == flat[:1]):
+        return np.ascontiguousarray(flat[:1]).reshape(1, 1, c)
+    return np.ascontiguousarray(flat).reshape(h, w, c)
+
+
 def lower_eltw(op, cfg) -> OpLowering:
-    _feature_dtypes(op, rescales=True)
-    if len(op.inputs) != 2 or any(v.is_params for v in op.inputs):
-        raise NotLowerable("element-wise op with a constant operand")
+    dt = _feature_dtypes(op, rescales=True)
+    if len(op.inputs) != 2 or all(v.is_params for v in op.inputs):
+        raise NotLowerable("element-wise op needs a feature-map operand")
     a, b, y = op.inputs[0], op.inputs[1], op.outputs[0]
-    sa3, sb3, sy3 = map3(a.shape), map3(b.shape), map3(y.shape)
-    swap = False
-    if sa3 == sy3 and (sb3 == sy3 or (sb3[:2] == (1, 1) and sb3[2] == sy3[2])):
-        pass
-    elif op.op_type != "Sub" and sb3 == sy3 and sa3[:2] == (1, 1) and sa3[2] == sy3[2]:
-        swap = True
+    sy3 = map3(y.shape)
+    # the ELTW layer reads a full map first and a full or one-pixel map second
+    first, second = (a, b) if not a.is_params and map3(a.shape) == sy3 and \
+        len(a.shape) == len(y.shape) else (b, a)
+    if first.is_params or map3(first.shape) != sy3 or len(first.shape) != len(y.shape):
+        raise NotLowerable("broadcast other than a one-pixel or constant operand")
+    const = None
+    if second.is_params:
+        const = _const_map(second, y, dt)
     else:
-        raise NotLowerable("broadcast other than a one-pixel second operand")
-    if len(a.shape) != len(y.shape) or len(b.shape) not in (len(y.shape),):
-        raise NotLowerable("operand ranks differ")
+        s3 = map3(second.shape)
+        if not (s3 == sy3 or (s3[:2] == (1, 1) and s3[2] == sy3[2])) or \
+                len(second.shape) != len(y.shape):
+            raise NotLowerable("broadcast other than a one-pixel or constant operand")
     out_np = y.dtype.numpy_dtype
     if op.op_type == "Multiply":
         m, s = (int(v) for v in requant_multiplier(scale_of(a), scale_of(b), scale_of(y)))
@@ -211,15 +257,22 @@ def lower_eltw(op, cfg) -> OpLowering:
                   clip=clip)
         if leaky is not None:
             kw["mult_neg"], kw["shift_neg"] = int(leaky[0]), int(leaky[1])
-    if swap:
-        a, b = b, a
-        if "ka" in kw:
-            kw["ka"], kw["kb"] = kw["kb"], kw["ka"]
+    if first is b:  # operands swapped: a - b = (-1 * b) + a
+        kw["ka"], kw["kb"] = kw["kb"], kw["ka"]
+        if kw["op"] == "sub":
+            kw["op"], kw["ka"] = "add", -kw["ka"]
 
     def make(R: Resolver) -> list[asm.Layer]:
-        return [asm.Eltw(R.fmap(a), R.fmap(b), R.fmap(y), tag=op.op_id, **kw)]
+        if const is None:
+            other = R.fmap(second)
+        else:
+            h, w, c = const.shape
+            other = asm.FMap(R.const(0), h, w, c, pitch=c, dtype=dt)
+        return [asm.Eltw(R.fmap(first), other, R.fmap(y), tag=op.op_id, **kw)]
 
-    return OpLowering("eltw", [], make, [a, b])
+    consts = [] if const is None else \
+        [const.astype(np.dtype(dt).newbyteorder("<")).reshape(-1).view(np.uint8)]
+    return OpLowering("eltw", consts, make, [first] if const is not None else [first, second])
 
 
 def _pool_geometry(op, x3):
