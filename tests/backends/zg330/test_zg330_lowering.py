@@ -17,6 +17,7 @@ from test_zg330_lowering_lib import (
 )
 
 from xir.builder import NetworkBuilder
+from xir.types import INT32, INT64, QuantizedType
 
 SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                       HealthCheck.too_slow], derandomize=True)
@@ -102,6 +103,45 @@ def test_conv_int8_bit_exact(zdev, c):  # noqa: F811
 def test_conv_int16_bit_exact(zdev, c):  # noqa: F811
     net, rng = _conv_net(c)
     _check(net, rng, 16, zdev)
+
+
+@settings(max_examples=40, **SETTINGS)
+@given(st.integers(1, 3), st.integers(1, 3), st.integers(1, 3), st.integers(1, 3),
+       st.integers(1, 2), st.sampled_from([1, 2, 4]), st.integers(0, 2), st.integers(0, 2),
+       st.booleans(), st.sampled_from([8, 16]), st.integers(0, 2 ** 31))
+def test_conv_transpose_bit_exact(zdev, kh, kw, sh, sw, d, g, p0, p1, outpad, bits,  # noqa: F811
+                                  seed):
+    """ConvTranspose2d on the chip (UPSAMPLE ZERO + CONV with the flipped kernel) against the
+    integer reference: strides, dilation, asymmetric pads, output_padding, groups."""
+    rng = np.random.default_rng(seed)
+    h, w = int(rng.integers(1, 7)), int(rng.integers(1, 7))
+    cig, og = int(rng.integers(1, 9)), int(rng.integers(1, 9))
+    cin, cout = cig * g, og * g
+    pads = (min(p0, d * (kh - 1)), min(p1, d * (kh - 1)), min(p1, d * (kw - 1)),
+            min(p0, d * (kw - 1)))
+    oph, opw = (min(sh - 1, 1), min(sw - 1, 1)) if outpad else (0, 0)
+    qmax = 127 if bits == 8 else 32767
+    npdt = np.int8 if bits == 8 else np.int16
+    s_in = float(rng.uniform(0.005, 0.05))
+    s_w = rng.uniform(0.002, 0.02, size=cout if g == 1 else 1)
+    b = NetworkBuilder("deconv")
+    x = qin(b, (1, h, w, cin), bits, s_in)
+    wq = rng.integers(-qmax, qmax + 1, size=(kh, kw, cin, og)).astype(npdt)
+    wp = b.params(wq, "w", None, qtype(bits, s_w, axis=3 if g == 1 else None))
+    bq = rng.integers(-5000, 5000, size=cout).astype(np.int32 if bits == 8 else np.int64)
+    bp = b.params(bq, "b", None, QuantizedType(INT32 if bits == 8 else INT64, s_in * s_w,
+                                               axis=0 if g == 1 else None))
+    oh = (h - 1) * sh - pads[0] - pads[1] + d * (kh - 1) + 1 + oph
+    ow = (w - 1) * sw - pads[2] - pads[3] + d * (kw - 1) + 1 + opw
+    s_out = s_in * float(np.mean(s_w)) * np.sqrt(kh * kw * cig) * (10 if bits == 8 else 3000)
+    y = b.op("ConvTranspose2d", [x, wp, bp], out_types=[out_type((1, oh, ow, cout), bits, s_out)],
+             stride_height=sh, stride_width=sw, dilation_height=d, dilation_width=d,
+             pad_top=pads[0], pad_bottom=pads[1], pad_left=pads[2], pad_right=pads[3],
+             output_pad_height=oph, output_pad_width=opw, groups=g)
+    b.output(y)
+    z = _check(b.build(), rng, bits, zdev)
+    kinds = ["upsample", "conv"] if (sh, sw) != (1, 1) else ["conv"]
+    assert [op.device_info["kinds"] for op in z.ops if op.op_type == "HardOp"] == [kinds]
 
 
 # --- element-wise, pools, tables, upsample, matmul ------------------------------------------------

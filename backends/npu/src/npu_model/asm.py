@@ -26,6 +26,7 @@ from .isa import (
     MatmulMode,
     Op,
     PoolMode,
+    UpsampleMode,
     end_word,
     nop_word,
     run_word,
@@ -213,12 +214,15 @@ class Lut:
 
 @dataclass
 class Upsample:
-    """Nearest-neighbour upsample by integer factors."""
+    """Nearest-neighbour upsample by integer factors; with `zeros`, zero insertion instead:
+    ``out[h * sh, w * sw] = inp[h, w]`` on a ``((H-1)*sh + 1) x ((W-1)*sw + 1)`` map, 0 between
+    (the first layer of a transposed convolution)."""
 
     inp: FMap
     out: FMap
     scale: tuple[int, int] | int = 2
     tag: int = 0
+    zeros: bool = False
 
 
 @dataclass
@@ -408,11 +412,13 @@ def _emit_upsample(L: Upsample, cfg: NpuConfig) -> list[int]:
     i, o = L.inp.resolved(cfg), L.out.resolved(cfg)
     _check_same_dtype(i, o)
     sh, sw = _pair(L.scale)
-    if (o.h, o.w, o.c) != (i.h * sh, i.w * sw, i.c):
+    want = ((i.h - 1) * sh + 1, (i.w - 1) * sw + 1, i.c) if L.zeros else \
+        (i.h * sh, i.w * sw, i.c)
+    if (o.h, o.w, o.c) != want:
         raise ValueError(f"upsample x({sh},{sw}) of {i.h}x{i.w}x{i.c} is not {o.h}x{o.w}x{o.c}")
     return _fmap_words(i, "in") + _fmap_words(o, "out") + [
         set_word(F.SCALE, sh=sh, sw=sw)] + _tile_words(cfg, i, o, 1, 1, 1) + [
-        run_word(Op.UPSAMPLE)]
+        run_word(Op.UPSAMPLE, UpsampleMode.ZERO if L.zeros else UpsampleMode.NEAREST)]
 
 
 def _emit_copy(L: Copy, cfg: NpuConfig) -> list[int]:

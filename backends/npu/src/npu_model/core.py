@@ -23,7 +23,16 @@ from . import cycles as cy
 from .asm import AVG_RECORD, PARAM_RECORD, conv_weight_bytes
 from .config import CODE_DTYPES, NP_DTYPES, NpuConfig
 from .dma import TileCounters
-from .isa import ConvMode, F, MatmulMode, Op, PoolMode, decode_arrays, unpack_payload
+from .isa import (
+    ConvMode,
+    F,
+    MatmulMode,
+    Op,
+    PoolMode,
+    UpsampleMode,
+    decode_arrays,
+    unpack_payload,
+)
 from .kernels import mpe, vector
 from .mmu import MEM_ETM, MEM_OCM, MmuFault, MmuTable
 
@@ -360,10 +369,18 @@ class Icore:
         elif op == Op.UPSAMPLE:
             sc = unpack_payload(F.SCALE, d.get(F.SCALE, 0))
             sh, sw = max(sc["sh"], 1), max(sc["sw"], 1)
-            if (y.h, y.w, y.c) != (x.h * sh, x.w * sw, x.c) or x.dtype != y.dtype:
+            if mode not in (UpsampleMode.NEAREST, UpsampleMode.ZERO):
+                raise NpuFault(f"UPSAMPLE mode {mode} unknown")
+            zeros = mode == UpsampleMode.ZERO
+            want = ((x.h - 1) * sh + 1, (x.w - 1) * sw + 1, x.c) if zeros else \
+                (x.h * sh, x.w * sw, x.c)
+            if (y.h, y.w, y.c) != want or x.dtype != y.dtype:
                 raise NpuFault("UPSAMPLE shapes do not match the scale")
             lv[cy.L_KIND], lv[cy.L_SH] = cy.K_UPSAMPLE, sh
-            if compute:
+            if compute and zeros:
+                vector.upsample_zeros(x.arr, x.rs, x.pitch, x.coff, y.arr, y.rs, y.pitch, y.coff,
+                                      y.h, y.w, y.c, sh, sw)
+            elif compute:
                 vector.upsample_nearest(x.arr, x.rs, x.pitch, x.coff, y.arr, y.rs, y.pitch,
                                         y.coff, y.h, y.w, y.c, sh, sw)
         elif op == Op.COPY:

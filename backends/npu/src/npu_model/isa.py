@@ -64,6 +64,11 @@ class EltwMode(IntEnum):
     MUL = 2
 
 
+class UpsampleMode(IntEnum):
+    NEAREST = 0  #: ``y[h, w] = x[h // sh, w // sw]``
+    ZERO = 1  #: zero insertion: ``y[h * sh, w * sw] = x[h, w]``, 0 elsewhere (transposed conv)
+
+
 class PoolMode(IntEnum):
     MAX = 0
     AVG = 1
@@ -245,7 +250,8 @@ def disassemble_word(w: int) -> str:
         return f"SET {fid.name} " + " ".join(f"{k}={v}" for k, v in subs.items())
     if op in RUN_OPS:
         mode = payload & 0xFF
-        names = {Op.CONV: ConvMode, Op.ELTW: EltwMode, Op.POOL: PoolMode, Op.MATMUL: MatmulMode}
+        names = {Op.CONV: ConvMode, Op.ELTW: EltwMode, Op.POOL: PoolMode, Op.MATMUL: MatmulMode,
+                 Op.UPSAMPLE: UpsampleMode}
         if op in names:
             try:
                 return f"{op.name} {names[op](mode).name}"

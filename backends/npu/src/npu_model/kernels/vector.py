@@ -191,6 +191,22 @@ def upsample_nearest(x, xrs, xpitch, xcoff, y, yrs, ypitch, ycoff, oh_n, ow_n, c
 
 
 @njit(cache=True)
+def upsample_zeros(x, xrs, xpitch, xcoff, y, yrs, ypitch, ycoff, oh_n, ow_n, c_n, sh, sw):
+    """Zero insertion: ``y[h * sh, w * sw] = x[h, w]``, every other element of y 0."""
+    for oh in range(oh_n):
+        for ow in range(ow_n):
+            dst = oh * yrs + ow * ypitch + ycoff
+            if oh % sh == 0 and ow % sw == 0:
+                src = (oh // sh) * xrs + (ow // sw) * xpitch + xcoff
+                for c in range(c_n):
+                    y[dst + c] = x[src + c]
+            else:
+                for c in range(c_n):
+                    y[dst + c] = 0
+    return y
+
+
+@njit(cache=True)
 def copy(x, xrs, xpitch, xcoff, y, yrs, ypitch, ycoff, h_n, w_n, c_n):
     """Copy an ``H x W x C`` block between layouts (re-pitch, channel offset, row stride)."""
     for h in range(h_n):

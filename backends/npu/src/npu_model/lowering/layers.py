@@ -24,7 +24,8 @@ from xir.quant.fixed_point import (
     requant_multiplier,
 )
 from xir.quant.lut import LUT_OPS, build_lut
-from xir.types import QuantizedType
+from xir.types import QuantizedType, TensorType
+from xir.values import Value
 
 from .common import map3, npu_dtype, scale_of
 
@@ -37,13 +38,21 @@ Resolver = Any  # lower._Resolver: .fmap(value) -> asm.FMap, .const(index) -> lo
 
 @dataclass
 class OpLowering:
-    """How one xir op runs on the NPU: constants (packed bytes) and a layer maker."""
+    """How one xir op runs on the NPU: constants (packed bytes) and a layer maker.
+
+    `kind` names the layers `make` returns, "+"-joined when there are several; `scratch` are
+    maps internal to the op (not network values) that the lowering gives FTMP buffers."""
 
     kind: str
     consts: list[np.ndarray] = field(default_factory=list)
     make: Callable[[Resolver], list[asm.Layer]] | None = None
     reads: list[Any] = field(default_factory=list)  # feature values the layers read
     macs: int = 0
+    scratch: list[Any] = field(default_factory=list)
+
+    @property
+    def kinds(self) -> list[str]:
+        return self.kind.split("+")
 
 
 class NotLowerable(Exception):
@@ -169,6 +178,67 @@ def _lower_matmul_dynamic(op, dt: str) -> OpLowering:
                            b_transposed=bt, tag=op.op_id)]
 
     return OpLowering("matmul", [rec], make, [a, b], ah * aw * ac * yc)
+
+
+def lower_conv_transpose(op, cfg) -> OpLowering:
+    """ConvTranspose2d as the MPE runs it: an UPSAMPLE ZERO layer spreads the input with
+    ``stride - 1`` zeros between pixels into an FTMP scratch map, then a stride-1 CONV with the
+    kernel flipped (and, per group, input and output channels swapped) pads each side by
+    ``dilation * (k - 1) - pad`` (plus output_padding at the bottom / right). The array does
+    ``stride_h * stride_w`` times the useful MACs: the zeros are multiplied too
+    (docs/zg330-lowering.md)."""
+    dt = _feature_dtypes(op, rescales=True)
+    if len(op.feature_inputs()) != 1 or len(op.inputs) < 2 or not op.inputs[1].is_params:
+        raise NotLowerable("ConvTranspose2d needs constant weights")
+    if _attr(op, "padding_mode", "zeros") != "zeros":
+        raise NotLowerable("only zero padding")
+    x, w, y = op.inputs[0], op.inputs[1], op.outputs[0]
+    if not isinstance(w.dtype.element_dtype, QuantizedType) or w.data is None or \
+            np.dtype(w.data.dtype) != np.dtype(dt):
+        raise NotLowerable("weights are not quantized to the feature dtype")
+    kh, kw, cin, og = w.shape
+    g = int(_attr(op, "groups", 1))
+    if g < 1 or cin % g or map3(x.shape)[2] != cin or len(x.shape) != 4:
+        raise NotLowerable("group geometry")
+    sh, sw = int(_attr(op, "stride_height", 1)), int(_attr(op, "stride_width", 1))
+    dh, dw = int(_attr(op, "dilation_height", 1)), int(_attr(op, "dilation_width", 1))
+    pt, pb, pl, pr = (int(_attr(op, k, 0)) for k in ("pad_top", "pad_bottom", "pad_left",
+                                                      "pad_right"))
+    pads = (dh * (kh - 1) - pt, dh * (kh - 1) - pb + int(_attr(op, "output_pad_height", 0)),
+            dw * (kw - 1) - pl, dw * (kw - 1) - pr + int(_attr(op, "output_pad_width", 0)))
+    if min(pads) < 0:
+        raise NotLowerable("pads larger than the dilated kernel")
+    if max(kh, kw, sh, sw, dh, dw, *pads) > 255:
+        raise NotLowerable("kernel, stride, pad or dilation above 255")
+    cig, cout = cin // g, og * g
+    s_w = _wscales(w)
+    if s_w.size not in (1, cout):
+        raise NotLowerable("weight scales are neither per tensor nor per output channel")
+    wc = np.asarray(w.data)[::-1, ::-1].reshape(kh, kw, g, cig, og).transpose(0, 1, 3, 2, 4)
+    wc = np.ascontiguousarray(wc.reshape(kh, kw, cig, cout))
+    bias = op.inputs[2].data if len(op.inputs) > 2 else None
+    rec, clip = _rq_records(bias, scale_of(x), s_w, scale_of(y), cout, op.attrs,
+                            y.dtype.numpy_dtype)
+    h, wd, _ = map3(x.shape)
+    z = None
+    if (sh, sw) != (1, 1):
+        z = Value(-1, TensorType(x.dtype.element_dtype, (1, (h - 1) * sh + 1,
+                                                         (wd - 1) * sw + 1, cin), "NHWC"),
+                  f"{op.name or 'conv_transpose'}.zeros")
+    oh, ow, _ = map3(y.shape)
+
+    def make(R: Resolver) -> list[asm.Layer]:
+        src, layers = R.fmap(x), []
+        if z is not None:
+            layers.append(asm.Upsample(src, R.fmap(z), (sh, sw), zeros=True, tag=op.op_id))
+            src = R.fmap(z)
+        return layers + [asm.Conv(src, R.fmap(y), R.const(0), R.const(1), kernel=(kh, kw),
+                                  pad=pads, dilation=(dh, dw), groups=g, clip=clip,
+                                  tag=op.op_id)]
+
+    return OpLowering("conv" if z is None else "upsample+conv",
+                      [asm.pack_conv_weights(wc, g, dt, cfg), rec], make, [x],
+                      oh * ow * cout * kh * kw * cig, scratch=[] if z is None else [z])
 
 
 def lower_matmul(op, cfg) -> OpLowering:
@@ -367,7 +437,8 @@ def lower_upsample(op, cfg) -> OpLowering:
 
 
 RULES: dict[str, Callable[[Any, Any], OpLowering]] = {
-    "Conv2d": lower_conv, "Matmul": lower_matmul, "Add": lower_eltw, "Sub": lower_eltw,
+    "Conv2d": lower_conv, "ConvTranspose2d": lower_conv_transpose, "Matmul": lower_matmul,
+    "Add": lower_eltw, "Sub": lower_eltw,
     "Multiply": lower_eltw, "MaxPool2d": lower_pool, "AvgPool2d": lower_pool,
     "Sigmoid": lower_lut, "Tanh": lower_lut, "Silu": lower_lut, "Hardswish": lower_lut,
     "Gelu": lower_lut,

@@ -197,6 +197,11 @@ class _Lowering:
             low = self.npu_ops[op.op_id]
             if low is not None:
                 spec = _HardSpec([op], [low], list(op.feature_inputs()), list(op.outputs))
+                for v in low.scratch:  # maps inside the op: fresh ids, their own buffers
+                    v.v_id = self.net.newVId()
+                    sb = self._new_buffer(v, dense=False)
+                    sb.scratch = True
+                    spec.scratch.append(sb.bid)
                 y = op.outputs[0]
                 nxt = self._fusable_lut(op)
                 if nxt is not None:
@@ -336,7 +341,7 @@ class _Lowering:
         return out
 
     def _n_layers(self, s: _HardSpec) -> int:
-        return len(s.lows) + len(s.copies)
+        return sum(len(low.kinds) for low in s.lows) + len(s.copies)
 
     def _emit(self, s: _HardSpec, dry: bool) -> np.ndarray | None:
         if not s.lows and not s.copies:
@@ -408,7 +413,7 @@ class _Lowering:
         for bid in s.scratch:
             b = self.buffers[bid]
             scratch.append({"v_id": b.owner, "addr": b.addr, "bytes": b.nbytes})
-        kinds = [low.kind for low in s.lows] + ["copy"] * len(s.copies)
+        kinds = [k for low in s.lows for k in low.kinds] + ["copy"] * len(s.copies)
         info = {"target": self.target.name, "isa_version": ISA_VERSION, "layers": len(kinds),
                 "kinds": kinds, "alias": not kinds, "scratch": scratch,
                 "macs": int(sum(low.macs for low in s.lows)),
