@@ -496,6 +496,17 @@ class _Exporter:
             x = self.get(v, NHWC)
         self.put(op.outputs[0], NHWC, self.node("Transpose", [x], base, perm=perm)[0])
 
+    def op_ChannelShuffle(self, op: Operation, a: dict, base: str) -> None:
+        shape = [int(d) for d in op.inputs[0].shape]
+        g = int(a["groups"])
+        x = self.get(op.inputs[0], NHWC)
+        split = self.node("Reshape", [x, self.ints(shape[:-1] + [g, shape[-1] // g],
+                                                   f"{base}_split")], f"{base}_r")[0]
+        perm = list(range(len(shape) - 1)) + [len(shape), len(shape) - 1]
+        t = self.node("Transpose", [split], f"{base}_t", perm=perm)[0]
+        self.put(op.outputs[0], NHWC, self.node("Reshape", [t, self.ints(shape, f"{base}_shape")],
+                                                base)[0])
+
     def op_Reshape(self, op: Operation, a: dict, base: str) -> None:
         x = self.get(op.inputs[0], NHWC)
         out = self.node("Reshape", [x, self.ints(a["shape"], f"{base}_shape")], base)[0]

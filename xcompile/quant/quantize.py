@@ -62,7 +62,8 @@ __all__ = ["quantize_network", "PASS_THROUGH_OPS", "LUT_OPS", "integer_capable"]
 
 #: Ops whose integer kernel moves codes without rescaling: their values share one scale.
 PASS_THROUGH_OPS = frozenset({"Concat", "Split", "Slice", "Reshape", "Transpose", "Squeeze",
-                              "Unsqueeze", "Pad", "MaxPool2d", "AlignAxis", "PruneAxis"})
+                              "Unsqueeze", "Pad", "MaxPool2d", "AlignAxis", "PruneAxis",
+                              "ChannelShuffle"})
 #: Ops whose inputs (logits) and outputs (probabilities) are calibrated by their range
 #: (minmax), not by a histogram search that clips the few large values the probabilities
 #: depend on most (reported on a transformer block: 0.972 output cosine with KL on the attention

@@ -16,6 +16,7 @@ from .nn import (
 )
 from .shape import (
     AlignAxis,
+    ChannelShuffle,
     Concat,
     Pad,
     PruneAxis,
@@ -34,5 +35,5 @@ __all__ = [
     "Conv2d", "ConvTranspose2d", "Matmul", "MaxPool2d", "AvgPool2d", "BatchNorm2d", "Resize",
     "Upsample",
     "Concat", "Split", "Slice", "Reshape", "Transpose", "Squeeze", "Unsqueeze", "Pad",
-    "AlignAxis", "PruneAxis",
+    "AlignAxis", "PruneAxis", "ChannelShuffle",
 ]

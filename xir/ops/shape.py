@@ -126,6 +126,24 @@ class Reshape(Operation):
 
 
 @register_op
+class ChannelShuffle(Operation):
+    """ShuffleNet's channel shuffle on the last (channel) axis: with ``n = C / groups``, output
+    channel ``j * groups + i`` is input channel ``i * n + j``. Exporters write it as
+    Reshape -> Transpose -> Reshape; the compiler recognises that and keeps one op."""
+
+    op_type = "ChannelShuffle"
+    ATTRS = {"groups": (int, REQUIRED)}
+
+    def infer_shapes(self, shapes):
+        x = shapes[0]
+        g = self.attrs["groups"]
+        if not x or g < 1 or x[-1] % g:
+            raise fail(self, f"{x[-1] if x else 0} channels do not split into {g} groups",
+                       "groups")
+        return [tuple(x)]
+
+
+@register_op
 class Transpose(Operation):
     """Permute axes: output axis i is input axis perm[i]."""
 

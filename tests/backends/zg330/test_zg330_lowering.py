@@ -271,6 +271,41 @@ def test_feature_matmul_bit_exact(zdev, batch, m, k, n, bt, rank4, bits, seed): 
     assert [op.device_info["kinds"] for op in z.ops if op.op_type == "HardOp"] == [["matmul"]]
 
 
+@settings(max_examples=25, **SETTINGS)
+@given(st.integers(1, 9), st.integers(1, 9), st.integers(1, 6), st.integers(1, 12),
+       st.sampled_from([8, 16]), st.integers(0, 2 ** 31))
+def test_channel_shuffle_bit_exact(zdev, h, w, g, n, bits, seed):  # noqa: F811
+    """ChannelShuffle as `groups` COPY STRIDED_OUT layers, between two chip ops."""
+    rng = np.random.default_rng(seed)
+    c = g * n
+    s = float(rng.uniform(0.01, 0.1))
+    b = NetworkBuilder("shuffle")
+    x = qin(b, (1, h, w, c), bits, s)
+    t = b.op("Sigmoid", [x], out_types=[out_type((1, h, w, c), bits, 1 / 200)])
+    y = b.op("ChannelShuffle", [t], out_types=[out_type((1, h, w, c), bits, 1 / 200)],
+             groups=g)
+    b.output(y)
+    z = _check(b.build(), rng, bits, zdev)
+    assert "ChannelShuffle" not in {op.op_type for op in z.ops}
+    assert ["copy"] * g in [op.device_info["kinds"] for op in z.ops if op.op_type == "HardOp"]
+
+
+@settings(max_examples=30, **SETTINGS)
+@given(small_map(), st.sampled_from(["relu", "relu6", "leaky", "leaky6"]),
+       st.sampled_from([8, 16]), st.integers(0, 2 ** 31))
+def test_standalone_relu_bit_exact(zdev, hwc, kind, bits, seed):  # noqa: F811
+    """A Relu that folded into nothing (after a Concat, a pool) runs as ELTW on the chip."""
+    rng = np.random.default_rng(seed)
+    s_in, s_out = (float(v) for v in rng.uniform(0.005, 0.1, 2))
+    attrs = {"relu": {}, "relu6": dict(max_value=s_in * 60), "leaky": dict(alpha=0.1),
+             "leaky6": dict(alpha=0.2, max_value=s_in * 40)}[kind]
+    b = NetworkBuilder("relu")
+    x = qin(b, (1,) + hwc, bits, s_in)
+    b.output(b.op("Relu", [x], out_types=[out_type((1,) + hwc, bits, s_out)], **attrs))
+    z = _check(b.build(), rng, bits, zdev)
+    assert [op.device_info["kinds"] for op in z.ops if op.op_type == "HardOp"] == [["eltw"]]
+
+
 # --- data movement: concat in place / by COPY, split, reshape -------------------------------------
 
 

@@ -175,3 +175,77 @@ def test_decomposed_layernorm_from_onnx_becomes_one_op(rng, affine):
     assert _types(opt) == ["LayerNorm"]
     x = rng.normal(0, 2, (1, 40, 16)).astype(np.float32)
     np.testing.assert_allclose(_run(opt, x)[0], _run(net, x)[0], rtol=1e-4, atol=1e-5)
+
+
+def _onnx_model(nodes, inits, shape, opset=13):
+    from onnx import TensorProto, helper, numpy_helper
+
+    graph = helper.make_graph(
+        nodes, "m", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(v, k) for k, v in inits.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 8
+    return model
+
+
+def _ort(model, x):
+    ort = pytest.importorskip("onnxruntime")
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return sess.run(None, {"x": x})[0]
+
+
+@pytest.mark.parametrize("layout", ["nchw", "last_axis"])
+def test_channel_shuffle_becomes_one_op(rng, layout):
+    """ShuffleNet's Reshape(g, C/g) -> Transpose -> Reshape, on an NCHW model (the importer's
+    layout Transposes around it fold away too) and on the last axis: one ChannelShuffle with
+    onnxruntime's results."""
+    from onnx import helper
+
+    from xcompile.frontend import import_onnx
+
+    g, c = 3, 12
+    if layout == "nchw":
+        shape, split, perm = (1, c, 5, 4), [1, g, c // g, 5, 4], [0, 2, 1, 3, 4]
+        inits = {"w": rng.normal(0, 0.5, (c, c, 1, 1)).astype(np.float32)}
+        nodes = [helper.make_node("Conv", ["x", "w"], ["a"])]
+    else:
+        shape, split, perm = (1, 6, c), [1, 6, g, c // g], [0, 1, 3, 2]
+        inits = {"w": rng.normal(0, 0.5, (c, c)).astype(np.float32)}
+        nodes = [helper.make_node("MatMul", ["x", "w"], ["a"])]
+    inits.update(s1=np.array(split, np.int64), s2=np.array(shape, np.int64))
+    nodes += [helper.make_node("Reshape", ["a", "s1"], ["r"]),
+              helper.make_node("Transpose", ["r"], ["t"], perm=perm),
+              helper.make_node("Reshape", ["t", "s2"], ["y"])]
+    model = _onnx_model(nodes, inits, shape)
+    opt = optimize(import_onnx(model))
+    shuffles = [op for op in opt.ops if op.op_type == "ChannelShuffle"]
+    assert len(shuffles) == 1 and shuffles[0].attrs["groups"] == g
+    assert "Reshape" not in _types(opt)
+    x = rng.normal(0, 1, shape).astype(np.float32)
+    np.testing.assert_allclose(_run(opt, x)[0], _ort(model, x), rtol=1e-5, atol=1e-5)
+
+
+def test_attention_transpose_and_linear_bias_fold_into_the_matmuls(rng):
+    """torch.onnx's attention: MatMul + Add(bias) for each projection, Q @ Transpose(K); the
+    biases become Matmul biases and the Transpose the Matmul's transpose_b."""
+    from onnx import helper
+
+    from xcompile.frontend import import_onnx
+
+    d = 8
+    inits = {f"w{k}": rng.normal(0, 0.3, (d, d)).astype(np.float32) for k in "qk"}
+    inits.update({f"b{k}": rng.normal(0, 0.3, (d,)).astype(np.float32) for k in "qk"})
+    nodes = []
+    for k in "qk":
+        nodes += [helper.make_node("MatMul", ["x", f"w{k}"], [f"m{k}"]),
+                  helper.make_node("Add", [f"m{k}", f"b{k}"], [k])]
+    nodes += [helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 2, 1]),
+              helper.make_node("MatMul", ["q", "kt"], ["y"])]
+    model = _onnx_model(nodes, inits, (1, 5, d))
+    opt = optimize(import_onnx(model))
+    assert _types(opt) == ["Matmul"] * 3
+    assert [len(op.inputs) for op in opt.ops[1:4]] == [3, 3, 2]
+    assert opt.ops[3].attrs["transpose_b"] is True
+    x = rng.normal(0, 1, (1, 5, d)).astype(np.float32)
+    np.testing.assert_allclose(_run(opt, x)[0], _ort(model, x), rtol=1e-4, atol=1e-4)

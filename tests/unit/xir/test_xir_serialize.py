@@ -65,6 +65,7 @@ def build_all_ops() -> xir.Network:
     rs = b.resize(up, out_height=5, out_width=7, mode="bilinear", coordinate_mode="align_corners")
     pd = b.pad(rs, pad_before=[0, 1, 0, 0], pad_after=[0, 0, 1, 0], mode="edge")
     sl = b.slice(pd, begin=[0, 0, 0, 0], end=[1, 6, 8, 4], step=[1, 2, 1, 1])
+    sl = b.op("ChannelShuffle", [sl], groups=2)
     tr = b.transpose(sl, perm=[0, 3, 1, 2])
     rh = b.reshape(tr, shape=[1, 4, -1])
     uq = b.unsqueeze(rh, axes=[0])

@@ -21,6 +21,7 @@ import numpy as np
 from .config import DEFAULT, DTYPE_CODES, NP_DTYPES, NpuConfig
 from .isa import (
     ConvMode,
+    CopyMode,
     EltwMode,
     F,
     MatmulMode,
@@ -227,11 +228,14 @@ class Upsample:
 
 @dataclass
 class Copy:
-    """Copy a block between layouts (re-pitch, channel slice, row stride)."""
+    """Copy a block between layouts (re-pitch, channel slice, row stride). With ``out_step``
+    > 1 input channel k lands on output channel ``k * out_step`` of `out`, whose ``c`` is the
+    spanned window ``(inp.c - 1) * out_step + 1`` (one group of a channel shuffle)."""
 
     inp: FMap
     out: FMap
     tag: int = 0
+    out_step: int = 1
 
 
 Layer = Conv | Matmul | Eltw | Pool | Lut | Upsample | Copy
@@ -424,10 +428,13 @@ def _emit_upsample(L: Upsample, cfg: NpuConfig) -> list[int]:
 def _emit_copy(L: Copy, cfg: NpuConfig) -> list[int]:
     i, o = L.inp.resolved(cfg), L.out.resolved(cfg)
     _check_same_dtype(i, o)
-    if (i.h, i.w, i.c) != (o.h, o.w, o.c):
+    step = int(L.out_step)
+    if step < 1 or (i.h, i.w, (i.c - 1) * step + 1) != (o.h, o.w, o.c):
         raise ValueError("copy in and out shapes differ")
-    return _fmap_words(i, "in") + _fmap_words(o, "out") + _tile_words(cfg, i, o, 1, 1, 1) + [
-        run_word(Op.COPY)]
+    words = _fmap_words(i, "in") + _fmap_words(o, "out") + _tile_words(cfg, i, o, 1, 1, 1)
+    if step == 1:
+        return words + [run_word(Op.COPY)]
+    return words + [set_word(F.CSTEP, out=step), run_word(Op.COPY, CopyMode.STRIDED_OUT)]
 
 
 _EMITTERS = {Conv: _emit_conv, Matmul: _emit_matmul, Eltw: _emit_eltw, Pool: _emit_pool,

@@ -25,6 +25,7 @@ from .config import CODE_DTYPES, NP_DTYPES, NpuConfig
 from .dma import TileCounters
 from .isa import (
     ConvMode,
+    CopyMode,
     F,
     MatmulMode,
     Op,
@@ -384,12 +385,16 @@ class Icore:
                 vector.upsample_nearest(x.arr, x.rs, x.pitch, x.coff, y.arr, y.rs, y.pitch,
                                         y.coff, y.h, y.w, y.c, sh, sw)
         elif op == Op.COPY:
-            if (x.h, x.w, x.c) != (y.h, y.w, y.c) or x.dtype != y.dtype:
+            if mode not in (CopyMode.DENSE, CopyMode.STRIDED_OUT):
+                raise NpuFault(f"COPY mode {mode} unknown")
+            step = max(unpack_payload(F.CSTEP, d.get(F.CSTEP, 0))["out"], 1) \
+                if mode == CopyMode.STRIDED_OUT else 1
+            if (x.h, x.w, (x.c - 1) * step + 1) != (y.h, y.w, y.c) or x.dtype != y.dtype:
                 raise NpuFault("COPY in and out shapes differ")
-            lv[cy.L_KIND] = cy.K_COPY
+            lv[cy.L_KIND], lv[cy.L_OUT_C] = cy.K_COPY, x.c  # the channels written
             if compute:
                 vector.copy(x.arr, x.rs, x.pitch, x.coff, y.arr, y.rs, y.pitch, y.coff,
-                            y.h, y.w, y.c)
+                            x.h, x.w, x.c, step)
         return lv
 
     def _geometry(self, d: dict) -> tuple[int, ...]:

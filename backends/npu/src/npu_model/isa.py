@@ -69,6 +69,11 @@ class UpsampleMode(IntEnum):
     ZERO = 1  #: zero insertion: ``y[h * sh, w * sw] = x[h, w]``, 0 elsewhere (transposed conv)
 
 
+class CopyMode(IntEnum):
+    DENSE = 0  #: ``y = x`` between layouts
+    STRIDED_OUT = 1  #: input channel k goes to output channel ``k * CSTEP`` (channel shuffle)
+
+
 class PoolMode(IntEnum):
     MAX = 0
     AVG = 1
@@ -102,6 +107,7 @@ class F(IntEnum):
     SCALE = 0x1B
     TILE = 0x1C
     ELTW_KB = 0x1D
+    CSTEP = 0x1E
 
 
 @dataclass(frozen=True)
@@ -141,6 +147,7 @@ FIELDS: dict[F, tuple[Sub, ...]] = {
     F.RQ_NEG: (Sub("mult", 0, 32, True), Sub("shift", 32, 8)),
     F.SCALE: (Sub("sh", 0, 8), Sub("sw", 8, 8)),
     F.TILE: (Sub("rows", 0, 16), Sub("oc_blocks", 16, 16)),
+    F.CSTEP: (Sub("out", 0, 16),),
 }
 
 
@@ -251,7 +258,7 @@ def disassemble_word(w: int) -> str:
     if op in RUN_OPS:
         mode = payload & 0xFF
         names = {Op.CONV: ConvMode, Op.ELTW: EltwMode, Op.POOL: PoolMode, Op.MATMUL: MatmulMode,
-                 Op.UPSAMPLE: UpsampleMode}
+                 Op.UPSAMPLE: UpsampleMode, Op.COPY: CopyMode}
         if op in names:
             try:
                 return f"{op.name} {names[op](mode).name}"

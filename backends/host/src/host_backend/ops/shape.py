@@ -67,6 +67,14 @@ def transpose(inputs: list[np.ndarray], attrs: dict) -> list[np.ndarray]:
     return [fresh(np.transpose(x, perm))]
 
 
+def channel_shuffle(inputs: list[np.ndarray], attrs: dict) -> list[np.ndarray]:
+    """Output channel j*g + i is input channel i*(C/g) + j (last axis)."""
+    x = np.asarray(inputs[0])
+    g = int(attrs["groups"])
+    c = x.shape[-1]
+    return [fresh(x.reshape(x.shape[:-1] + (g, c // g)).swapaxes(-1, -2).reshape(x.shape))]
+
+
 def squeeze(inputs: list[np.ndarray], attrs: dict) -> list[np.ndarray]:
     x = np.asarray(inputs[0])
     axes = attrs.get("axes") or None
@@ -131,6 +139,7 @@ split_int = _passthrough(split, "split")
 slice_int = _passthrough(slice_, "slice")
 reshape_int = _passthrough(reshape, "reshape")
 transpose_int = _passthrough(transpose, "transpose")
+channel_shuffle_int = _passthrough(channel_shuffle, "channel_shuffle")
 squeeze_int = _passthrough(squeeze, "squeeze")
 unsqueeze_int = _passthrough(unsqueeze, "unsqueeze")
 

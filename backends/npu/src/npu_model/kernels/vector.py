@@ -207,12 +207,13 @@ def upsample_zeros(x, xrs, xpitch, xcoff, y, yrs, ypitch, ycoff, oh_n, ow_n, c_n
 
 
 @njit(cache=True)
-def copy(x, xrs, xpitch, xcoff, y, yrs, ypitch, ycoff, h_n, w_n, c_n):
-    """Copy an ``H x W x C`` block between layouts (re-pitch, channel offset, row stride)."""
+def copy(x, xrs, xpitch, xcoff, y, yrs, ypitch, ycoff, h_n, w_n, c_n, step):
+    """Copy an ``H x W x C`` block between layouts (re-pitch, channel offset, row stride);
+    input channel c goes to output channel ``c * step``."""
     for h in range(h_n):
         for w in range(w_n):
             src = h * xrs + w * xpitch + xcoff
             dst = h * yrs + w * ypitch + ycoff
             for c in range(c_n):
-                y[dst + c] = x[src + c]
+                y[dst + c * step] = x[src + c]
     return y

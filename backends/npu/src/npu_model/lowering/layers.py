@@ -10,7 +10,7 @@ bit-identical to it.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -345,6 +345,31 @@ def lower_eltw(op, cfg) -> OpLowering:
     return OpLowering("eltw", consts, make, [first] if const is not None else [first, second])
 
 
+def lower_relu(op, cfg) -> OpLowering:
+    """A standalone Relu (ReLU6, LeakyReLU) as an ELTW ADD of the map with itself at weights
+    (1, 0): the requantization ``RM(s_in, 1, s_out)`` with the activation folded in, as the
+    host computes it."""
+    _feature_dtypes(op, rescales=True)
+    if float(_attr(op, "threshold", 0.0)) != 0.0:
+        raise NotLowerable("Relu with a non-zero threshold has no integer form")
+    x, y = op.inputs[0], op.outputs[0]
+    if map3(x.shape) != map3(y.shape):
+        raise NotLowerable("relu shapes")
+    m, s = (int(v) for v in requant_multiplier(scale_of(x), 1.0, scale_of(y)))
+    real = np.float64(scale_of(x)) / np.float64(scale_of(y))
+    act = {"act": "relu", "act_alpha": float(_attr(op, "alpha", 0.0)),
+           "act_max": float(_attr(op, "max_value", np.inf))}
+    clip, leaky = folded_act(act, real, scale_of(y), y.dtype.numpy_dtype)
+    kw = dict(op="add", ka=1, kb=0, mult=m, shift=s, clip=clip)
+    if leaky is not None:
+        kw["mult_neg"], kw["shift_neg"] = int(leaky[0]), int(leaky[1])
+
+    def make(R: Resolver) -> list[asm.Layer]:
+        return [asm.Eltw(R.fmap(x), R.fmap(x), R.fmap(y), tag=op.op_id, **kw)]
+
+    return OpLowering("eltw", [], make, [x])
+
+
 def _pool_geometry(op, x3):
     h, w, _ = x3
     if op.op_type == "AvgPool2d" and _attr(op, "is_global", False):
@@ -436,13 +461,33 @@ def lower_upsample(op, cfg) -> OpLowering:
     return OpLowering("upsample", [], make, [x])
 
 
+def lower_channel_shuffle(op, cfg) -> OpLowering:
+    """ChannelShuffle as `groups` COPY layers: group i (input channels ``[i*n, (i+1)*n)``)
+    goes to every `groups`-th output channel from i (COPY STRIDED_OUT)."""
+    _feature_dtypes(op)
+    x, y = op.inputs[0], op.outputs[0]
+    g = int(op.attrs["groups"])
+    c = map3(x.shape)[2]
+    if scale_of(x) != scale_of(y) or c != int(x.shape[-1]) or g < 1 or c % g:
+        raise NotLowerable("channel shuffle with a rescale or not on the channel axis")
+    n = c // g
+
+    def make(R: Resolver) -> list[asm.Layer]:
+        src, dst = R.fmap(x), R.fmap(y)
+        return [asm.Copy(replace(src, c_off=src.c_off + i * n, c=n),
+                         replace(dst, c_off=dst.c_off + i, c=(n - 1) * g + 1), out_step=g,
+                         tag=op.op_id) for i in range(g)]
+
+    return OpLowering("+".join(["copy"] * g), [], make, [x])
+
+
 RULES: dict[str, Callable[[Any, Any], OpLowering]] = {
     "Conv2d": lower_conv, "ConvTranspose2d": lower_conv_transpose, "Matmul": lower_matmul,
     "Add": lower_eltw, "Sub": lower_eltw,
-    "Multiply": lower_eltw, "MaxPool2d": lower_pool, "AvgPool2d": lower_pool,
+    "Multiply": lower_eltw, "Relu": lower_relu, "MaxPool2d": lower_pool, "AvgPool2d": lower_pool,
     "Sigmoid": lower_lut, "Tanh": lower_lut, "Silu": lower_lut, "Hardswish": lower_lut,
     "Gelu": lower_lut,
-    "Upsample": lower_upsample,
+    "Upsample": lower_upsample, "ChannelShuffle": lower_channel_shuffle,
 }
 
 
