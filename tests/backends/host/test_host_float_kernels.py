@@ -95,7 +95,8 @@ def test_registry_covers_every_kernel_op() -> None:
     expected = {
         "Conv2d", "ConvTranspose2d", "Matmul", "Add", "Sub", "Multiply", "Div", "Sqrt",
         "ReduceMean", "Concat", "Split",
-        "Slice", "Reshape", "Transpose", "ChannelShuffle", "Squeeze", "Unsqueeze", "Pad", "MaxPool2d",
+        "Slice", "Reshape", "Transpose", "ChannelShuffle", "Squeeze", "Unsqueeze", "Pad",
+        "MaxPool2d",
         "AvgPool2d", "Relu", "Sigmoid", "Tanh", "Silu", "Hardswish", "Gelu", "Erf", "Softmax",
         "Resize",
         "Upsample",
