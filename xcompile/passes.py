@@ -371,19 +371,18 @@ def _fold_matmul_bias(net: Network, mm: Operation, add: Operation) -> bool:
 
 
 def _fold_transpose_into_matmul(net: Network, tr: Operation, outputs: set[int]) -> bool:
-    """A Transpose that swaps the last two axes and feeds only a Matmul becomes the Matmul's
-    transpose_a / transpose_b (``Q @ K^T`` of attention)."""
+    """A Transpose that swaps the last two axes and feeds only a Matmul's B becomes the
+    Matmul's transpose_b (``Q @ K^T`` of attention; the chips read K as stored). A transposed
+    A is left alone: the chips run no transpose_a."""
     perm = list(tr.attrs.get("perm") or [])
     n = len(perm)
     if n < 2 or perm != list(range(n - 2)) + [n - 1, n - 2] or tr.inputs[0].is_params:
         return False
     mm = _reader(tr.outputs[0], outputs, "Matmul")
-    if mm is None or (mm.inputs[0] is tr.outputs[0]) == (mm.inputs[1] is tr.outputs[0]):
+    if mm is None or mm.inputs[0] is tr.outputs[0] or mm.inputs[1] is not tr.outputs[0]:
         return False
-    i = 0 if mm.inputs[0] is tr.outputs[0] else 1
-    key = ("transpose_a", "transpose_b")[i]
-    mm.inputs = [tr.inputs[0] if j == i else v for j, v in enumerate(mm.inputs)]
-    mm.attrs[key] = not bool(mm.attrs.get(key, False))
+    mm.inputs = [mm.inputs[0], tr.inputs[0]] + list(mm.inputs[2:])
+    mm.attrs["transpose_b"] = not bool(mm.attrs.get("transpose_b", False))
     _fuse_tag(mm, tr)
     net.ops.remove(tr)
     net.relink()

@@ -126,3 +126,34 @@ def forward_once(net: Any, backends: list, devices: list, x: np.ndarray
         return np.asarray(s.forward([Tensor(x)])[0]).copy(), dict(s.backendBindings())
     finally:
         s.close()
+
+
+def text_images(shape: tuple[int, ...], count: int, seed: int = 0,
+                mean: tuple[float, ...] = (0.5, 0.5, 0.5),
+                std: tuple[float, ...] = (0.5, 0.5, 0.5)) -> list[np.ndarray]:
+    """Lines of dark text on light, noisy backgrounds drawn with Pillow (NCHW float32,
+    normalised by `mean` / `std` as PaddleOCR's preprocessing does): inputs for OCR networks
+    whose outputs mean nothing on sine patterns."""
+    from PIL import Image, ImageDraw, ImageFont
+
+    rng = np.random.default_rng(seed)
+    n, c, h, w = shape
+    letters = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
+    out = []
+    for _ in range(count):
+        bg = tuple(int(v) for v in rng.integers(170, 256, 3))
+        img = Image.new("RGB", (w, h), bg)
+        draw = ImageDraw.Draw(img)
+        rows = max(1, h // 40)
+        for r in range(rows):
+            size = int(rng.integers(max(8, h // (2 * rows)), max(9, (h * 3) // (4 * rows))))
+            font = ImageFont.load_default(size=size)
+            word = "".join(rng.choice(list(letters), int(rng.integers(4, 12))))
+            ink = tuple(int(v) for v in rng.integers(0, 90, 3))
+            draw.text((int(rng.integers(0, max(1, w // 6))), r * h // rows + 2), word,
+                      fill=ink, font=font)
+        a = np.asarray(img, np.float32) / 255.0
+        a = a + rng.normal(0, 0.02, a.shape).astype(np.float32)
+        a = (a - np.asarray(mean, np.float32)) / np.asarray(std, np.float32)
+        out.append(np.ascontiguousarray(a.transpose(2, 0, 1)[None, :c]).repeat(n, 0))
+    return out

@@ -446,6 +446,7 @@ def _gptq_codes(opt: Network, data: list, int_ops: set[int], op_el: dict[int, Sc
            and op.inputs[1].is_params
            and ((op.op_type == "Conv2d" and op.inputs[1].data.ndim == 4)
                 or (op.op_type == "Matmul" and op.inputs[1].data.ndim == 2
+                    and not op.attrs.get("transpose_a", False)
                     and not op.attrs.get("transpose_b", False)))]
     if not ops:
         return {}

@@ -1,0 +1,101 @@
+"""Trained networks as users bring them: PaddleOCR's text direction classifier (MobileNetV3),
+text detector (DBNet: ConvTranspose, Resize, HardSwish written out, squeeze-excite gates) and
+text recognizer (SVTR: attention, LayerNorm) shipped as ONNX files inside the PyPI package
+`rapidocr_onnxruntime`. The wheel is fetched at test time (never vendored); without network the
+tests skip. Each model compiles for both chips, runs bit-exactly against the integer reference,
+and its int8 cosine to onnxruntime's float run is compared with onnxruntime's own int8."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+from corpus import forward_once, load_stage, text_images
+
+from host_backend import HostBackend
+from xcompile.pipeline import DEFAULTS, compile_model
+from xcompile.quant.report import cosine
+from xrt import Device, HostDevice, plugins
+
+pytestmark = pytest.mark.slow
+pytest.importorskip("onnxruntime")
+
+WHEEL = "rapidocr_onnxruntime==1.4.4"
+IMAGENET = dict(mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225))
+#: model file -> (input shape, PaddleOCR's input normalisation, int8 cosine floor). The floors
+#: below 0.99 record where the default compile stands, not the goal (issue 10): the detector
+#: measured 0.988 (onnxruntime's int8 0.956), the recognizer 0.853 (onnxruntime's 0.808) on
+#: the held-out text image.
+MODELS = {
+    "ch_ppocr_mobile_v2.0_cls_infer.onnx": ((1, 3, 48, 192), {}, 0.99),
+    "ch_PP-OCRv4_det_infer.onnx": ((1, 3, 128, 256), IMAGENET, 0.98),
+    "ch_PP-OCRv4_rec_infer.onnx": ((1, 3, 48, 160), {}, 0.85),
+}
+CHIPS = {"zg330": ("ZG330", "ZG"), "buyi": ("Buyi", "BY")}
+
+
+@pytest.fixture(scope="session")
+def ocr_models(tmp_path_factory) -> Path:
+    """The models directory of the rapidocr_onnxruntime wheel (downloaded once per session)."""
+    where = tmp_path_factory.mktemp("rapidocr")
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "-d", str(where),
+           WHEEL]
+    try:
+        subprocess.run(cmd, check=True, capture_output=True, timeout=300)
+    except (subprocess.CalledProcessError, subprocess.TimeoutExpired, OSError) as exc:
+        pytest.skip(f"cannot download {WHEEL} from PyPI: {exc}")
+    wheel = next(where.glob("*.whl"))
+    with zipfile.ZipFile(wheel) as z:
+        for name in z.namelist():
+            if name.endswith(".onnx"):
+                z.extract(name, where)
+    return where / "rapidocr_onnxruntime" / "models"
+
+
+@pytest.mark.parametrize("target", sorted(CHIPS))
+@pytest.mark.parametrize("model", sorted(MODELS))
+def test_trained_model_runs_on_the_chip(ocr_models, model, target, tmp_path):
+    import onnxruntime as ort
+
+    from xcompile.quant.onnxruntime_int8 import quantize_static_int8
+
+    path = ocr_models / model
+    shape, norm, floor = MODELS[model]
+    cal = tmp_path / "cal"
+    cal.mkdir()
+    for k, im in enumerate(text_images(shape, 8, **norm)):
+        np.save(cal / f"{k}.npy", im)
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    name = sess.get_inputs()[0].name
+    written = compile_model(dict(DEFAULTS, model=str(path), target=target, calib=str(cal),
+                                 output=str(tmp_path / "out"), name="m",
+                                 input_shape={name: list(shape)}))
+    backend_name, suffix = CHIPS[target]
+    net = load_stage(written[suffix])
+    host = {op.op_type for op in net.ops if op.op_type not in ("HardOp", "Input", "Output")}
+    assert not {"Conv2d", "ConvTranspose2d", "Add", "Multiply", "Hardswish", "Sigmoid"} & host
+    x = text_images(shape, 1, seed=11, **norm)[0]
+    npu = plugins.backend_class(backend_name)
+    dev = Device.Open(f"sim://{target}")
+    try:
+        got, bound = forward_once(net, [npu, HostBackend], [dev, HostDevice.Default()], x)
+    finally:
+        dev.close()
+    assert all(isinstance(bound[op.op_id], npu) for op in net.ops if op.op_type == "HardOp")
+    ref, _ = forward_once(load_stage(written["adapted"]), [HostBackend],
+                          [HostDevice.Default()], x)
+    assert got.tobytes() == ref.tobytes()
+    want = sess.run(None, {name: x})[0]
+    qdq = quantize_static_int8(str(path), [[np.load(cal / f"{k}.npy")] for k in range(8)],
+                               str(tmp_path / "int8.onnx"))
+    qs = ort.InferenceSession(qdq, providers=["CPUExecutionProvider"])
+    theirs = cosine(qs.run(None, {name: x})[0], want)
+    ours = cosine(got, want)
+    print(f"{model} {target}: int8 cosine {ours:.4f}, onnxruntime int8 {theirs:.4f}, "
+          f"host ops {sorted(host)}")
+    assert ours >= floor
+    assert ours >= theirs - 0.005, f"int8 cosine {ours:.4f}, onnxruntime's {theirs:.4f}"
