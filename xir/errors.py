@@ -153,5 +153,10 @@ class CalibrationError(XirError, ValueError):
     does not fit the network input; the message names the file (if any) and the input."""
 
 
+class HardwareLimitError(XirError, ValueError):
+    """A compiled network cannot fit its target hardware: the message names the limit, what
+    needs it, and what to change (raised by the compile, before any deployment)."""
+
+
 class QuantizationError(XirError, ValueError):
     """A network cannot be quantized as asked (e.g. an integer parameter out of its range)."""

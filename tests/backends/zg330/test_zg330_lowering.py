@@ -370,3 +370,27 @@ def test_compile_cli_writes_zg(tmp_path):
             assert p.mtype.addr % 64 == 0 and p.data.dtype == np.uint8
         for v in op.inputs + op.outputs:
             assert v.mtype.kind == "etm" and v.tags["zg330"]["base"] % 64 == 0
+
+
+def test_compile_refuses_a_network_the_etm_cannot_hold(tmp_path):
+    """A hardware limit that no deployment can meet fails the compile, naming the limit, what
+    needs it and what to change -- not apply() on the device later."""
+    from dataclasses import replace
+
+    import pytest
+
+    import xir
+    from npu_model.lowering import lower
+    from xcompile.pipeline import DEFAULTS, compile_model
+    from xir.errors import HardwareLimitError
+    from zg330backend.lowering import ZG330_TARGET
+
+    opts = dict(DEFAULTS, model="tiny_cnn", target="zg330", output=str(tmp_path / "out"),
+                method="minmax", calib_count=2)
+    adapted = xir.Network.CreateFromJsonFile(compile_model(opts)["adapted"])
+    adapted.loadParamsFromFile(str(tmp_path / "out" / "tiny_cnn_adapted.raw"))
+    lower(adapted, ZG330_TARGET)  # fits the real ZG330's 1 GiB
+    small = replace(ZG330_TARGET, npu=replace(ZG330_TARGET.npu, etm_size=64 << 10))
+    with pytest.raises(HardwareLimitError, match=r"zg330: the network needs at least .* MiB "
+                       r"of ETM .*the device has 0.1 MiB: reduce the input size"):
+        lower(adapted, small)

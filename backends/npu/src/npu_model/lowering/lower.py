@@ -27,6 +27,7 @@ import numpy as np
 
 from npu_model import asm
 from npu_model.isa import ISA_VERSION
+from xir.errors import HardwareLimitError
 from xir.network import Network
 from xir.ops.base import OP_REGISTRY
 from xir.quant.lut import LUT_OPS
@@ -435,6 +436,29 @@ class _Slice:
     c: int
 
 
+def _check_fits(L: _Lowering, seq: list[Any], etm: dict, target: TargetConfig) -> None:
+    """Refuse, at compile time, a network the device's ETM cannot hold under any deployment:
+    weights and instructions stay resident, and at least the maps one HardOp reads and writes
+    must be live at once (ETM reuse can shrink FTMP to about that, never below)."""
+    weights = etm["weight"][1] - etm["weight"][0]
+    instr = etm["instr"][1] - etm["instr"][0]
+    live = 0
+    for s in seq:
+        if isinstance(s, _HardSpec):
+            bufs = {L.buf_of[v.v_id].bid: L.buf_of[v.v_id].nbytes for v in s.inputs + s.outputs}
+            bufs.update({b: L.buffers[b].nbytes for b in s.scratch})
+            live = max(live, sum(bufs.values()))
+    need = weights + instr + live
+    cap = L.cfg.etm_size
+    if need > cap:
+        mib = 1 << 20
+        raise HardwareLimitError(
+            f"{target.name}: the network needs at least {need / mib:.1f} MiB of ETM (weights "
+            f"{weights / mib:.1f} MiB, instructions {instr / mib:.1f} MiB, the largest HardOp's "
+            f"feature maps {live / mib:.1f} MiB), the device has {cap / mib:.1f} MiB: reduce "
+            f"the input size, or compile the network in parts")
+
+
 def lower(adapted: Network, target: TargetConfig, options: dict | None = None) -> Network:
     """`target`'s generated stage of an adapted network (a new network; the input is kept)."""
     net, _ = clone_network(adapted)
@@ -442,6 +466,7 @@ def lower(adapted: Network, target: TargetConfig, options: dict | None = None) -
     L.select()
     seq = L.plan()
     etm = L.layout(seq)
+    _check_fits(L, seq, etm, target)
     out = L.build(seq, etm)
     n_hard = sum(1 for op in out.ops if op.op_type == "HardOp")
     log.info("lowered %s for %s: %d HardOps (%d layers), %d host ops; ETM weights %d B, "
