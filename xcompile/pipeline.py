@@ -11,6 +11,7 @@ plugins' `xrt_register_targets` hook.
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import tempfile
@@ -20,6 +21,7 @@ from xcompile import zoo
 from xcompile.frontend import import_onnx
 from xcompile.passes import optimize
 from xcompile.quant.calibrate import load_calibration
+from xcompile.quant.mixed import raise_until
 from xcompile.quant.quantize import quantize_network
 from xcompile.quant.report import accuracy_report
 from xcompile.runner import Runner
@@ -28,10 +30,12 @@ from xrt.errors import XrtError
 
 __all__ = ["DEFAULTS", "compile_model"]
 
+log = logging.getLogger(__name__)
+
 #: every option of a compile and its default ("model" has none)
 DEFAULTS = {"target": None, "calib": None, "output": "out", "bits": 8, "method": "mse",
             "input_shape": None, "name": None, "calib_count": 8, "input_size": None,
-            "input_bits": None, "op_bits": None}
+            "input_bits": None, "op_bits": None, "min_cosine": 0.99}
 
 
 def _shapes(spec: Any) -> dict[str, list[int]] | None:
@@ -59,6 +63,33 @@ def _op_bits(spec: Any) -> dict[str, int] | None:
             raise XrtError(f"xrt compile: --op-bits {item!r} is not NAME=BITS")
         out[name] = int(bits)
     return out
+
+
+def _quantize(optimized: Any, samples: Any, opts: dict[str, Any], runner: Runner | None,
+              name: str) -> Any:
+    """The quantize stage: `opts`' bits, method and op_bits, then automatic mixed precision
+    (`xcompile.quant.mixed`) while the outputs' cosine is below `min_cosine`."""
+
+    def quantize(op_bits: Any) -> Any:
+        return quantize_network(optimized, samples, bits=int(opts["bits"]),
+                                method=opts["method"], input_bits=opts.get("input_bits"),
+                                op_bits=op_bits, runner=runner)
+
+    user_bits = _op_bits(opts.get("op_bits"))
+    quantized = quantize(user_bits)
+    min_cos = float(opts.get("min_cosine") or 0.0)
+    if min_cos <= 0.0 or int(opts["bits"]) != 8:
+        return quantized
+    quantized, mixed = raise_until(optimized, quantized, quantize, samples, min_cos,
+                                   op_bits=user_bits, runner=runner)
+    quantized.tags["quantization"]["mixed_precision"] = {
+        "min_cosine": min_cos, "cosines": [round(c, 6) for c in mixed.cosines],
+        "op_bits": {str(k): v for k, v in mixed.op_bits.items()}}
+    if len(mixed.cosines) > 1:
+        log.info("%s: int8 output cosine %.4f on the calibration samples is below %.4f; %d ops "
+                 "raised to int16 -> %.4f", name, mixed.cosines[0], min_cos,
+                 len(mixed.op_bits), mixed.reached)
+    return quantized
 
 
 def compile_model(opts: dict[str, Any], report: bool = False, runner: Runner | None = None
@@ -99,9 +130,7 @@ def compile_model(opts: dict[str, Any], report: bool = False, runner: Runner | N
         optimized = optimize(net)
         del net
         done("optimized", optimized)
-        quantized = quantize_network(optimized, samples, bits=int(opts["bits"]),
-                                     method=opts["method"], input_bits=opts.get("input_bits"),
-                                     op_bits=_op_bits(opts.get("op_bits")), runner=runner)
+        quantized = _quantize(optimized, samples, opts, runner, name)
         if report:
             accuracy_report(optimized, quantized, samples, runner).print()
         del optimized

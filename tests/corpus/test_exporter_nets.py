@@ -60,3 +60,37 @@ def test_exporter_network_runs_on_the_chip(name, target, tmp_path):
     want = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(
         None, {"x": x})[0]
     assert cosine(got, want) >= 0.99
+
+
+def test_automatic_mixed_precision_raises_layers_until_the_target(tmp_path):
+    """Below the cosine target on the calibration samples, the compile raises the layers that
+    lose most to int16, round after round, keeps the best, records what it chose; the mixed
+    network still runs bit-exactly on the chip."""
+    build, shape = NETS["torch_attention"]
+    rng = np.random.default_rng(3)
+    path = tmp_path / "attn.onnx"
+    path.write_bytes(build(rng).SerializeToString())
+    cal = tmp_path / "cal"
+    cal.mkdir()
+    for k in range(4):
+        np.save(cal / f"{k}.npy", rng.normal(0, 1, shape).astype(np.float32))
+    opts = dict(DEFAULTS, model=str(path), target="zg330", calib=str(cal), name="attn",
+                input_shape={"x": list(shape)})
+    plain = compile_model(dict(opts, output=str(tmp_path / "plain"), min_cosine=0.0))
+    mixed = compile_model(dict(opts, output=str(tmp_path / "mixed"), min_cosine=0.99999))
+    assert "mixed_precision" not in load_stage(plain["quantized"]).tags["quantization"]
+    mp = load_stage(mixed["quantized"]).tags["quantization"]["mixed_precision"]
+    assert len(mp["cosines"]) > 1 and mp["op_bits"]
+    assert max(mp["cosines"]) > mp["cosines"][0]
+    net = load_stage(mixed["ZG"])
+    assert any(v.dtype.element_dtype.numpy_dtype == np.int16 for op in net.ops
+               for v in op.outputs if v.dtype.is_quantized())
+    x = rng.normal(0, 1, shape).astype(np.float32)
+    npu = plugins.backend_class("ZG330")
+    dev = Device.Open("sim://zg330")
+    try:
+        got, _ = forward_once(net, [npu, HostBackend], [dev, HostDevice.Default()], x)
+    finally:
+        dev.close()
+    ref, _ = forward_once(load_stage(mixed["adapted"]), [HostBackend], [HostDevice.Default()], x)
+    assert got.tobytes() == ref.tobytes()

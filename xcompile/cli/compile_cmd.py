@@ -35,6 +35,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--op-bits", action="append", metavar="OP=16",
                         help="mixed precision: compute this op (name in the optimized "
                              "network) in 16 bits; repeatable")
+    parser.add_argument("--min-cosine", type=float, metavar="C",
+                        help="automatic mixed precision: while the int8 outputs' cosine to "
+                             "float on the calibration samples is below C (default 0.99), "
+                             "raise the layers that lose most to int16; 0 turns it off")
     parser.add_argument("--input-shape", action="append", metavar="NAME=D0,D1,...",
                         help="shape of a dynamic ONNX input")
     parser.add_argument("--name", help="network name (default: the model's)")
@@ -60,7 +64,7 @@ def options(args: argparse.Namespace) -> dict[str, Any]:
         opts.update(table)
     for key in list(DEFAULTS) + ["model", "report"]:
         val = getattr(args, key, None)
-        if val not in (None, False):
+        if val is not None and val is not False:
             opts[key] = val
     if not opts.get("model"):
         raise XrtError("xrt compile: give a model (.onnx or zoo name) or 'model' in --config")
@@ -77,6 +81,15 @@ def run(args: argparse.Namespace) -> int:
                        f"a machine with more memory") from None
     for stage, path in written.items():
         print(f"{stage:>10}: {path}")
+    if "quantized" in written:
+        import xir
+
+        q = xir.Network.CreateFromJsonFile(written["quantized"]).tags.get("quantization", {})
+        mp = q.get("mixed_precision") or {}
+        if len(mp.get("cosines", [])) > 1:
+            print(f"mixed precision: int8 output cosine {mp['cosines'][0]:.4f} < "
+                  f"{mp['min_cosine']}; {len(mp['op_bits'])} ops raised to int16 -> "
+                  f"{max(mp['cosines']):.4f} (op ids {', '.join(sorted(mp['op_bits']))})")
     if opts.get("target"):
         import xir
         from xcompile.placement import placement

@@ -1,0 +1,99 @@
+"""Automatic mixed precision: raise the layers whose own int8 rounding costs most to int16
+until the network's outputs reach a cosine target on the calibration samples.
+
+Some trained networks lose too much in int8 wherever the calibration is set: PaddleOCR's SVTR
+recognizer keeps a 0.85 output cosine with every observer (onnxruntime's own int8: 0.81), and
+1.0 all in int16. A few layers carry most of that loss, and the integer report
+(`xcompile.quant.report`) measures each one *alone* (its float inputs, its own rounding). So the
+compile raises the worst of them to 16 bits (both chips compute mixed int8/int16 networks,
+docs/quantization.md section 10), re-quantizes, measures again, and doubles the count each
+round: a handful of rounds at most, each a quantization and a report.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .report import accuracy_report, cosine
+
+log = logging.getLogger(__name__)
+
+__all__ = ["MixedPrecision", "raise_until"]
+
+#: calibration samples the per-round report runs on (enough to rank layers, cheap to run)
+REPORT_SAMPLES = 4
+
+
+@dataclass
+class MixedPrecision:
+    """What `raise_until` chose: the op_bits it quantized with and the output cosine (lowest
+    over the outputs, on the calibration samples) after each round, the 8-bit start first."""
+
+    op_bits: dict[int, int] = field(default_factory=dict)
+    cosines: list[float] = field(default_factory=list)
+
+    @property
+    def reached(self) -> float:
+        return max(self.cosines) if self.cosines else 0.0
+
+
+def _output_cosine(report: Any) -> float:
+    return min((o["cosine"] for o in report.outputs), default=1.0)
+
+
+def outputs_cosine(float_net: Any, quantized: Any, samples: list, runner: Any = None) -> float:
+    """The lowest cosine over the network outputs between `quantized` and `float_net` on
+    `samples` (outputs only: no per-layer capture, so it costs two forwards per sample)."""
+    from ..runner import default_runner
+    from .calibrate import load_calibration
+
+    runner = runner or default_runner()
+    data = load_calibration(samples, float_net)
+    f = runner.run(float_net, data, lambda v, a: None)
+    q = runner.run(quantized, data, lambda v, a: None)
+    return min((cosine(np.concatenate([o[k].ravel() for o in q]).astype(np.float64),
+                       np.concatenate([o[k].ravel() for o in f]).astype(np.float64))
+                for k in range(len(f[0]))), default=1.0)
+
+
+def raise_until(float_net: Any, quantized: Any, quantize: Callable[[dict[int, int]], Any],
+                samples: list, min_cosine: float, *, op_bits: dict | None = None,
+                runner: Any = None, max_rounds: int = 5) -> tuple[Any, MixedPrecision]:
+    """The quantized network (`quantized`, or one `quantize(op_bits)` made with more ops at 16
+    bits) whose outputs come closest to `float_net`'s, stopping as soon as the lowest output
+    cosine reaches `min_cosine`; and what was chosen. `op_bits` are the user's own choices,
+    kept in every round."""
+    sub = list(samples)[:REPORT_SAMPLES]
+    chosen: dict[Any, int] = dict(op_bits or {})
+    cos = outputs_cosine(float_net, quantized, sub, runner)
+    result = MixedPrecision(dict(chosen), [cos])
+    if cos >= min_cosine:
+        return quantized, result
+    rep = accuracy_report(float_net, quantized, sub, runner)
+    best, best_cos = quantized, cos
+    rows = [r for r in rep.rows if r.alone is not None and r.dtype.endswith("(8)")
+            and r.op_type != "Cast"]
+    n = max(2, len(rows) // 32)
+    for _ in range(max_rounds):
+        if best_cos >= min_cosine:
+            break
+        cands = sorted((r for r in rep.rows if r.alone is not None and r.dtype.endswith("(8)")
+                        and r.op_type != "Cast" and r.op_id not in chosen),
+                       key=lambda r: r.alone)[:n]
+        if not cands:
+            break
+        chosen.update({r.op_id: 16 for r in cands})
+        q = quantize(dict(chosen))
+        rep = accuracy_report(float_net, q, sub, runner)
+        cos = _output_cosine(rep)
+        result.cosines.append(cos)
+        log.info("mixed precision: %d ops at 16 bits, output cosine %.4f", len(chosen), cos)
+        if cos > best_cos:
+            best, best_cos, result.op_bits = q, cos, dict(chosen)
+        n *= 2
+    return best, result
