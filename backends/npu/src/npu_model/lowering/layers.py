@@ -121,19 +121,26 @@ def _rq_records(bias, s_in: float, s_w: np.ndarray, s_out: float, n: int, attrs:
     return asm.pack_requant_params(b, m, s, mn, sn, n=n), clip
 
 
-# --- rules ----------------------------------------------------------------------------------------
-
-
-def lower_conv(op, cfg) -> OpLowering:
+def _conv_operands(op) -> tuple[str, Any, Any, Any]:
+    """(dtype, x, w, y) of a convolution the MPE can run: one feature input, constant weights
+    quantized to the feature dtype, zero padding."""
     dt = _feature_dtypes(op, rescales=True)
     if len(op.feature_inputs()) != 1 or len(op.inputs) < 2 or not op.inputs[1].is_params:
-        raise NotLowerable("Conv2d needs constant weights")
+        raise NotLowerable(f"{op.op_type} needs constant weights")
     if _attr(op, "padding_mode", "zeros") != "zeros":
         raise NotLowerable("only zero padding")
     x, w, y = op.inputs[0], op.inputs[1], op.outputs[0]
     if not isinstance(w.dtype.element_dtype, QuantizedType) or w.data is None or \
             np.dtype(w.data.dtype) != np.dtype(dt):
         raise NotLowerable("weights are not quantized to the feature dtype")
+    return dt, x, w, y
+
+
+# --- rules ----------------------------------------------------------------------------------------
+
+
+def lower_conv(op, cfg) -> OpLowering:
+    dt, x, w, y = _conv_operands(op)
     kh, kw, cin_g, cout = w.shape
     g = int(_attr(op, "groups", 1))
     geo = dict(kernel=(kh, kw), stride=(int(_attr(op, "stride_height", 1)),
@@ -187,15 +194,7 @@ def lower_conv_transpose(op, cfg) -> OpLowering:
     ``dilation * (k - 1) - pad`` (plus output_padding at the bottom / right). The array does
     ``stride_h * stride_w`` times the useful MACs: the zeros are multiplied too
     (docs/zg330-lowering.md)."""
-    dt = _feature_dtypes(op, rescales=True)
-    if len(op.feature_inputs()) != 1 or len(op.inputs) < 2 or not op.inputs[1].is_params:
-        raise NotLowerable("ConvTranspose2d needs constant weights")
-    if _attr(op, "padding_mode", "zeros") != "zeros":
-        raise NotLowerable("only zero padding")
-    x, w, y = op.inputs[0], op.inputs[1], op.outputs[0]
-    if not isinstance(w.dtype.element_dtype, QuantizedType) or w.data is None or \
-            np.dtype(w.data.dtype) != np.dtype(dt):
-        raise NotLowerable("weights are not quantized to the feature dtype")
+    dt, x, w, y = _conv_operands(op)
     kh, kw, cin, og = w.shape
     g = int(_attr(op, "groups", 1))
     if g < 1 or cin % g or map3(x.shape)[2] != cin or len(x.shape) != 4:
