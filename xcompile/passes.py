@@ -149,17 +149,24 @@ def _affine_of(op: Operation) -> tuple[np.ndarray, np.ndarray] | None:
     if op.op_type not in ("Multiply", "Add") or len(op.inputs) != 2 or op.attrs.get(
             "act", "none") != "none":
         return None
-    k = _other(op, x)
-    if k is None or not (k.is_params and k.data is not None) or \
-            tuple(op.outputs[0].shape) != tuple(x.shape):
+    if tuple(op.outputs[0].shape) != tuple(x.shape):
+        return None
+    kd = _channel_const(_other(op, x), c)
+    if kd is None:
+        return None
+    if op.op_type == "Multiply":
+        return kd, np.zeros(c)
+    return np.ones(c), kd
+
+
+def _channel_const(k: Value | None, c: int) -> np.ndarray | None:
+    """A constant that varies along the last (channel) axis only, as `c` float64 values."""
+    if k is None or not (k.is_params and k.data is not None):
         return None
     kd = np.asarray(k.data, np.float64)
     if kd.size not in (1, c) or (kd.ndim and any(d != 1 for d in kd.shape[:-1])):
         return None
-    kd = np.broadcast_to(kd.reshape(-1), (c,))
-    if op.op_type == "Multiply":
-        return kd.copy(), np.zeros(c)
-    return np.ones(c), kd.copy()
+    return np.broadcast_to(kd.reshape(-1), (c,)).copy()
 
 
 def _set_affine(net: Network, op: Operation, a: np.ndarray, b: np.ndarray) -> Operation:
@@ -354,16 +361,12 @@ def _fold_matmul_bias(net: Network, mm: Operation, add: Operation) -> bool:
             "none" or mm.attrs.get("act", "none") != "none":
         return False
     y = mm.outputs[0]
-    k = _other(add, y)
-    if k is None or not (k.is_params and k.data is not None) or \
-            tuple(add.outputs[0].shape) != tuple(y.shape) or not y.shape:
+    if tuple(add.outputs[0].shape) != tuple(y.shape) or not y.shape:
         return False
-    n = int(y.shape[-1])
-    kd = np.asarray(k.data, np.float32)
-    if kd.size not in (1, n) or (kd.ndim and any(d != 1 for d in kd.shape[:-1])):
+    kd = _channel_const(_other(add, y), int(y.shape[-1]))
+    if kd is None:
         return False
-    bias = net.newParams(np.broadcast_to(kd.reshape(-1), (n,)).copy(),
-                         f"{mm.name or 'matmul'}.bias", layout="C")
+    bias = net.newParams(kd.astype(np.float32), f"{mm.name or 'matmul'}.bias", layout="C")
     mm.inputs = list(mm.inputs) + [bias]
     _fuse_tag(mm, add)
     _bypass(net, mm, add)
@@ -438,7 +441,7 @@ def _fold_channel_shuffle(net: Network, r1: Operation, outputs: set[int]) -> boo
                              perm=[0, 3, 1, 2])
     shuffle = ChannelShuffle([x], [y], op_id=r1.op_id, name=r1.name, groups=g)
     shuffle.tags = dict(r1.tags, fused_op_ids=[op.op_id for op in gone if op is not r1])
-    _replace(net, gone[0], shuffle, [op for op in gone[1:]])
+    _replace(net, gone[0], shuffle, gone[1:])
     if back is not None:
         net.ops.insert(net.ops.index(shuffle) + 1, back)
         net.relink()

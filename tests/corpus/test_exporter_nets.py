@@ -6,13 +6,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from corpus import forward_once, load_stage
+from corpus import load_stage, run_on_chip, run_reference
 from exporter_nets import NETS
 
-from host_backend import HostBackend
 from xcompile.pipeline import DEFAULTS, compile_model
 from xcompile.quant.report import cosine
-from xrt import Device, HostDevice, plugins
 
 pytest.importorskip("onnxruntime")
 
@@ -46,17 +44,10 @@ def test_exporter_network_runs_on_the_chip(name, target, tmp_path):
     assert not {"Conv2d", "ConvTranspose2d", "Matmul", "ChannelShuffle", "Add", "Multiply"} & \
         {op.op_type for op in host}
     x = rng.normal(0, 1, shape).astype(np.float32)
-    npu = plugins.backend_class(backend_name)
-    dev = Device.Open(f"sim://{target}")
-    try:
-        got, bound = forward_once(net, [npu, HostBackend], [dev, HostDevice.Default()], x)
-    finally:
-        dev.close()
+    got, bound, npu = run_on_chip(net, backend_name, target, x)
     hard = [op for op in net.ops if op.op_type == "HardOp"]
     assert hard and all(isinstance(bound[op.op_id], npu) for op in hard)
-    ref, _ = forward_once(load_stage(written["adapted"]), [HostBackend],
-                          [HostDevice.Default()], x)
-    assert got.tobytes() == ref.tobytes()
+    assert got.tobytes() == run_reference(written["adapted"], x).tobytes()
     want = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(
         None, {"x": x})[0]
     assert cosine(got, want) >= 0.99
@@ -86,11 +77,5 @@ def test_automatic_mixed_precision_raises_layers_until_the_target(tmp_path):
     assert any(v.dtype.element_dtype.numpy_dtype == np.int16 for op in net.ops
                for v in op.outputs if v.dtype.is_quantized())
     x = rng.normal(0, 1, shape).astype(np.float32)
-    npu = plugins.backend_class("ZG330")
-    dev = Device.Open("sim://zg330")
-    try:
-        got, _ = forward_once(net, [npu, HostBackend], [dev, HostDevice.Default()], x)
-    finally:
-        dev.close()
-    ref, _ = forward_once(load_stage(mixed["adapted"]), [HostBackend], [HostDevice.Default()], x)
-    assert got.tobytes() == ref.tobytes()
+    got, _, _ = run_on_chip(net, "ZG330", "zg330", x)
+    assert got.tobytes() == run_reference(mixed["adapted"], x).tobytes()

@@ -14,14 +14,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from corpus import LIGHT, forward_once, images, light_model, load_stage
+from corpus import LIGHT, images, light_model, load_stage, run_on_chip, run_reference
 
-from host_backend import HostBackend
 from xcompile.pipeline import DEFAULTS, compile_model
 from xcompile.placement import placement
 from xcompile.quant.onnxruntime_int8 import quantize_static_int8
 from xcompile.quant.report import cosine
-from xrt import Device, HostDevice
 
 pytest.importorskip("onnxruntime")
 
@@ -35,8 +33,6 @@ CHIPS = {"zg330": ("ZG330", "ZG"), "buyi": ("Buyi", "BY")}
 def test_light_model_compiles_deploys_and_runs_on_the_chip(name, target, tmp_path):
     import onnx
     import onnxruntime as ort
-
-    from xrt import plugins
 
     model = light_model(name)
     path = tmp_path / f"{name}.onnx"
@@ -62,16 +58,10 @@ def test_light_model_compiles_deploys_and_runs_on_the_chip(name, target, tmp_pat
         {t for c in where.host.values() for t in c}
 
     x = images(shape, 1, seed=9)[0]
-    npu = plugins.backend_class(backend_name)
-    dev = Device.Open(f"sim://{target}")
-    try:
-        got, bound = forward_once(net, [npu, HostBackend], [dev, HostDevice.Default()], x)
-        assert all(isinstance(bound[op.op_id], npu) for op in net.ops if op.op_type == "HardOp")
-    finally:
-        dev.close()
-    ref, _ = forward_once(load_stage(written["adapted"]), [HostBackend],
-                          [HostDevice.Default()], x)
-    assert got.tobytes() == ref.tobytes()  # bit-exact against the integer reference
+    got, bound, npu = run_on_chip(net, backend_name, target, x)
+    assert all(isinstance(bound[op.op_id], npu) for op in net.ops if op.op_type == "HardOp")
+    # bit-exact against the integer reference
+    assert got.tobytes() == run_reference(written["adapted"], x).tobytes()
     sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     want = sess.run(None, {sess.get_inputs()[0].name: x})[0]
     ours = cosine(got, want)

@@ -14,12 +14,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from corpus import forward_once, load_stage, text_images
+from corpus import load_stage, run_on_chip, run_reference, text_images
 
-from host_backend import HostBackend
 from xcompile.pipeline import DEFAULTS, compile_model
 from xcompile.quant.report import cosine
-from xrt import Device, HostDevice, plugins
 
 pytestmark = pytest.mark.slow
 pytest.importorskip("onnxruntime")
@@ -79,16 +77,9 @@ def test_trained_model_runs_on_the_chip(ocr_models, model, target, tmp_path):
     host = {op.op_type for op in net.ops if op.op_type not in ("HardOp", "Input", "Output")}
     assert not {"Conv2d", "ConvTranspose2d", "Add", "Multiply", "Hardswish", "Sigmoid"} & host
     x = text_images(shape, 1, seed=11, **norm)[0]
-    npu = plugins.backend_class(backend_name)
-    dev = Device.Open(f"sim://{target}")
-    try:
-        got, bound = forward_once(net, [npu, HostBackend], [dev, HostDevice.Default()], x)
-    finally:
-        dev.close()
+    got, bound, npu = run_on_chip(net, backend_name, target, x)
     assert all(isinstance(bound[op.op_id], npu) for op in net.ops if op.op_type == "HardOp")
-    ref, _ = forward_once(load_stage(written["adapted"]), [HostBackend],
-                          [HostDevice.Default()], x)
-    assert got.tobytes() == ref.tobytes()
+    assert got.tobytes() == run_reference(written["adapted"], x).tobytes()
     want = sess.run(None, {name: x})[0]
     qdq = quantize_static_int8(str(path), [[np.load(cal / f"{k}.npy")] for k in range(8)],
                                str(tmp_path / "int8.onnx"))

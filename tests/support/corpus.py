@@ -157,3 +157,27 @@ def text_images(shape: tuple[int, ...], count: int, seed: int = 0,
         a = (a - np.asarray(mean, np.float32)) / np.asarray(std, np.float32)
         out.append(np.ascontiguousarray(a.transpose(2, 0, 1)[None, :c]).repeat(n, 0))
     return out
+
+
+def run_on_chip(net: Any, backend_name: str, target: str, x: np.ndarray
+                ) -> tuple[np.ndarray, dict, type]:
+    """One forward of a compiled network with its HardOps on sim://`target` and the rest on the
+    host: the first output, the op -> backend bindings, and the chip's backend class."""
+    from host_backend import HostBackend
+    from xrt import Device, HostDevice, plugins
+
+    npu = plugins.backend_class(backend_name)
+    dev = Device.Open(f"sim://{target}")
+    try:
+        got, bound = forward_once(net, [npu, HostBackend], [dev, HostDevice.Default()], x)
+    finally:
+        dev.close()
+    return got, bound, npu
+
+
+def run_reference(adapted_json: str, x: np.ndarray) -> np.ndarray:
+    """The integer reference: the adapted stage's first output on the HostBackend."""
+    from host_backend import HostBackend
+    from xrt import HostDevice
+
+    return forward_once(load_stage(adapted_json), [HostBackend], [HostDevice.Default()], x)[0]

@@ -71,6 +71,11 @@ def options(args: argparse.Namespace) -> dict[str, Any]:
     return opts
 
 
+def _op_key(op: str) -> tuple:
+    """Op ids in numeric order, then op names."""
+    return (0, int(op), "") if op.isdigit() else (1, 0, op)
+
+
 def run(args: argparse.Namespace) -> int:
     opts = options(args)
     try:
@@ -81,20 +86,18 @@ def run(args: argparse.Namespace) -> int:
                        f"a machine with more memory") from None
     for stage, path in written.items():
         print(f"{stage:>10}: {path}")
-    if "quantized" in written:
-        import xir
+    import xir
 
-        q = xir.Network.CreateFromJsonFile(written["quantized"]).tags.get("quantization", {})
-        mp = q.get("mixed_precision") or {}
-        if len(mp.get("cosines", [])) > 1:
-            print(f"mixed precision: int8 output cosine {mp['cosines'][0]:.4f} < "
-                  f"{mp['min_cosine']}; {len(mp['op_bits'])} ops raised to int16 -> "
-                  f"{max(mp['cosines']):.4f} (op ids {', '.join(sorted(mp['op_bits']))})")
+    # the last stage carries the quantization tags of every stage before it
+    last = xir.Network.CreateFromJsonFile(list(written.values())[-1])
+    mp = last.tags.get("quantization", {}).get("mixed_precision") or {}
+    if len(mp.get("cosines", [])) > 1:
+        print(f"mixed precision: int8 output cosine {mp['cosines'][0]:.4f} < "
+              f"{mp['min_cosine']}; {len(mp['op_bits'])} ops raised to int16 -> "
+              f"{max(mp['cosines']):.4f} (ops {', '.join(sorted(mp['op_bits'], key=_op_key))})")
     if opts.get("target"):
-        import xir
         from xcompile.placement import placement
 
-        generated = xir.Network.CreateFromJsonFile(list(written.values())[-1])
-        for line in placement(generated, str(opts["target"])).lines():
+        for line in placement(last, str(opts["target"])).lines():
             print(line)
     return 0

@@ -76,15 +76,11 @@ def raise_until(float_net: Any, quantized: Any, quantize: Callable[[dict[int, in
         return quantized, result
     rep = accuracy_report(float_net, quantized, sub, runner)
     best, best_cos = quantized, cos
-    rows = [r for r in rep.rows if r.alone is not None and r.dtype.endswith("(8)")
-            and r.op_type != "Cast"]
-    n = max(2, len(rows) // 32)
+    n = max(2, len(rep.raisable()) // 32)
     for _ in range(max_rounds):
         if best_cos >= min_cosine:
             break
-        cands = sorted((r for r in rep.rows if r.alone is not None and r.dtype.endswith("(8)")
-                        and r.op_type != "Cast" and r.op_id not in chosen),
-                       key=lambda r: r.alone)[:n]
+        cands = rep.raisable(skip=chosen)[:n]
         if not cands:
             break
         chosen.update({r.op_id: 16 for r in cands})

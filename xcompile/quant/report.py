@@ -81,13 +81,17 @@ class Report:
     def worst(self, n: int = 5) -> list[LayerRow]:
         return sorted(self.rows, key=lambda r: r.cosine)[:n]
 
-    def suggest_op_bits(self, n: int = 3) -> dict[str, int]:
-        """`{op name: 16}` for the `n` 8-bit ops with the lowest `alone` cosine: the layers
-        whose own rounding costs most, ready for `quantize_network(op_bits=...)`."""
+    def raisable(self, skip: Any = ()) -> list[LayerRow]:
+        """The 8-bit layers (op ids not in `skip`) by their `alone` cosine, lowest first: the
+        ones whose own rounding costs most come first."""
         rows = [r for r in self.rows if r.alone is not None and r.dtype.endswith("(8)")
-                and r.op_type != "Cast"]
-        worst = sorted(rows, key=lambda r: r.alone)[:max(n, 0)]
-        return {r.name: 16 for r in worst}
+                and r.op_type != "Cast" and r.op_id not in skip]
+        return sorted(rows, key=lambda r: r.alone)
+
+    def suggest_op_bits(self, n: int = 3) -> dict[str, int]:
+        """`{op name: 16}` for the `n` 8-bit ops with the lowest `alone` cosine, ready for
+        `quantize_network(op_bits=...)`."""
+        return {r.name: 16 for r in self.raisable()[:max(n, 0)]}
 
     def print(self, console: Any = None) -> None:
         """A rich table: one row per quantized layer, then the outputs."""

@@ -111,72 +111,6 @@ def test_decomposed_hardswish_becomes_one_op(rng, assoc):
     np.testing.assert_allclose(_run(opt, x)[0], _run(net, x)[0], rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("order", ["(x*a)*0.5", "(x*0.5)*a"])
-def test_decomposed_gelu_from_onnx_becomes_one_op(rng, order):
-    """GELU as torch.onnx writes it below opset 20: Div(x, sqrt 2) -> Erf -> Add(1) ->
-    Mul(x) -> Mul(0.5); it imports as one Gelu op with onnxruntime's results."""
-    from onnx import TensorProto, helper, numpy_helper
-
-    from xcompile.frontend import import_onnx
-
-    c = {"sq2": np.array(2 ** 0.5, np.float32), "one": np.array(1.0, np.float32),
-         "half": np.array(0.5, np.float32)}
-    nodes = [helper.make_node("Div", ["x", "sq2"], ["d"]),
-             helper.make_node("Erf", ["d"], ["e"]),
-             helper.make_node("Add", ["e", "one"], ["a"])]
-    if order == "(x*a)*0.5":
-        nodes += [helper.make_node("Mul", ["x", "a"], ["m"]),
-                  helper.make_node("Mul", ["m", "half"], ["y"])]
-    else:
-        nodes += [helper.make_node("Mul", ["x", "half"], ["h"]),
-                  helper.make_node("Mul", ["h", "a"], ["y"])]
-    graph = helper.make_graph(
-        nodes, "gelu", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 7, 16])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
-        [numpy_helper.from_array(v, k) for k, v in c.items()])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    net = import_onnx(model)
-    opt = optimize(net)
-    assert _types(opt) == ["Gelu"]
-    x = rng.normal(0, 2, (2, 7, 16)).astype(np.float32)
-    np.testing.assert_allclose(_run(opt, x)[0], _run(net, x)[0], rtol=1e-5, atol=1e-6)
-
-
-@pytest.mark.parametrize("affine", [True, False])
-def test_decomposed_layernorm_from_onnx_becomes_one_op(rng, affine):
-    """LayerNorm as paddle2onnx and older torch.onnx write it: ReduceMean, Sub, Pow(2),
-    ReduceMean, Add(eps), Sqrt, Div, then Mul(gamma), Add(beta)."""
-    from onnx import TensorProto, helper, numpy_helper
-
-    from xcompile.frontend import import_onnx
-
-    c = {"two": np.array(2.0, np.float32), "eps": np.array(1e-5, np.float32),
-         "g": rng.uniform(0.5, 1.5, 16).astype(np.float32),
-         "b": rng.normal(0, 0.1, 16).astype(np.float32)}
-    nodes = [helper.make_node("ReduceMean", ["x"], ["m"], axes=[-1]),
-             helper.make_node("Sub", ["x", "m"], ["d"]),
-             helper.make_node("Pow", ["d", "two"], ["p"]),
-             helper.make_node("ReduceMean", ["p"], ["v"], axes=[-1]),
-             helper.make_node("Add", ["v", "eps"], ["a"]),
-             helper.make_node("Sqrt", ["a"], ["s"]),
-             helper.make_node("Div", ["d", "s"], ["n" if affine else "y"])]
-    if affine:
-        nodes += [helper.make_node("Mul", ["n", "g"], ["t"]),
-                  helper.make_node("Add", ["t", "b"], ["y"])]
-    graph = helper.make_graph(
-        nodes, "ln", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 40, 16])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
-        [numpy_helper.from_array(v, k) for k, v in c.items()])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
-    model.ir_version = 8
-    net = import_onnx(model)
-    opt = optimize(net)
-    assert _types(opt) == ["LayerNorm"]
-    x = rng.normal(0, 2, (1, 40, 16)).astype(np.float32)
-    np.testing.assert_allclose(_run(opt, x)[0], _run(net, x)[0], rtol=1e-4, atol=1e-5)
-
-
 def _onnx_model(nodes, inits, shape, opset=13):
     from onnx import TensorProto, helper, numpy_helper
 
@@ -193,6 +127,60 @@ def _ort(model, x):
     ort = pytest.importorskip("onnxruntime")
     sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     return sess.run(None, {"x": x})[0]
+
+
+@pytest.mark.parametrize("order", ["(x*a)*0.5", "(x*0.5)*a"])
+def test_decomposed_gelu_from_onnx_becomes_one_op(rng, order):
+    """GELU as torch.onnx writes it below opset 20: Div(x, sqrt 2) -> Erf -> Add(1) ->
+    Mul(x) -> Mul(0.5); it imports as one Gelu op with onnxruntime's results."""
+    from onnx import helper
+
+    from xcompile.frontend import import_onnx
+
+    c = {"sq2": np.array(2 ** 0.5, np.float32), "one": np.array(1.0, np.float32),
+         "half": np.array(0.5, np.float32)}
+    nodes = [helper.make_node("Div", ["x", "sq2"], ["d"]),
+             helper.make_node("Erf", ["d"], ["e"]),
+             helper.make_node("Add", ["e", "one"], ["a"])]
+    if order == "(x*a)*0.5":
+        nodes += [helper.make_node("Mul", ["x", "a"], ["m"]),
+                  helper.make_node("Mul", ["m", "half"], ["y"])]
+    else:
+        nodes += [helper.make_node("Mul", ["x", "half"], ["h"]),
+                  helper.make_node("Mul", ["h", "a"], ["y"])]
+    net = import_onnx(_onnx_model(nodes, c, (2, 7, 16), opset=17))
+    opt = optimize(net)
+    assert _types(opt) == ["Gelu"]
+    x = rng.normal(0, 2, (2, 7, 16)).astype(np.float32)
+    np.testing.assert_allclose(_run(opt, x)[0], _run(net, x)[0], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("affine", [True, False])
+def test_decomposed_layernorm_from_onnx_becomes_one_op(rng, affine):
+    """LayerNorm as paddle2onnx and older torch.onnx write it: ReduceMean, Sub, Pow(2),
+    ReduceMean, Add(eps), Sqrt, Div, then Mul(gamma), Add(beta)."""
+    from onnx import helper
+
+    from xcompile.frontend import import_onnx
+
+    c = {"two": np.array(2.0, np.float32), "eps": np.array(1e-5, np.float32),
+         "g": rng.uniform(0.5, 1.5, 16).astype(np.float32),
+         "b": rng.normal(0, 0.1, 16).astype(np.float32)}
+    nodes = [helper.make_node("ReduceMean", ["x"], ["m"], axes=[-1]),
+             helper.make_node("Sub", ["x", "m"], ["d"]),
+             helper.make_node("Pow", ["d", "two"], ["p"]),
+             helper.make_node("ReduceMean", ["p"], ["v"], axes=[-1]),
+             helper.make_node("Add", ["v", "eps"], ["a"]),
+             helper.make_node("Sqrt", ["a"], ["s"]),
+             helper.make_node("Div", ["d", "s"], ["n" if affine else "y"])]
+    if affine:
+        nodes += [helper.make_node("Mul", ["n", "g"], ["t"]),
+                  helper.make_node("Add", ["t", "b"], ["y"])]
+    net = import_onnx(_onnx_model(nodes, c, (1, 40, 16)))
+    opt = optimize(net)
+    assert _types(opt) == ["LayerNorm"]
+    x = rng.normal(0, 2, (1, 40, 16)).astype(np.float32)
+    np.testing.assert_allclose(_run(opt, x)[0], _run(net, x)[0], rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.parametrize("layout", ["nchw", "last_axis"])

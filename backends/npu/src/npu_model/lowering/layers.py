@@ -46,7 +46,6 @@ class OpLowering:
     kind: str
     consts: list[np.ndarray] = field(default_factory=list)
     make: Callable[[Resolver], list[asm.Layer]] | None = None
-    reads: list[Any] = field(default_factory=list)  # feature values the layers read
     macs: int = 0
     scratch: list[Any] = field(default_factory=list)
 
@@ -163,7 +162,7 @@ def lower_conv(op, cfg) -> OpLowering:
         return [asm.Conv(R.fmap(x), R.fmap(y), R.const(0), R.const(1), groups=g, clip=clip,
                          tag=op.op_id, **geo)]
 
-    return OpLowering("conv", [packed, rec], make, [x], oh * ow * cout * kh * kw * cin_g)
+    return OpLowering("conv", [packed, rec], make, oh * ow * cout * kh * kw * cin_g)
 
 
 def _lower_matmul_dynamic(op, dt: str) -> OpLowering:
@@ -184,7 +183,7 @@ def _lower_matmul_dynamic(op, dt: str) -> OpLowering:
         return [asm.Matmul(R.fmap(a), R.fmap(y), R.const(0), b=R.fmap(b), clip=clip,
                            b_transposed=bt, tag=op.op_id)]
 
-    return OpLowering("matmul", [rec], make, [a, b], ah * aw * ac * yc)
+    return OpLowering("matmul", [rec], make, ah * aw * ac * yc)
 
 
 def lower_conv_transpose(op, cfg) -> OpLowering:
@@ -236,7 +235,7 @@ def lower_conv_transpose(op, cfg) -> OpLowering:
                                   tag=op.op_id)]
 
     return OpLowering("conv" if z is None else "upsample+conv",
-                      [asm.pack_conv_weights(wc, g, dt, cfg), rec], make, [x],
+                      [asm.pack_conv_weights(wc, g, dt, cfg), rec], make,
                       oh * ow * cout * kh * kw * cig, scratch=[] if z is None else [z])
 
 
@@ -269,7 +268,7 @@ def lower_matmul(op, cfg) -> OpLowering:
         return [asm.Matmul(R.fmap(a), R.fmap(y), R.const(1), weights_addr=R.const(0), clip=clip,
                            tag=op.op_id)]
 
-    return OpLowering("matmul", [packed, rec], make, [a], ah * aw * K * N)
+    return OpLowering("matmul", [packed, rec], make, ah * aw * K * N)
 
 
 
@@ -341,7 +340,7 @@ def lower_eltw(op, cfg) -> OpLowering:
 
     consts = [] if const is None else \
         [const.astype(np.dtype(dt).newbyteorder("<")).reshape(-1).view(np.uint8)]
-    return OpLowering("eltw", consts, make, [first] if const is not None else [first, second])
+    return OpLowering("eltw", consts, make)
 
 
 def lower_relu(op, cfg) -> OpLowering:
@@ -366,7 +365,7 @@ def lower_relu(op, cfg) -> OpLowering:
     def make(R: Resolver) -> list[asm.Layer]:
         return [asm.Eltw(R.fmap(x), R.fmap(x), R.fmap(y), tag=op.op_id, **kw)]
 
-    return OpLowering("eltw", [], make, [x])
+    return OpLowering("eltw", [], make)
 
 
 def _pool_geometry(op, x3):
@@ -413,7 +412,7 @@ def lower_pool(op, cfg) -> OpLowering:
         def make_max(R: Resolver) -> list[asm.Layer]:
             return [asm.Pool(R.fmap(x), R.fmap(y), "max", k, s, pads, d, tag=op.op_id)]
 
-        return OpLowering("maxpool", [], make_max, [x])
+        return OpLowering("maxpool", [], make_max)
     include = bool(_attr(op, "count_include_pad", False)) and not _attr(op, "is_global", False)
     if include and (eb or er):
         raise NotLowerable("average pool counting pads with a ceil-mode overhang")
@@ -429,7 +428,7 @@ def lower_pool(op, cfg) -> OpLowering:
         return [asm.Pool(R.fmap(x), R.fmap(y), "avg", k, s, pads, count_include_pad=include,
                          params_addr=R.const(0), tag=op.op_id)]
 
-    return OpLowering("avgpool", [table], make_avg, [x])
+    return OpLowering("avgpool", [table], make_avg)
 
 
 def lower_lut(op, cfg) -> OpLowering:
@@ -441,7 +440,7 @@ def lower_lut(op, cfg) -> OpLowering:
     def make(R: Resolver) -> list[asm.Layer]:
         return [asm.Lut(R.fmap(x), R.fmap(y), R.const(0), tag=op.op_id)]
 
-    return OpLowering("lut", [asm.pack_lut(np.asarray(table))], make, [x])
+    return OpLowering("lut", [asm.pack_lut(np.asarray(table))], make)
 
 
 def lower_upsample(op, cfg) -> OpLowering:
@@ -457,7 +456,7 @@ def lower_upsample(op, cfg) -> OpLowering:
     def make(R: Resolver) -> list[asm.Layer]:
         return [asm.Upsample(R.fmap(x), R.fmap(y), (sh, sw), tag=op.op_id)]
 
-    return OpLowering("upsample", [], make, [x])
+    return OpLowering("upsample", [], make)
 
 
 def lower_channel_shuffle(op, cfg) -> OpLowering:
@@ -477,7 +476,7 @@ def lower_channel_shuffle(op, cfg) -> OpLowering:
                          replace(dst, c_off=dst.c_off + i, c=(n - 1) * g + 1), out_step=g,
                          tag=op.op_id) for i in range(g)]
 
-    return OpLowering("+".join(["copy"] * g), [], make, [x])
+    return OpLowering("+".join(["copy"] * g), [], make)
 
 
 RULES: dict[str, Callable[[Any, Any], OpLowering]] = {

@@ -200,15 +200,11 @@ class _Lowering:
                 spec = _HardSpec([op], [low], list(op.feature_inputs()), list(op.outputs))
                 for v in low.scratch:  # maps inside the op: fresh ids, their own buffers
                     v.v_id = self.net.newVId()
-                    sb = self._new_buffer(v, dense=False)
-                    sb.scratch = True
-                    spec.scratch.append(sb.bid)
+                    self._scratch(spec, v)
                 y = op.outputs[0]
                 nxt = self._fusable_lut(op)
                 if nxt is not None:
-                    sb = self._new_buffer(y, dense=False)
-                    sb.scratch = True
-                    spec.scratch.append(sb.bid)
+                    self._scratch(spec, y)
                     spec.ops.append(nxt)
                     spec.lows.append(self.npu_ops[nxt.op_id])
                     spec.outputs = list(nxt.outputs)
@@ -220,6 +216,12 @@ class _Lowering:
                 continue
             seq.append(self._plan_alias(op))
         return seq
+
+    def _scratch(self, spec: _HardSpec, v: Value) -> None:
+        """`v` lives only inside `spec`'s HardOp: an FTMP slot of its own."""
+        sb = self._new_buffer(v, dense=False)
+        sb.scratch = True
+        spec.scratch.append(sb.bid)
 
     def _fusable_lut(self, op) -> Any:
         if len(op.outputs) != 1 or op.op_type in LUT_OPS:
