@@ -8,6 +8,10 @@ recognizer keeps a 0.85 output cosine with every observer (onnxruntime's own int
 compile raises the worst of them to 16 bits (both chips compute mixed int8/int16 networks,
 docs/quantization.md section 10), re-quantizes, measures again, and doubles the count each
 round: a handful of rounds at most, each a quantization and a report.
+
+The calibration samples flatter the network they calibrated (the recognizer reached 0.990 on
+them and 0.987 on held-out images), so the rounds aim halfway between `min_cosine` and 1
+(`aim`): 0.995 for the default 0.99.
 """
 
 from __future__ import annotations
@@ -42,6 +46,12 @@ class MixedPrecision:
         return max(self.cosines) if self.cosines else 0.0
 
 
+def aim(min_cosine: float) -> float:
+    """The calibration-sample cosine the rounds stop at, so held-out inputs reach
+    `min_cosine`."""
+    return min_cosine + (1.0 - min_cosine) / 2.0
+
+
 def _output_cosine(report: Any) -> float:
     return min((o["cosine"] for o in report.outputs), default=1.0)
 
@@ -66,19 +76,20 @@ def raise_until(float_net: Any, quantized: Any, quantize: Callable[[dict[int, in
                 runner: Any = None, max_rounds: int = 5) -> tuple[Any, MixedPrecision]:
     """The quantized network (`quantized`, or one `quantize(op_bits)` made with more ops at 16
     bits) whose outputs come closest to `float_net`'s, stopping as soon as the lowest output
-    cosine reaches `min_cosine`; and what was chosen. `op_bits` are the user's own choices,
+    cosine reaches `aim(min_cosine)`; and what was chosen. `op_bits` are the user's own choices,
     kept in every round."""
     sub = list(samples)[:REPORT_SAMPLES]
+    target = aim(min_cosine)
     chosen: dict[Any, int] = dict(op_bits or {})
     cos = outputs_cosine(float_net, quantized, sub, runner)
     result = MixedPrecision(dict(chosen), [cos])
-    if cos >= min_cosine:
+    if cos >= target:
         return quantized, result
     rep = accuracy_report(float_net, quantized, sub, runner)
     best, best_cos = quantized, cos
     n = max(2, len(rep.raisable()) // 32)
     for _ in range(max_rounds):
-        if best_cos >= min_cosine:
+        if best_cos >= target:
             break
         cands = rep.raisable(skip=chosen)[:n]
         if not cands:

@@ -191,8 +191,10 @@ def test_eltw_bit_exact(zdev, op, hwc, bits, bcast, act, seed):  # noqa: F811
 @settings(max_examples=50, **SETTINGS)
 @given(st.sampled_from(["MaxPool2d", "AvgPool2d", "global"]), small_map(), st.integers(1, 3),
        st.integers(1, 3), st.integers(0, 1), st.booleans(), st.booleans(),
-       st.sampled_from([8, 16]), st.integers(0, 2 ** 31))
-def test_pool_bit_exact(zdev, kind, hwc, k, s, p, ceil, incl, bits, seed):  # noqa: F811
+       st.sampled_from([8, 16]), st.sampled_from([8, 16]), st.integers(0, 2 ** 31))
+def test_pool_bit_exact(zdev, kind, hwc, k, s, p, ceil, incl, bits, out_bits, seed):  # noqa: F811
+    """Average pools requantize, so they may also write the other dtype (a mixed-precision
+    edge); a max pool keeps its input's."""
     rng = np.random.default_rng(seed)
     h, w, c = hwc
     h, w = max(h, k), max(w, k)
@@ -213,9 +215,13 @@ def test_pool_bit_exact(zdev, kind, hwc, k, s, p, ceil, incl, bits, seed):  # no
     from xir.ops.base import OP_REGISTRY
 
     shape = OP_REGISTRY[op]([x], [], **attrs).infer_shapes([x.shape])[0]
-    y = b.op(op, [x], out_types=[out_type(shape, bits, s_out)], **attrs)
+    if op == "MaxPool2d":
+        out_bits = bits
+    y = b.op(op, [x], out_types=[out_type(shape, out_bits, s_out)], **attrs)
     b.output(y)
-    _check(b.build(), rng, bits, zdev)
+    z = _check(b.build(), rng, bits, zdev)
+    host = list(z.tags["zg330"]["host_ops"].values())
+    assert host in ([], ["average pool counting pads with a ceil-mode overhang"])
 
 
 @settings(max_examples=40, **SETTINGS)

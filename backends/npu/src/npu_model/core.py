@@ -499,8 +499,10 @@ class Icore:
         kh, kw, sh, sw, dh, dw, pt, pb, pl, pr = self._geometry(d)
         oh = (x.h + pt + pb - dh * (kh - 1) - 1) // sh + 1
         ow = (x.w + pl + pr - dw * (kw - 1) - 1) // sw + 1
-        if (oh, ow) != (y.h, y.w) or x.c != y.c or x.dtype != y.dtype:
+        if (oh, ow) != (y.h, y.w) or x.c != y.c:
             raise NpuFault(f"POOL geometry gives {oh}x{ow}x{x.c}, out is {y.h}x{y.w}x{y.c}")
+        if mode == PoolMode.MAX and x.dtype != y.dtype:
+            raise NpuFault(f"POOL MAX reads {x.dtype} and writes {y.dtype}; only AVG rescales")
         lv[cy.L_KH], lv[cy.L_KW], lv[cy.L_SH], lv[cy.L_DH] = kh, kw, sh, dh
         lv[cy.L_TAPS] = kh * kw
         if mode == PoolMode.MAX:

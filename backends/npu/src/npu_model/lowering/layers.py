@@ -67,7 +67,7 @@ def _attr(op, name: str, default: Any) -> Any:
 
 def _feature_dtypes(op, rescales: bool = False) -> str:
     """The NPU dtype the op computes in, or NotLowerable. All feature maps share it, except
-    that a rescaling layer (`rescales`: CONV, MATMUL, ELTW, LUT, whose requantization or
+    that a rescaling layer (`rescales`: CONV, MATMUL, ELTW, LUT, POOL AVG, whose requantization or
     table saturates to the output dtype) may write the other one: the precision edges of a
     mixed-precision network (docs/quantization.md)."""
     feats = op.feature_inputs() + list(op.outputs)
@@ -394,7 +394,7 @@ def _pool_geometry(op, x3):
 
 
 def lower_pool(op, cfg) -> OpLowering:
-    _feature_dtypes(op)
+    _feature_dtypes(op, rescales=op.op_type == "AvgPool2d")
     x, y = op.inputs[0], op.outputs[0]
     x3, y3 = map3(x.shape), map3(y.shape)
     if len(x.shape) != 4:
