@@ -121,6 +121,21 @@ def fpn(rng):
     return g.model([1, 8, 8, 8], g.conv(g.op("Concat", [up, "x"], axis=1), 16, 8))
 
 
+@_net("torch_seg_head_bilinear", (1, 3, 20, 20))
+def seg_head(rng):
+    """F.interpolate(mode="bilinear") as torch.onnx writes it (Resize linear, pytorch_half_pixel,
+    scales), a non-integer resize back to the input size (sizes input, half_pixel), and the
+    pooled context branch of a PSP-style head."""
+    g = _G(rng)
+    f = g.op("Relu", [g.conv("x", 3, 8, stride=2)])
+    ctx = g.op("AveragePool", [f], kernel_shape=[2, 2], strides=[2, 2])
+    up = g.op("Resize", [ctx, "", g.const(np.array([1, 1, 2, 2]))], mode="linear",
+              coordinate_transformation_mode="pytorch_half_pixel")
+    y = g.conv(g.op("Concat", [f, up], axis=1), 16, 4, k=1)
+    sizes = _int_const(g, [1, 4, 20, 20])
+    return g.model([1, 3, 20, 20], g.op("Resize", [y, "", "", sizes], mode="linear"))
+
+
 @_net("torch_classifier_head", (1, 8, 8, 8))
 def classifier(rng):
     g = _G(rng)

@@ -29,14 +29,15 @@ log = logging.getLogger(__name__)
 
 __all__ = ["MixedPrecision", "raise_until"]
 
-#: calibration samples the per-round report runs on (enough to rank layers, cheap to run)
+#: calibration samples the per-round report runs on (enough to rank layers, cheap to run);
+#: the cosine that decides is measured on all of them
 REPORT_SAMPLES = 4
 
 
 @dataclass
 class MixedPrecision:
     """What `raise_until` chose: the op_bits it quantized with and the output cosine (lowest
-    over the outputs, on the calibration samples) after each round, the 8-bit start first."""
+    over the outputs and the calibration samples) after each round, the 8-bit start first."""
 
     op_bits: dict[int, int] = field(default_factory=dict)
     cosines: list[float] = field(default_factory=list)
@@ -52,13 +53,11 @@ def aim(min_cosine: float) -> float:
     return min_cosine + (1.0 - min_cosine) / 2.0
 
 
-def _output_cosine(report: Any) -> float:
-    return min((o["cosine"] for o in report.outputs), default=1.0)
-
-
 def outputs_cosine(float_net: Any, quantized: Any, samples: list, runner: Any = None) -> float:
-    """The lowest cosine over the network outputs between `quantized` and `float_net` on
-    `samples` (outputs only: no per-layer capture, so it costs two forwards per sample)."""
+    """The lowest cosine between `quantized`'s and `float_net`'s outputs, over every output and
+    every one of `samples` (per sample, not pooled: a pooled cosine is carried by the samples
+    with the largest outputs and hides the one image a network gets wrong). Outputs only, no
+    per-layer capture: two forwards per sample."""
     from ..runner import default_runner
     from .calibrate import load_calibration
 
@@ -66,9 +65,9 @@ def outputs_cosine(float_net: Any, quantized: Any, samples: list, runner: Any = 
     data = load_calibration(samples, float_net)
     f = runner.run(float_net, data, lambda v, a: None)
     q = runner.run(quantized, data, lambda v, a: None)
-    return min((cosine(np.concatenate([o[k].ravel() for o in q]).astype(np.float64),
-                       np.concatenate([o[k].ravel() for o in f]).astype(np.float64))
-                for k in range(len(f[0]))), default=1.0)
+    return min((cosine(np.asarray(qs[k], np.float64).ravel(),
+                       np.asarray(fs[k], np.float64).ravel())
+                for qs, fs in zip(q, f) for k in range(len(fs))), default=1.0)
 
 
 def raise_until(float_net: Any, quantized: Any, quantize: Callable[[dict[int, int]], Any],
@@ -81,7 +80,7 @@ def raise_until(float_net: Any, quantized: Any, quantize: Callable[[dict[int, in
     sub = list(samples)[:REPORT_SAMPLES]
     target = aim(min_cosine)
     chosen: dict[Any, int] = dict(op_bits or {})
-    cos = outputs_cosine(float_net, quantized, sub, runner)
+    cos = outputs_cosine(float_net, quantized, samples, runner)
     result = MixedPrecision(dict(chosen), [cos])
     if cos >= target:
         return quantized, result
@@ -97,7 +96,7 @@ def raise_until(float_net: Any, quantized: Any, quantize: Callable[[dict[int, in
         chosen.update({r.op_id: 16 for r in cands})
         q = quantize(dict(chosen))
         rep = accuracy_report(float_net, q, sub, runner)
-        cos = _output_cosine(rep)
+        cos = outputs_cosine(float_net, q, samples, runner)
         result.cosines.append(cos)
         log.info("mixed precision: %d ops at 16 bits, output cosine %.4f", len(chosen), cos)
         if cos > best_cos:

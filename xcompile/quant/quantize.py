@@ -152,9 +152,11 @@ def _scale_groups(net: Network, int_ops: set[int]) -> _UnionFind:
 
 
 def _logit_bits(net: Network, int_ops: set[int], bits: int) -> dict[int, int]:
-    """The integer ops producing a softmax's input compute in 16 bits: one int8 step of a
-    large logit moves the probabilities by exp(step) (vgg19's 1000-class head: output cosine
-    0.981 with 8-bit logits, 0.993 with 16-bit ones; onnxruntime's int8 0.976)."""
+    """The integer ops producing a softmax's input compute in 16 bits, and the logits they write
+    are 16-bit (`_value_bits`): one int8 step of a large logit moves the probabilities by
+    exp(step) (vgg19's 1000-class head: output cosine 0.981 with 8-bit logits, 0.993 with
+    16-bit ones; onnxruntime's int8 0.976). PaddleOCR's recognizer wrote its 6625 logits in
+    int8, a step of 0.29, until the value itself was raised too."""
     if bits != 8:
         return {}
     out = {}
@@ -218,6 +220,11 @@ def _value_bits(net: Network, int_ops: set[int], uf: _UnionFind, bits: int,
     for oid, b in op_bits.items():
         for v in ops[oid].feature_inputs():
             need(v.v_id, b)
+    for op in net.ops:  # the logits themselves, not only the ops computing them (_logit_bits)
+        if op.op_type in PROBABILITY_OPS:
+            for v in op.feature_inputs():
+                if v.producer is not None and v.producer.op_id in int_ops:
+                    need(v.v_id, 16)
     changed = bool(vb)
     while changed:
         changed = False

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 from .base import REQUIRED, Operation, fail, need_rank, norm_axis, register_op
+from .resize_taps import COORDINATE_MODES, NEAREST_MODES
 
 FUSED_ACT_ATTRS = {
     # An activation folded into the op (the optimize stage folds a following Relu here):
@@ -285,8 +286,6 @@ class LRN(Operation):
         return [tuple(shapes[0])]
 
 
-_COORD_MODES = ("half_pixel", "asymmetric", "align_corners", "pytorch_half_pixel")
-_NEAREST_MODES = ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil")
 
 
 @register_op
@@ -302,10 +301,10 @@ class Resize(Operation):
         a = self.attrs
         if a["mode"] not in ("nearest", "bilinear"):
             raise fail(self, f"mode must be nearest or bilinear, not {a['mode']!r}", "mode")
-        if a.get("coordinate_mode", "half_pixel") not in _COORD_MODES:
+        if a.get("coordinate_mode", "half_pixel") not in COORDINATE_MODES:
             raise fail(self, f"unknown coordinate_mode {a['coordinate_mode']!r}",
                        "coordinate_mode")
-        if a.get("nearest_mode", "floor") not in _NEAREST_MODES:
+        if a.get("nearest_mode", "floor") not in NEAREST_MODES:
             raise fail(self, f"unknown nearest_mode {a['nearest_mode']!r}", "nearest_mode")
 
     def infer_shapes(self, shapes):

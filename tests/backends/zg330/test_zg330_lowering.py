@@ -258,6 +258,65 @@ def test_lut_upsample_matmul_bit_exact(zdev, kind, hwc, bits, seed):  # noqa: F8
     assert any(op.op_type == "HardOp" for op in z.ops)
 
 
+@settings(max_examples=60, **SETTINGS)
+@given(st.sampled_from(["bilinear", "nearest", "upsample_bilinear"]), small_map(),
+       st.integers(1, 25), st.integers(1, 25),
+       st.sampled_from(["half_pixel", "asymmetric", "align_corners", "pytorch_half_pixel"]),
+       st.sampled_from(["round_prefer_floor", "round_prefer_ceil", "floor", "ceil"]),
+       st.sampled_from([8, 16]), st.sampled_from([8, 16]), st.booleans(), st.integers(0, 2 ** 31))
+def test_resize_bit_exact(zdev, mode, hwc, oh, ow, coord, nearest, bits, out_bits, same_scale,  # noqa: F811
+                          seed):
+    """Resize at any sizes (up and down), every coordinate and nearest mode, with or without a
+    rescale or a change of dtype, and bilinear Upsample: one UPSAMPLE TABLE layer."""
+    rng = np.random.default_rng(seed)
+    h, w, c = hwc
+    s_in = float(rng.uniform(0.01, 0.1))
+    s_out = s_in if same_scale else float(s_in * rng.uniform(0.5, 2))
+    b = NetworkBuilder("resize")
+    x = qin(b, (1, h, w, c), bits, s_in)
+    if mode == "upsample_bilinear":
+        sh, sw = 1 + oh % 3, 1 + ow % 3
+        y = b.op("Upsample", [x], out_types=[out_type((1, sh * h, sw * w, c), out_bits, s_out)],
+                 scale_height=sh, scale_width=sw, mode="bilinear")
+    else:
+        y = b.op("Resize", [x], out_types=[out_type((1, oh, ow, c), out_bits, s_out)],
+                 out_height=oh, out_width=ow, mode=mode, coordinate_mode=coord,
+                 nearest_mode=nearest)
+    b.output(y)
+    z = _check(b.build(), rng, bits, zdev)
+    assert [o.device_info["kinds"] for o in z.ops if o.op_type == "HardOp"] == [["resize"]]
+    assert z.tags["zg330"]["host_ops"] == {}
+
+
+def test_resize_taps_are_checked_by_the_chip(zdev):  # noqa: F811
+    """A tap table pointing outside the input map (corrupted in device memory) faults instead
+    of reading other memory."""
+    import pytest
+
+    from host_backend import HostBackend
+    from xrt import DeviceError, HostDevice, Session
+    from zg330backend import SegmentType, ZG330Backend
+    from zg330backend.lowering import lower
+
+    b = NetworkBuilder("resize")
+    x = qin(b, (1, 4, 4, 3), 8, 0.05)
+    y = b.op("Resize", [x], out_types=[out_type((1, 8, 8, 3), 8, 0.05)], out_height=8,
+             out_width=8, mode="bilinear")
+    b.output(y)
+    s = Session.Create([ZG330Backend, HostBackend], lower(b.build()).view(0),
+                       [zdev, HostDevice.Default()])
+    s.apply()
+    try:
+        xs = [np.zeros((1, 4, 4, 3), np.int8)]
+        s.forward(xs)
+        wchunk = s.backends[0].phy_segment_map[SegmentType.WEIGHT].single_chunk.memChunk
+        wchunk.fill(0x7F)
+        with pytest.raises(DeviceError, match="tap reads outside"):
+            s.forward(xs)
+    finally:
+        s.close()
+
+
 @settings(max_examples=30, **SETTINGS)
 @given(st.integers(1, 4), st.integers(1, 20), st.integers(1, 70), st.integers(1, 40),
        st.booleans(), st.booleans(), st.sampled_from([8, 16]), st.integers(0, 2 ** 31))

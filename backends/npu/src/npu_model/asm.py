@@ -36,10 +36,10 @@ from .isa import (
 )
 
 __all__ = [
-    "FMap", "Conv", "Matmul", "Eltw", "Pool", "Lut", "Upsample", "Copy", "Layer",
+    "FMap", "Conv", "Matmul", "Eltw", "Pool", "Lut", "Upsample", "Resize", "Copy", "Layer",
     "emit", "emit_layer", "emit_program", "conv_out_hw", "pack_conv_weights",
-    "pack_matmul_weights", "pack_requant_params", "pack_avgpool_params", "pack_lut",
-    "conv_weight_bytes", "PARAM_RECORD", "align",
+    "pack_matmul_weights", "pack_requant_params", "pack_avgpool_params",
+    "pack_resize_taps", "pack_lut", "conv_weight_bytes", "PARAM_RECORD", "TAP_RECORD", "align",
 ]
 
 #: One per-output-channel record of `pack_requant_params` (24 bytes, little-endian)
@@ -47,6 +47,8 @@ PARAM_RECORD = np.dtype([("bias", "<i8"), ("mult", "<i4"), ("mult_neg", "<i4"),
                          ("shift", "u1"), ("shift_neg", "u1"), ("reserved", "V6")])
 #: One entry of the average-pool divisor table (8 bytes)
 AVG_RECORD = np.dtype([("mult", "<i4"), ("shift", "<i4")])
+#: one tap of a table resize (UPSAMPLE TABLE): neighbours i0, i1 and the weight of i1
+TAP_RECORD = np.dtype([("i0", "<i4"), ("i1", "<i4"), ("w1", "<i4")])
 
 
 def align(n: int, unit: int) -> int:
@@ -227,6 +229,20 @@ class Upsample:
 
 
 @dataclass
+class Resize:
+    """Resize by a tap table (`pack_resize_taps`, at `table_addr`): bilinear, or nearest at any
+    sizes. Each output blends two rows, then two columns, with 10-bit weights, exactly in int64,
+    and requantizes with (mult, shift) to OUT's dtype."""
+
+    inp: FMap
+    out: FMap
+    table_addr: int
+    mult: int
+    shift: int
+    tag: int = 0
+
+
+@dataclass
 class Copy:
     """Copy a block between layouts (re-pitch, channel slice, row stride). With ``out_step``
     > 1 input channel k lands on output channel ``k * out_step`` of `out`, whose ``c`` is the
@@ -238,7 +254,7 @@ class Copy:
     out_step: int = 1
 
 
-Layer = Conv | Matmul | Eltw | Pool | Lut | Upsample | Copy
+Layer = Conv | Matmul | Eltw | Pool | Lut | Upsample | Resize | Copy
 
 
 # --- helpers --------------------------------------------------------------------------------------
@@ -426,6 +442,15 @@ def _emit_upsample(L: Upsample, cfg: NpuConfig) -> list[int]:
         run_word(Op.UPSAMPLE, UpsampleMode.ZERO if L.zeros else UpsampleMode.NEAREST)]
 
 
+def _emit_resize(L: Resize, cfg: NpuConfig) -> list[int]:
+    i, o = L.inp.resolved(cfg), L.out.resolved(cfg)
+    if i.c != o.c:
+        raise ValueError(f"resize in.c {i.c} != out.c {o.c}")
+    return _fmap_words(i, "in") + _fmap_words(o, "out") + [
+        set_word(F.PRM_ADDR, L.table_addr), set_word(F.RQ, mult=L.mult, shift=L.shift)] + \
+        _tile_words(cfg, i, o, 1, 1, 1) + [run_word(Op.UPSAMPLE, UpsampleMode.TABLE)]
+
+
 def _emit_copy(L: Copy, cfg: NpuConfig) -> list[int]:
     i, o = L.inp.resolved(cfg), L.out.resolved(cfg)
     _check_same_dtype(i, o)
@@ -439,7 +464,7 @@ def _emit_copy(L: Copy, cfg: NpuConfig) -> list[int]:
 
 
 _EMITTERS = {Conv: _emit_conv, Matmul: _emit_matmul, Eltw: _emit_eltw, Pool: _emit_pool,
-             Lut: _emit_lut, Upsample: _emit_upsample, Copy: _emit_copy}
+             Lut: _emit_lut, Upsample: _emit_upsample, Resize: _emit_resize, Copy: _emit_copy}
 
 
 def emit(layer: Layer, cfg: NpuConfig = DEFAULT) -> list[int]:
@@ -566,6 +591,16 @@ def pack_avgpool_params(mult, shift) -> np.ndarray:
     m, s = np.asarray(mult, dtype=np.int64), np.asarray(shift, dtype=np.int64)
     rec = np.zeros(m.size, dtype=AVG_RECORD)
     rec["mult"], rec["shift"] = m, s
+    return rec.view(np.uint8)
+
+
+def pack_resize_taps(rows: tuple, cols: tuple) -> np.ndarray:
+    """The tap table of a table resize: the (i0, i1, w1) arrays of the output rows, then of the
+    output columns (`xir.ops.resize_taps.integer_taps`), as TAP_RECORDs."""
+    n_r, n_c = len(rows[0]), len(cols[0])
+    rec = np.zeros(n_r + n_c, dtype=TAP_RECORD)
+    for k, name in enumerate(("i0", "i1", "w1")):
+        rec[name] = np.concatenate([np.asarray(rows[k]), np.asarray(cols[k])])
     return rec.view(np.uint8)
 
 

@@ -19,8 +19,10 @@ from typing import Any
 
 import numpy as np
 
+from xir.ops.resize_taps import BILINEAR_FRAC_BITS
+
 from . import cycles as cy
-from .asm import AVG_RECORD, PARAM_RECORD, conv_weight_bytes
+from .asm import AVG_RECORD, PARAM_RECORD, TAP_RECORD, conv_weight_bytes
 from .config import CODE_DTYPES, NP_DTYPES, NpuConfig
 from .dma import TileCounters
 from .isa import (
@@ -368,6 +370,9 @@ class Icore:
                 vector.lut(x.arr, x.rs, x.pitch, x.coff, table, qmin, y.arr, y.rs, y.pitch, y.coff,
                            y.h, y.w, y.c)
         elif op == Op.UPSAMPLE:
+            if mode == UpsampleMode.TABLE:
+                self._resize(d, mmu, x, y, lv, lo, hi, compute)
+                return lv
             sc = unpack_payload(F.SCALE, d.get(F.SCALE, 0))
             sh, sw = max(sc["sh"], 1), max(sc["sw"], 1)
             if mode not in (UpsampleMode.NEAREST, UpsampleMode.ZERO):
@@ -396,6 +401,27 @@ class Icore:
                 vector.copy(x.arr, x.rs, x.pitch, x.coff, y.arr, y.rs, y.pitch, y.coff,
                             x.h, x.w, x.c, step)
         return lv
+
+    def _resize(self, d, mmu, x: Operand, y: Operand, lv, lo, hi, compute):
+        """UPSAMPLE TABLE: every tap is checked against the input map before any is used."""
+        if x.c != y.c:
+            raise NpuFault(f"UPSAMPLE TABLE in.c {x.c} != out.c {y.c}")
+        n = y.h + y.w
+        _, raw = self._const(d, mmu, F.PRM_ADDR, n * TAP_RECORD.itemsize, "resize taps")
+        rec = np.frombuffer(raw.tobytes(), dtype=TAP_RECORD)
+        taps = np.stack([rec["i0"], rec["i1"], rec["w1"]], axis=1).astype(np.int64)
+        lim = np.concatenate([np.full(y.h, x.h), np.full(y.w, x.w)])[:, None]
+        one = 1 << BILINEAR_FRAC_BITS
+        if (taps[:, :2] < 0).any() or (taps[:, :2] >= lim).any() or \
+                (taps[:, 2] < 0).any() or (taps[:, 2] > one).any():
+            raise NpuFault(f"UPSAMPLE TABLE: a tap reads outside the {x.h}x{x.w} input or "
+                           f"weighs outside [0, {one}]")
+        rq = unpack_payload(F.RQ, d.get(F.RQ, 0))
+        lv[cy.L_KIND], lv[cy.L_TAPS] = cy.K_RESIZE, 4
+        lv[cy.L_PRM_BYTES] = raw.size
+        if compute:
+            vector.resize_taps(x.arr, x.rs, x.pitch, x.coff, y.arr, y.rs, y.pitch, y.coff,
+                               y.h, y.w, y.c, taps, one, rq["mult"], rq["shift"], lo, hi)
 
     def _geometry(self, d: dict) -> tuple[int, ...]:
         k = unpack_payload(F.KERNEL, d.get(F.KERNEL, 0))

@@ -35,7 +35,8 @@ HW_ROWS, HW_COLS, HW_VLANES, HW_ETM_BW1024, HW_OCM_BW1024, HW_IBUF, HW_WBUF, HW_
 L_SIZE = 32
 
 # layer kinds
-K_CONV, K_DW, K_MATMUL, K_ELTW, K_MAXPOOL, K_AVGPOOL, K_LUT, K_UPSAMPLE, K_COPY = range(9)
+K_CONV, K_DW, K_MATMUL, K_ELTW, K_MAXPOOL, K_AVGPOOL, K_LUT, K_UPSAMPLE, K_COPY, K_RESIZE = \
+    range(10)
 
 # --- result vector indices -----------------------------------------------------------------------
 (R_CYCLES, R_COMPUTE, R_DMA, R_ETM_RD, R_ETM_WR, R_OCM_RD, R_OCM_WR, R_RTILES, R_WTILES,
@@ -111,6 +112,8 @@ def layer_cycles(lv, hw, res):
             ri = ro
         elif kind == K_UPSAMPLE:
             ri = _cdiv(ro, sh) + 1
+        elif kind == K_RESIZE:  # the input rows a tile's output rows span, plus the lower one
+            ri = _cdiv(ro * in_h, out_h) + 1
         else:
             ri = (ro - 1) * sh + (kh - 1) * dh + 1
         if ri > in_h:

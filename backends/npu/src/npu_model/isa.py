@@ -67,6 +67,10 @@ class EltwMode(IntEnum):
 class UpsampleMode(IntEnum):
     NEAREST = 0  #: ``y[h, w] = x[h // sh, w // sw]``
     ZERO = 1  #: zero insertion: ``y[h * sh, w * sw] = x[h, w]``, 0 elsewhere (transposed conv)
+    #: resize by a tap table at PRM_ADDR (bilinear, or nearest at any sizes): per output row,
+    #: then per output column, (i0, i1, w1) int32; ``r = q[i0] * (1024 - w1) + q[i1] * w1`` along
+    #: H, then W, exact in int64, requantized with RQ
+    TABLE = 2
 
 
 class CopyMode(IntEnum):

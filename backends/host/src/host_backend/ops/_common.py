@@ -221,7 +221,12 @@ def rq_any(acc: np.ndarray, mult: Any, shift: Any, out_dtype: Any, *, relu: bool
 def rescale(x: np.ndarray, s_in: float, s_out: float, out_dtype: Any, fake: bool) -> np.ndarray:
     """Move integer codes from scale ``s_in`` to ``s_out`` (identity when the scales agree)."""
     if s_in == s_out:
-        return x if fake else np.asarray(x).astype(out_dtype, copy=False)
+        if fake:
+            return x
+        x, info = np.asarray(x), np.iinfo(out_dtype)
+        if x.dtype.itemsize > info.dtype.itemsize:  # a narrowing dtype change saturates
+            x = np.clip(x, info.min, info.max)
+        return x.astype(out_dtype, copy=False)
     from xir.quant.fixed_point import requant_multiplier
 
     m, s = requant_multiplier(s_in, 1.0, s_out)

@@ -191,6 +191,33 @@ def upsample_nearest(x, xrs, xpitch, xcoff, y, yrs, ypitch, ycoff, oh_n, ow_n, c
 
 
 @njit(cache=True)
+def resize_taps(x, xrs, xpitch, xcoff, y, yrs, ypitch, ycoff, oh_n, ow_n, c_n, taps, one, m, s,
+                lo, hi):
+    """Table resize: `taps` (int64, rows then columns of (i0, i1, w1)) blends two input rows,
+    then two columns, ``q[i0] * (one - w1) + q[i1] * w1``, exactly in int64, then
+    ``requantize_one(acc, m, s)``."""
+    rows = np.empty((2, c_n), dtype=np.int64)
+    for oh in range(oh_n):
+        r0 = taps[oh, 0] * xrs + xcoff
+        r1 = taps[oh, 1] * xrs + xcoff
+        wy1 = taps[oh, 2]
+        wy0 = one - wy1
+        for ow in range(ow_n):
+            t = oh_n + ow
+            wx1 = taps[t, 2]
+            wx0 = one - wx1
+            for k in range(2):
+                col = taps[t, k] * xpitch
+                for c in range(c_n):
+                    rows[k, c] = np.int64(x[r0 + col + c]) * wy0 + np.int64(x[r1 + col + c]) * wy1
+            dst = oh * yrs + ow * ypitch + ycoff
+            for c in range(c_n):
+                acc = rows[0, c] * wx0 + rows[1, c] * wx1
+                y[dst + c] = requantize_one(acc, m, s, m, s, lo, hi)
+    return y
+
+
+@njit(cache=True)
 def upsample_zeros(x, xrs, xpitch, xcoff, y, yrs, ypitch, ycoff, oh_n, ow_n, c_n, sh, sw):
     """Zero insertion: ``y[h * sh, w * sw] = x[h, w]``, every other element of y 0."""
     for oh in range(oh_n):

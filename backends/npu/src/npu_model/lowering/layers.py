@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from npu_model import asm
+from xir.ops.resize_taps import BILINEAR_FRAC_BITS, integer_taps
 from xir.quant.fixed_point import (
     add_rescale_params,
     clip_bounds,
@@ -443,12 +444,36 @@ def lower_lut(op, cfg) -> OpLowering:
     return OpLowering("lut", [asm.pack_lut(np.asarray(table))], make)
 
 
-def lower_upsample(op, cfg) -> OpLowering:
-    _feature_dtypes(op)
+def lower_resize(op, cfg) -> OpLowering:
+    """Resize (nearest or bilinear, every coordinate mode, any sizes) and bilinear Upsample:
+    one UPSAMPLE TABLE layer whose taps are the host reference's (`xir.ops.resize_taps`)."""
+    _feature_dtypes(op, rescales=True)
     x, y = op.inputs[0], op.outputs[0]
-    if _attr(op, "mode", "nearest") != "nearest" or scale_of(x) != scale_of(y) or \
-            len(x.shape) != 4:
-        raise NotLowerable("only nearest upsampling without rescale")
+    if len(x.shape) != 4:
+        raise NotLowerable("resizes take NHWC maps")
+    (_, h, w, _), (_, oh, ow, _) = x.shape, y.shape
+    mode = str(_attr(op, "mode", "nearest"))
+    coord = str(_attr(op, "coordinate_mode", "half_pixel"))
+    nearest = str(_attr(op, "nearest_mode", "round_prefer_floor"))
+    if op.op_type == "Upsample":
+        coord, nearest = "half_pixel", "floor"
+    rows = integer_taps(oh, h, mode, coord, nearest)
+    cols = integer_taps(ow, w, mode, coord, nearest)
+    m, s = requant_multiplier(scale_of(x), 2.0 ** (-2 * BILINEAR_FRAC_BITS), scale_of(y))
+
+    def make(R: Resolver) -> list[asm.Layer]:
+        return [asm.Resize(R.fmap(x), R.fmap(y), R.const(0), int(m), int(s), tag=op.op_id)]
+
+    return OpLowering("resize", [asm.pack_resize_taps(rows, cols)], make)
+
+
+def lower_upsample(op, cfg) -> OpLowering:
+    x, y = op.inputs[0], op.outputs[0]
+    if _attr(op, "mode", "nearest") != "nearest" or scale_of(x) != scale_of(y):
+        return lower_resize(op, cfg)
+    _feature_dtypes(op)
+    if len(x.shape) != 4:
+        raise NotLowerable("upsamples take NHWC maps")
     sh, sw = int(_attr(op, "scale_height", 2)), int(_attr(op, "scale_width", 2))
     if not (1 <= sh <= 255 and 1 <= sw <= 255):
         raise NotLowerable("upsample factor")
@@ -485,7 +510,7 @@ RULES: dict[str, Callable[[Any, Any], OpLowering]] = {
     "Multiply": lower_eltw, "Relu": lower_relu, "MaxPool2d": lower_pool, "AvgPool2d": lower_pool,
     "Sigmoid": lower_lut, "Tanh": lower_lut, "Silu": lower_lut, "Hardswish": lower_lut,
     "Gelu": lower_lut,
-    "Upsample": lower_upsample, "ChannelShuffle": lower_channel_shuffle,
+    "Upsample": lower_upsample, "Resize": lower_resize, "ChannelShuffle": lower_channel_shuffle,
 }
 
 
