@@ -12,32 +12,34 @@ from xrt import plugins
 __all__ = ["compiled_zoo", "source_stamp"]
 
 
-def source_stamp() -> str:
-    """A short hash of the code a cached compile depends on, so a changed compiler never runs a
-    stale cached network: the sources of every loaded package that is not installed into the
-    interpreter's library folders (this project's editable packages: xir, the target plugin,
-    the shared hardware model), and the versions of the installed icraft-xrt distributions."""
+#: the packages every compile depends on; the installed xrt plugins' packages are added
+CORE_PACKAGES = ("xir", "xrt", "xcompile", "host_backend", "npu_model", "npu_runtime")
+
+
+def source_stamp(extra: tuple[str, ...] = ()) -> str:
+    """A short hash of the sources a cached compile depends on (`CORE_PACKAGES`, the packages
+    of the installed `xrt.plugins` entry points, and `extra` packages), so a changed compiler
+    never runs a stale cached network. It depends on nothing else: `python -m xrt` and the
+    `xrt` script, whatever they have imported and whether the current folder's egg-info shows
+    a distribution twice, compute the same stamp."""
     import hashlib
     import importlib.metadata as md
-    import sys
-    import sysconfig
+    import importlib.util
     from pathlib import Path
 
-    libs = {Path(sysconfig.get_paths()[k]).resolve() for k in ("purelib", "platlib", "stdlib")}
     h = hashlib.sha256()
-    for name, mod in sorted(list(sys.modules.items()), key=lambda kv: kv[0]):
-        paths = getattr(mod, "__path__", None)
-        if "." in name or not paths or not getattr(mod, "__file__", None):
+    plugins_ = {ep.value.split(":")[0].split(".")[0]
+                for ep in md.entry_points(group="xrt.plugins")}
+    for name in sorted(set(CORE_PACKAGES) | plugins_ | set(extra)):
+        spec = importlib.util.find_spec(name)
+        if spec is None or not spec.submodule_search_locations:
+            h.update(f"{name}: absent".encode())
             continue
-        pkg = Path(mod.__file__).resolve().parent
-        if any(pkg.is_relative_to(lib) for lib in libs):
-            continue
-        for f in sorted(pkg.rglob("*.py")):
-            h.update(f"{name}/{f.relative_to(pkg)}".encode())
-            h.update(f.read_bytes())
-    for dist in sorted({d.metadata["Name"] for d in md.distributions()
-                        if d.metadata["Name"] and d.metadata["Name"].startswith("icraft-xrt")}):
-        h.update(f"{dist}={md.version(dist)}".encode())
+        for root in sorted(spec.submodule_search_locations):
+            pkg = Path(root).resolve()
+            for f in sorted(pkg.rglob("*.py")):
+                h.update(f"{name}/{f.relative_to(pkg)}".encode())
+                h.update(f.read_bytes())
     return h.hexdigest()[:10]
 
 

@@ -23,9 +23,10 @@ import hashlib
 import json
 import os
 import struct
-import tempfile
 from dataclasses import dataclass, field
 from typing import Any
+
+from xir.serialize.atomic import temp_beside
 
 from .errors import SnapshotError
 
@@ -80,9 +81,7 @@ def write_snapshot(path: str | os.PathLike, header: dict[str, Any],
         start = need
     end = table[-1]["offset"] + table[-1]["size"] if table else _FIXED.size + len(blob)
     total = end + _SUM
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp",
-                               dir=directory)
+    fd, tmp = temp_beside(path)
     try:
         with os.fdopen(fd, "wb") as fh:
             h = hashlib.sha256()

@@ -50,7 +50,10 @@ def options(args: argparse.Namespace) -> dict[str, Any]:
     """Flags over TOML over defaults."""
     opts = dict(DEFAULTS)
     if args.config:
-        import tomllib
+        try:
+            import tomllib
+        except ModuleNotFoundError:  # Python 3.10: the same parser, as a package
+            import tomli as tomllib
 
         try:
             with open(args.config, "rb") as fh:

@@ -13,7 +13,7 @@ and dtypes. Sources:
   - or one sub-folder per sample (sorted by name), holding `<input>.npy` per input (for a
     single-input network any one `.npy` file);
 - **a folder of images** (`.png`, `.jpg`, `.jpeg`, `.bmp`; single NHWC input with C = 3 or 1):
-  read with matplotlib's `imread`, alpha dropped, grey repeated to 3 channels if needed,
+  read with Pillow (`PIL.Image`, converted to RGB or L: alpha dropped, grey repeated as needed),
   converted to float32 in [0, 1] (8-bit pixels divided by 255), resized to the input's H x W
   (bilinear, half-pixel centres) and given the batch axis. No mean/std normalisation: feed a
   generator for networks that want it.

@@ -12,7 +12,6 @@ import logging
 import math
 import os
 import re
-import tempfile
 from collections.abc import Callable
 from typing import Any
 
@@ -33,6 +32,7 @@ from ..ops.base import HOST_TARGET, OP_REGISTRY, REQUIRED, Operation, check_targ
 from ..types import Layout, QuantizedType, ScalarType, TensorType
 from ..values import HOSTM, MemType, Params, Value
 from . import raw as _raw
+from .atomic import temp_beside, unlink_quietly
 
 log = logging.getLogger(__name__)
 
@@ -204,22 +204,45 @@ def save_network(net: Network, json_path: str | os.PathLike,
             text = dumps(obj).encode("utf-8")
         except UnicodeEncodeError:  # lone surrogates in a name: escape them
             text = dumps(obj, ascii_only=True).encode("ascii")
-        fd, json_tmp = tempfile.mkstemp(prefix=f".{os.path.basename(json_path)}.",
-                                        suffix=".tmp",
-                                        dir=os.path.dirname(os.path.abspath(json_path)))
+        fd, json_tmp = temp_beside(json_path)
         with os.fdopen(fd, "wb") as f:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
-        os.replace(raw_tmp, raw_path)
-        raw_tmp = None
-        os.replace(json_tmp, json_path)
-        json_tmp = None
+        _replace_pair(raw_tmp, raw_path, json_tmp, json_path)
+        raw_tmp = json_tmp = None
     finally:
         for tmp in (raw_tmp, json_tmp):
             if tmp is not None:
-                _raw._unlink(tmp)
+                unlink_quietly(tmp)
     net.params_bytes, net.params_md5 = size, digest
+
+
+def _replace_pair(raw_tmp: str, raw_path: str, json_tmp: str, json_path: str) -> None:
+    """Move both finished files into place; if the json's move fails after the raw's, the old
+    raw goes back, so the old pair stays whole (the temporaries are the caller's to remove)."""
+    backup = None
+    if os.path.exists(raw_path):
+        fd, backup = temp_beside(raw_path)
+        os.close(fd)
+        os.replace(raw_path, backup)
+    try:
+        os.replace(raw_tmp, raw_path)
+        try:
+            os.replace(json_tmp, json_path)
+        except BaseException:
+            if backup is not None:
+                os.replace(backup, raw_path)
+                backup = None
+            else:
+                unlink_quietly(raw_path)
+            raise
+    except BaseException:
+        if backup is not None:
+            os.replace(backup, raw_path)
+        raise
+    if backup is not None:
+        unlink_quietly(backup)
 
 
 # =========================================================================================

@@ -19,7 +19,6 @@ from __future__ import annotations
 import hashlib
 import os
 import struct
-import tempfile
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, BinaryIO
 
@@ -34,6 +33,7 @@ from ..errors import (
     RawTruncatedError,
     XirError,
 )
+from .atomic import temp_beside, unlink_quietly
 
 if TYPE_CHECKING:
     from ..network import Network
@@ -120,17 +120,14 @@ def write_raw_tmp(params: Sequence[Params], path: str | os.PathLike) -> tuple[st
     """Write the raw file to a temporary file next to `path`; returns (tmp path, size, md5).
 
     The caller moves it into place with os.replace (or removes it on failure)."""
-    path = os.fspath(path)
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp",
-                               dir=directory)
+    fd, tmp = temp_beside(path)
     try:
         with os.fdopen(fd, "wb") as f:
             size, digest = _write_stream(f, params)
             f.flush()
             os.fsync(f.fileno())
     except BaseException:
-        _unlink(tmp)
+        unlink_quietly(tmp)
         raise
     return tmp, size, digest
 
@@ -143,17 +140,10 @@ def write_raw(net: Network, path: str | os.PathLike) -> tuple[int, str]:
     try:
         os.replace(tmp, path)
     except BaseException:
-        _unlink(tmp)
+        unlink_quietly(tmp)
         raise
     net.params_bytes, net.params_md5 = size, digest
     return size, digest
-
-
-def _unlink(path: str) -> None:
-    try:
-        os.unlink(path)
-    except OSError:
-        pass
 
 
 # --- reading ------------------------------------------------------------------------------

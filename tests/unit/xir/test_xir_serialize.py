@@ -358,6 +358,37 @@ def test_failed_save_leaves_old_files_and_no_temp(tmp_path, all_ops):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["net.json", "net.raw"]
 
 
+def test_failed_json_move_puts_the_old_raw_back(tmp_path, all_ops, monkeypatch):
+    """The json's rename failing after the raw's leaves the old pair whole, no temporaries."""
+    jp = tmp_path / "net.json"
+    save_network(all_ops, jp)
+    before = (jp.read_bytes(), jp.with_suffix(".raw").read_bytes())
+    changed = build_all_ops()
+    changed.params()[0]._data = np.asarray(changed.params()[0]._data) * 0
+    real = os.replace
+
+    def replace(src, dst):
+        if os.fspath(dst) == os.fspath(jp):
+            raise OSError(28, "No space left on device")
+        return real(src, dst)
+
+    monkeypatch.setattr(os, "replace", replace)
+    with pytest.raises(OSError, match="No space"):
+        save_network(changed, jp)
+    monkeypatch.setattr(os, "replace", real)
+    assert (jp.read_bytes(), jp.with_suffix(".raw").read_bytes()) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["net.json", "net.raw"]
+
+
+def test_saved_files_follow_the_umask(tmp_path, all_ops):
+    old = os.umask(0o027)
+    try:
+        save_network(all_ops, tmp_path / "net.json")
+    finally:
+        os.umask(old)
+    assert {(p.stat().st_mode & 0o777) for p in tmp_path.iterdir()} == {0o640}
+
+
 def test_save_refuses_invalid_network(tmp_path):
     net = build_conv2d_example()
     net.ops[1].attrs["stride_height"] = 2

@@ -68,8 +68,9 @@ def test_run_onnx_in_float_and_refuse_target_without_calibration(tmp_path, capsy
 
 
 def test_compile_cache_stamp_follows_project_sources(tmp_path, monkeypatch):
-    """`xrt run --target` caches compiled zoo networks under a stamp of the loaded project
-    packages' sources: editing any of them gives a new cache folder."""
+    """`xrt run --target` caches compiled zoo networks under a stamp of the project packages'
+    sources: editing any of them gives a new cache folder; the stamp is the same from
+    `python -m xrt` (repository root on sys.path) and from the `xrt` script."""
     import importlib
     import sys
 
@@ -81,9 +82,19 @@ def test_compile_cache_stamp_follows_project_sources(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(tmp_path))
     importlib.import_module("stamp_probe_pkg")
     try:
-        before = _source_stamp()
-        assert _source_stamp() == before
+        before = _source_stamp(("stamp_probe_pkg",))
+        assert _source_stamp(("stamp_probe_pkg",)) == before
         (pkg / "__init__.py").write_text("X = 2\n")
-        assert _source_stamp() != before
+        assert _source_stamp(("stamp_probe_pkg",)) != before
     finally:
         sys.modules.pop("stamp_probe_pkg", None)
+    import subprocess
+    from pathlib import Path
+
+    code = "from xcompile.cache import source_stamp; print(source_stamp())"
+    root = Path(__file__).resolve().parents[3]
+    a = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True)
+    b = subprocess.run([sys.executable, "-c", "import host_backend, xrt; " + code],
+                       cwd=tmp_path, capture_output=True, text=True)
+    assert a.returncode == 0 and b.returncode == 0, a.stderr + b.stderr
+    assert a.stdout == b.stdout
