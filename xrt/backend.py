@@ -100,7 +100,13 @@ class Backend:
         return other
 
     def clone(self, depth: int = 1) -> Backend:
-        return copy.copy(self) if depth <= 1 else copy.deepcopy(self)
+        """A copy of this backend object: depth 1 shares everything it refers to; depth >= 2
+        also copies its own state (options, per-op records), never the device or the network
+        view it is bound to, which stand for hardware and a file."""
+        if depth <= 1:
+            return copy.copy(self)
+        memo = {id(self._device): self._device, id(self._view): self._view}
+        return copy.deepcopy(self, memo)
 
     def setDevice(self, device: Any) -> Backend:
         if self._applied:

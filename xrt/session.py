@@ -318,8 +318,32 @@ class Session:
             b.enableTimeProfile(enable)
 
     def timeProfileResults(self) -> dict[int, tuple[float, float, float, float]]:
-        """{op_id: (wall, memcpy, hard, other)} in ms for the last forward."""
+        """{op_id: (wall, memcpy, hard, other)} in ms for the last forward run with
+        `enableTimeProfile(True)`; empty when the profile was never enabled (nothing is
+        measured then, as on the vendor runtime). `totalTime()` is always measured."""
         return dict(self._profile)
+
+    def clone(self, depth: int = 1) -> Session:
+        """Another session object over the same view (the vendor's `clone`). depth 1 (the
+        vendor's default, a shallow clone) shares the backends, so it runs on the same deployed
+        network, with its own inputs, outputs, callbacks and profile. depth >= 2 clones the
+        backends too (`Backend.clone(depth - 1)`), which is only possible before `apply`: an
+        applied backend owns device memory that a copy would share."""
+        if depth >= 2 and self._applied:
+            raise CallOrderError("Session.clone(depth >= 2) after apply: the backends own "
+                                 "device memory a copy would share; clone before apply, or "
+                                 "use clone() (shares the deployed backends)")
+        new = Session()
+        new.__dict__.update({k: v for k, v in self.__dict__.items()
+                             if k not in ("_values", "_profile", "_position")})
+        if depth >= 2:
+            twins = {id(b): b.clone(depth - 1) for b in self._backends}
+            new._backends = [twins[id(b)] for b in self._backends]
+            new._bindings = {oid: twins[id(b)] for oid, b in self._bindings.items()}
+        else:
+            new._backends = list(self._backends)
+            new._bindings = dict(self._bindings)
+        return new
 
     def totalTime(self) -> float:
         """Wall time (ms) of the last forward."""
@@ -421,9 +445,11 @@ class Session:
             extra = backend.takeTimeElapses()
             b_memcpy, hard = extra.pop(op.op_id, (0.0, 0.0))
             memcpy_ms += b_memcpy
-            self._profile[op.op_id] = (wall, memcpy_ms, hard, max(0.0, wall - memcpy_ms - hard))
-            for sid, (mc, hd) in extra.items():  # synthetic ids of merged HardOps
-                self._profile[sid] = (mc + hd, mc, hd, 0.0)
+            if self._time_profile:
+                self._profile[op.op_id] = (wall, memcpy_ms, hard,
+                                           max(0.0, wall - memcpy_ms - hard))
+                for sid, (mc, hd) in extra.items():  # synthetic ids of merged HardOps
+                    self._profile[sid] = (mc + hd, mc, hd, 0.0)
             if self._log_time:
                 print(f"[{op.op_id:>5}] {op.op_type:<16} wall {wall:9.3f} ms  memcpy "
                       f"{memcpy_ms:8.3f}  hard {hard:8.3f}")

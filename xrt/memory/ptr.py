@@ -16,7 +16,16 @@ import numpy as np
 from xrt.errors import InvalidPointerError
 
 
-class PtrType(enum.IntEnum):
+class _VendorEnumType(enum.EnumType):
+    """pybind11 enums (the vendor's) show `name` on the class as well, as a property object;
+    a Python enum hides it there."""
+
+    @property
+    def name(cls) -> Any:
+        return enum.Enum.__dict__["name"]
+
+
+class PtrType(enum.IntEnum, metaclass=_VendorEnumType):
     """Which parts a MemPtr holds: a C pointer, a physical address, or both."""
 
     CPTR = 0

@@ -210,3 +210,44 @@ def test_tensor_dump_untiles_and_dequantizes():
     raw = io.BytesIO()
     t.dump(raw, "")  # natural format: HQB
     assert raw.getvalue() == q.tobytes()
+
+
+def test_profile_is_recorded_only_when_enabled(cnn, rng):
+    """Decided (README, "Using it the vendor's way"): without enableTimeProfile(True) nothing
+    is measured per op and timeProfileResults() is empty; totalTime() is always measured."""
+    sess = host_session(cnn)
+    x = rng.standard_normal((1, 8, 8, 3)).astype(np.float32)
+    sess.forward([x])
+    assert sess.timeProfileResults() == {} and sess.totalTime() > 0
+    sess.enableTimeProfile(True)
+    sess.forward([x])
+    assert set(sess.timeProfileResults()) == {op.op_id for op in cnn.ops}
+
+
+def test_session_clone(cnn, rng):
+    """clone() shares the deployed backends and keeps its own values and profile; a deep clone
+    copies the backends, before apply only."""
+    sess = host_session(cnn)
+    twin = sess.clone()
+    assert isinstance(twin, Session) and twin is not sess
+    assert twin.backends == sess.backends and twin.backends[0] is sess.backends[0]
+    x = rng.standard_normal((1, 8, 8, 3)).astype(np.float32)
+    a, b = np.asarray(sess.forward([x])[0]), np.asarray(twin.forward([x * 2])[0])
+    np.testing.assert_allclose(a, reference(cnn, x), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(b, reference(cnn, x * 2), rtol=1e-5, atol=1e-6)
+    with pytest.raises(CallOrderError, match="before apply"):
+        sess.clone(2)
+    fresh = Session.Create([HostBackend], cnn.view(0), [HostDevice.Default()])
+    deep = fresh.clone(2)
+    assert deep.backends[0] is not fresh.backends[0]
+    assert deep.backends[0].device is fresh.backends[0].device
+    deep.apply()
+    np.testing.assert_allclose(np.asarray(deep.forward([x])[0]), a, rtol=1e-6)
+    assert not fresh.backends[0].is_applied
+
+
+def test_ptrtype_name_is_a_property_on_the_class_too():
+    from xrt import PtrType
+
+    assert PtrType.name is not None  # vendor: `property name` of the pybind11 enum class
+    assert PtrType.ADDR.name == "ADDR" and PtrType(2) is PtrType.BOTH
