@@ -269,3 +269,29 @@ def test_mmu_entries_limit_only_an_mmu_on_deployment():
         s_off.close()
     finally:
         dev.close()
+
+
+@pytest.mark.parametrize("mmu", [True, False])
+def test_manual_backend_create_on_the_whole_view(bdev, mmu):
+    """The manual's direct construction, `Backend.Create(BuyiBackend, network.view(0),
+    device)`, on a whole compiled network (Input/Cast/... included): the backend takes the
+    HardOps, a Session over it and a HostBackend runs them bit-exactly, MMU on or off."""
+    from buyibackend import BuyiBackend
+    from xrt import Backend
+
+    q, z = compiled("tiny_cnn")
+    x = rand_x(q)
+    bdev.mmuModeSwitch(mmu)
+    try:
+        backend = Backend.Create(BuyiBackend, z.view(0), bdev)
+        assert {op.op_type for op in BuyiBackend(backend).network_view.ops} == {"HardOp"}
+        host = Backend.Create(HostBackend, z.view(0), HostDevice.Default())
+        sess = Session.CreateWithBackends(z.view(0), [backend, host])
+        sess.apply()
+        got = [np.asarray(t).copy() for t in sess.forward([x])]
+        assert all(sess.backendBindings()[op.op_id] is backend
+                   for op in z.ops if op.op_type == "HardOp")
+        np.testing.assert_array_equal(got[0], host_ref(q, x)[0])
+        sess.close()
+    finally:
+        bdev.mmuModeSwitch(True)

@@ -91,13 +91,13 @@ class BuyiBackend(NpuBackend):
         return super().getForwardFunc(op)
 
     def init(self, network_view: Any, device: Any) -> None:
+        # a whole compiled network (the manual's direct construction): the backend takes its
+        # HardOps and converter Casts; the float adapt Casts and the rest are the host's
+        mine = [op for op in network_view.ops if op.op_type == "HardOp" or
+                _is_converter_cast(op)]
+        if mine and len(mine) != len(network_view.ops):
+            network_view = network_view.view([op.op_id for op in mine])
         casts = [op for op in network_view.ops if op.op_type == "Cast"]
-        for op in casts:
-            if not _is_converter_cast(op):
-                raise UnsupportedOpError(
-                    f"BuyiBackend runs a Cast only between int8 and int16 per-tensor quantized "
-                    f"values (the NPU's data-type converter); op {op.op_id} is not one: bind it "
-                    f"to HostBackend")
         super().init(_HardOpView(network_view) if casts else network_view, device)
         net = getattr(network_view, "network", network_view)
         tags = getattr(net, "tags", {}) or {}

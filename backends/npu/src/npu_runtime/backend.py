@@ -96,12 +96,18 @@ class NpuBackend(ChipSteps, Backend):
         if self._applied:
             raise CallOrderError(f"{self._label()}: init after apply; create a new backend")
         self._check_device(device)
-        for op in network_view.ops:
-            if op.op_type != "HardOp":
-                raise UnsupportedOpError(
-                    f"{type(self).__name__} runs HardOps only; op {op.op_id} ({op.op_type}) is "
-                    f"not one: bind it to HostBackend (Session.Create([{type(self).__name__}, "
-                    f"HostBackend], ...))")
+        # Given a whole compiled network (the manual's `Backend.Create(ZG330Backend,
+        # network.view(0), device)`), the backend takes its HardOps, as the vendor's does; the
+        # Input/Cast/AlignAxis/... around them belong to the HostBackend of the Session.
+        hard = [op for op in network_view.ops if op.op_type == "HardOp"]
+        if not hard and network_view.ops:
+            raise UnsupportedOpError(
+                f"{type(self).__name__}: the network view holds no HardOp (ops "
+                f"{[op.op_type for op in network_view.ops][:6]}...); compile it for "
+                f"{self.chip.kind} first (xrt compile --target {self.chip.kind})")
+        if len(hard) != len(network_view.ops):
+            network_view = network_view.view([op.op_id for op in hard])
+        for op in hard:
             self.isOpSupported(op)
             if op.instr is not None and op.instr.data is None:
                 raise XrtError(f"HardOp {op.op_id} '{op.name}' has no instruction data: call "
