@@ -47,6 +47,7 @@ class RegRegion:
         self._values: dict[int, int] = {}
         self._write_hooks: dict[int, list[WriteHook]] = {}
         self._read_hooks: dict[int, list[ReadHook]] = {}
+        self._write_check: WriteHook | None = None
 
     # --- addressing ---------------------------------------------------------------------------
 
@@ -101,6 +102,8 @@ class RegRegion:
         """Write a register (masked to the word width), then run its on_write hooks."""
         a = self.absolute(addr, relative)
         value = self._value(data)
+        if self._write_check is not None:
+            self._write_check(a, value)
         self._store(a, value)
         for hook in list(self._write_hooks.get(a, ())):
             hook(a, value)
@@ -123,6 +126,11 @@ class RegRegion:
         hooks = self._write_hooks.setdefault(a, [])
         hooks.append(callback)
         return lambda: hooks.remove(callback) if callback in hooks else None
+
+    def check_writes(self, check: WriteHook | None) -> None:
+        """`check(addr, value)` runs before every `write` is stored (not `poke`) and raises
+        `InvalidArgumentError` for an illegal one: a device model's legal ranges."""
+        self._write_check = check
 
     def on_read(self, addr: int, callback: ReadHook, relative: bool = False) -> Callable[[], None]:
         """Call `callback(addr, value)` on each read of `addr`; a non-None result is returned

@@ -71,7 +71,8 @@ def REG(off: int) -> int:
 
 def test_registers_and_mpe_banks(dev):
     assert dev.readReg(REG(R.ID)) == 0x03300001
-    dev.writeReg(REG(R.ID), 0)  # read-only: the model answers the constant
+    with pytest.raises(InvalidArgumentError, match="register ID .*read-only"):
+        dev.writeReg(REG(R.ID), 0)
     assert dev.readReg(REG(R.ID)) == 0x03300001
     assert dev.readReg(0, 0, R.MPE_ID) == 0
     assert dev.readReg(3, 2, R.MPE_ID) == (3 << 8) | 2
@@ -93,6 +94,30 @@ def test_registers_and_mpe_banks(dev):
     assert dev.clone() is dev
     assert "ZG330" in dev.version()["device"]
     assert dev.check(1)
+
+
+@pytest.mark.parametrize("off, value, match", [
+    (R.ICORE_CLK_HZ, 0, "ICORE_CLK_HZ .*below 1 kHz"),
+    (R.DDR_CLK_HZ, 0, "DDR_CLK_HZ .*below 1 kHz"),
+    (R.MPE_EN, 9 | 1 << 16, "MPE_EN .*the array is"),
+    (R.CTRL, 0x80, "CTRL .*bits other than"),
+    (R.MASTER_CID, 77, "MASTER_CID .*outside"),
+    (R.INSTR_SIZE, 12, "INSTR_SIZE .*multiple of 8"),
+    (R.STATUS, 0, "STATUS .*read-only"),
+    (R.CYCLES_LO, 5, "CYCLES_LO .*read-only"),
+    (R.RTILE_BASE, 1, "DMA tile counter"),
+    (0x0070, 1, "no writable register"),
+    (R.mmu_entry(3) + R.MMU_FLAGS, 7, r"MMU\[3\].FLAGS"),
+    (R.mpe_bank(1, 1, 4) + R.MPE_MACS_LO, 1, "only SCRATCH"),
+])
+def test_illegal_register_writes_are_refused_and_not_stored(dev, off, value, match):
+    """A raw register write outside a register's legal range is refused, naming the register,
+    and the device keeps working (writeReg(ICORE_CLK_HZ, 0) used to break every forward)."""
+    before = dev.readReg(REG(off))
+    with pytest.raises(InvalidArgumentError, match=match):
+        dev.writeReg(REG(off), value)
+    assert dev.readReg(REG(off)) == before
+    assert dev.calcTime() >= 0
 
 
 def test_run_counters_and_reset_levels(hw, rng, capsys):

@@ -132,3 +132,18 @@ def test_show_layer_time_over_the_socket(served, capsys):
     dev.showLayerTime(0, n)
     assert "cycles" in capsys.readouterr().out
     s.close()
+
+
+def test_illegal_register_write_is_refused_over_the_socket(served):
+    """The server answers an illegal register write with InvalidArgumentError naming the
+    register, stores nothing, and keeps serving."""
+    from xrt.errors import InvalidArgumentError
+
+    _, dev = served
+    before = dev.readReg(REG_BASE + R.ICORE_CLK_HZ)
+    with pytest.raises(InvalidArgumentError, match="ICORE_CLK_HZ"):
+        dev.writeReg(REG_BASE + R.ICORE_CLK_HZ, 0)
+    assert dev.readReg(REG_BASE + R.ICORE_CLK_HZ) == before
+    q, z = _compiled("tiny_cnn")
+    x = _x(q)
+    assert np.isfinite(_run(z, dev, x)[0][0]).all()

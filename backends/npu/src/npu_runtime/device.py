@@ -118,6 +118,7 @@ class NpuDevice(Device):
                 self._reg.on_read(R.mpe_bank(cid, rid, cfg.mpe_rows) + R.MPE_ID,
                                    lambda a, v, _x=(cid << 8) | rid: _x, relative=True)
         self._reg.on_write(R.CTRL, self._on_ctrl, relative=True)
+        self._reg.check_writes(R.write_checker(cfg, R.REG_BASE, repr(self)))
         self._power_on_defaults()
 
     # --- register helpers ----------------------------------------------------------------------

@@ -28,6 +28,12 @@
 | 0x1000 + 32 i | MMU[i] | rw | entry i: +0 LOGIC_LO, +4 LOGIC_HI, +8 SIZE_LO, +0xC SIZE_HI, +0x10 PHYS_LO, +0x14 PHYS_HI, +0x18 FLAGS (bit 0 valid), +0x1C reserved |
 | 0x4000 + 0x40 (cid * rows + rid) | MPE[cid][rid] | mixed | per-MPE bank (`readReg(cid, rid, offset)`): +0 ID (ro, cid << 8 \\| rid), +4 MACS_LO, +8 MACS_HI, +0xC BUSY_LO, +0x10 BUSY_HI (ro counters since reset), +0x14 SCRATCH (rw) |
 
+Writes are checked (`write_checker`): a read-only register, an offset with no register, or a
+value outside a register's legal range raises `InvalidArgumentError` naming the register, and
+nothing is stored. Legal: MPE_EN rows in 1..rows (0 = all) and cols likewise; CTRL bits 0-2;
+MASTER_CID below the columns; INSTR_SIZE a multiple of 8; the clocks in [1 kHz, 2**32) Hz; an
+MMU FLAGS word 0 or 1; MPE banks: SCRATCH only.
+
 Fast reset (level 1, CTRL bit 1) clears STATUS, ERR_CODE, CYCLES, LAYER_COUNT, RUN_COUNT, the tile
 counters and the MPE counters; configuration (MPE_EN, clocks, MMU, timer/profiler, master) stays.
 Full reset (level 0) clears every register and reloads the power-on defaults.
@@ -92,6 +98,64 @@ ERR_MOCK = 3
 
 #: registers a fast reset (level 1) clears
 FAST_RESET_CLEARS = (STATUS, ERR_CODE, CYCLES_LO, CYCLES_HI, LAYER_COUNT, RUN_COUNT)
+
+
+#: every register a write may name (offset -> name); the others are read-only or absent
+WRITABLE = {MPE_EN: "MPE_EN", CTRL: "CTRL", MASTER_CID: "MASTER_CID",
+            INSTR_ADDR_LO: "INSTR_ADDR_LO", INSTR_ADDR_HI: "INSTR_ADDR_HI",
+            INSTR_SIZE: "INSTR_SIZE", ICORE_CLK_HZ: "ICORE_CLK_HZ", DDR_CLK_HZ: "DDR_CLK_HZ",
+            TIMER_ADDR_LO: "TIMER_ADDR_LO", TIMER_ADDR_HI: "TIMER_ADDR_HI",
+            TIMER_SIZE: "TIMER_SIZE", PROF_ADDR_LO: "PROF_ADDR_LO",
+            PROF_ADDR_HI: "PROF_ADDR_HI", PROF_SIZE: "PROF_SIZE"}
+_READ_ONLY = {ID: "ID", VERSION: "VERSION", ROWS_COLS: "ROWS_COLS", STATUS: "STATUS",
+              ERR_CODE: "ERR_CODE", CYCLES_LO: "CYCLES_LO", CYCLES_HI: "CYCLES_HI",
+              LAYER_COUNT: "LAYER_COUNT", RUN_COUNT: "RUN_COUNT"}
+
+
+def write_checker(cfg, base: int, who: str):
+    """The `RegRegion.check_writes` callback of a device with config `cfg` whose registers
+    start at `base`."""
+    from xrt.errors import InvalidArgumentError
+
+    mmu_end = MMU_BASE + MMU_ENTRY_BYTES * cfg.mmu_entries
+    mpe_end = MPE_BASE + MPE_BANK_BYTES * cfg.mpe_cols * cfg.mpe_rows
+
+    def refuse(off: int, name: str, why: str) -> None:
+        raise InvalidArgumentError(f"{who}: register {name} ({base + off:#x}): {why}")
+
+    def check(addr: int, value: int) -> None:
+        off = addr - base
+        if off in _READ_ONLY:
+            refuse(off, _READ_ONLY[off], "is read-only")
+        if MMU_BASE <= off < mmu_end:
+            if off % MMU_ENTRY_BYTES == MMU_FLAGS and value not in (0, MMU_VALID):
+                refuse(off, f"MMU[{(off - MMU_BASE) // MMU_ENTRY_BYTES}].FLAGS",
+                       f"{value:#x} is not 0 or 1 (valid)")
+            return
+        if MPE_BASE <= off < mpe_end:
+            if (off - MPE_BASE) % MPE_BANK_BYTES != MPE_SCRATCH:
+                refuse(off, "MPE bank", "only SCRATCH (+0x14) is writable")
+            return
+        name = WRITABLE.get(off)
+        if name is None:
+            what = "a DMA tile counter" if RTILE_BASE <= off < WTILE_BASE + 4 * MAX_CHANNELS \
+                else "no writable register"
+            refuse(off, f"+{off:#x}", f"is {what}")
+        if off == MPE_EN:
+            rows, cols = value & 0xFFFF, value >> 16
+            if rows > cfg.mpe_rows or cols > cfg.mpe_cols:
+                refuse(off, name, f"{rows} rows x {cols} cols: the array is {cfg.mpe_rows} x "
+                       f"{cfg.mpe_cols} (0 = all)")
+        elif off == CTRL and value & ~(CTRL_START | CTRL_FAST_RESET | CTRL_FULL_RESET):
+            refuse(off, name, f"{value:#x} sets bits other than START, FAST_RESET, FULL_RESET")
+        elif off == MASTER_CID and value >= cfg.mpe_cols:
+            refuse(off, name, f"column {value} is outside 0..{cfg.mpe_cols - 1}")
+        elif off == INSTR_SIZE and value % 8:
+            refuse(off, name, f"{value} bytes is not a multiple of 8")
+        elif off in (ICORE_CLK_HZ, DDR_CLK_HZ) and value < 1_000:
+            refuse(off, name, f"{value} Hz is below 1 kHz")
+
+    return check
 
 
 def mmu_entry(index: int) -> int:
