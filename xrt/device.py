@@ -87,6 +87,7 @@ class Device:
         finally:
             for region in self._mem.values():
                 region.memManager().release_all("device closed", close=True)
+                region.storage.release()  # at once, not when the cyclic GC finds the device
 
     def _on_close(self) -> None:
         """Hook for subclasses: stop simulators, drop connections (runs once, before memory)."""

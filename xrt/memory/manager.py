@@ -140,7 +140,9 @@ class MemManager:
             state = _ChunkState(region, self, addr, byte_size, ptr, auto_free)
             cptr_key = ptr.cptr_address() if ptr.has_cptr() else None
             if auto_free:
-                fin = weakref.finalize(state, self._collect, addr)
+                # the finalizer holds the manager weakly: the global finalize registry must not
+                # keep a dropped device (manager -> region -> device) alive through its chunks
+                fin = weakref.finalize(state, _collect_weakly, weakref.ref(self), addr)
                 fin.atexit = False
                 state.finalizer = fin
                 ref: Any = weakref.ref(state)
@@ -284,3 +286,11 @@ class MemManager:
 
     def __repr__(self) -> str:
         return f"MemManager({self._region.name!r}, chunks={len(self._records)})"
+
+
+def _collect_weakly(manager_ref: Any, addr: int) -> None:
+    """An auto-freed chunk's finalizer: hand the address to its manager while it lives (a
+    dropped device's manager may be gone first; its memory went with it)."""
+    manager = manager_ref()
+    if manager is not None:
+        manager._collect(addr)

@@ -55,6 +55,9 @@ class Storage(ABC):
         """True when `view` gives zero-copy access (the bytes live in this process)."""
         return type(self).view is not Storage.view
 
+    def release(self) -> None:  # noqa: B027 - storages without a backing of their own keep none
+        """Give the backing memory back (the device closed); later accesses fail."""
+
     def _out_of_range(self, addr: int, n: int, lo: int, hi: int) -> MemoryAccessError:
         return MemoryAccessError(
             f"{self.name}: access [{addr:#x}, {addr + n:#x}) ({n} bytes) is outside "
@@ -69,9 +72,14 @@ class ArenaStorage(Storage):
         self.base = int(base)
         self.size = int(size)
         self.name = name
-        self.arena = np.zeros(self.size, dtype=np.uint8)
+        self.arena: np.ndarray | None = np.zeros(self.size, dtype=np.uint8)
+
+    def release(self) -> None:
+        self.arena = None
 
     def _offset(self, addr: int, n: int) -> int:
+        if self.arena is None:
+            raise MemoryAccessError(f"{self!r}: the device was closed; its memory is gone")
         addr, n = int(addr), int(n)
         off = addr - self.base
         if n < 0 or off < 0 or off + n > self.size:

@@ -10,7 +10,13 @@ from npu_model import asm
 from npu_model.isa import F, Op, set_word, word
 from npu_runtime import regs as R
 from xrt import Device
-from xrt.errors import DeviceError, DeviceUrlError, InvalidArgumentError, UnsupportedOpError
+from xrt.errors import (
+    DeviceError,
+    DeviceUrlError,
+    InvalidArgumentError,
+    MemoryAccessError,
+    UnsupportedOpError,
+)
 from zg330backend import ZG330Device
 
 
@@ -247,3 +253,30 @@ def test_set_to_unknown_field_faults(hw):
     with pytest.raises(DeviceError, match="unknown field"):
         hw.dev.icoreCalc(hw.chunk.addr + addr - LOGICAL, prog.nbytes)
     assert set_word(F.GROUPS, 3) >> 56 == Op.SET
+
+
+def test_dropped_devices_are_freed_and_close_frees_at_once():
+    """A sim:// device dropped without close() (holding auto-freed chunks and an applied
+    session's memory) is collected; close() gives its arena back at once."""
+    import gc
+    import weakref
+
+    from test_zg330_backend import _compiled, _zg
+
+    q, z = _compiled("tiny_cnn")
+    refs = []
+    for _ in range(3):
+        d = Device.Open("sim://zg330")
+        chunk = d.defaultMemRegion().malloc(4096, True, 4096)
+        s, _ = _zg(z, d, np.zeros(q.inputs()[0].shape, np.float32))
+        refs.append(weakref.ref(d))
+        del d, chunk, s
+    gc.collect()
+    assert sum(r() is not None for r in refs) == 0
+    d = Device.Open("sim://zg330")
+    storage = d.defaultMemRegion().storage
+    assert storage.arena is not None
+    d.close()
+    assert storage.arena is None
+    with pytest.raises(MemoryAccessError, match="closed"):
+        storage.view(storage.base, 8)
