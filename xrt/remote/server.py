@@ -76,6 +76,7 @@ class _Client:
         self.sock = sock
         self.peer = peer
         self.hello = False
+        self.scope: dict[str, Any] = {}  # the device guard's per-client state
         self.chunks: list[dict[int, Any]] = [{} for _ in range(nregions)]
         self.starts: list[list[int]] = [[] for _ in range(nregions)]
         self.send_lock = threading.Lock()
@@ -121,6 +122,9 @@ class DeviceServer:
 
         plugins.registry()  # plugins expose their device methods when they register
         self.methods = exposed_methods(device)
+        #: the device's client policy (`xrt.hookspec`-free duck type: `call`, `reg_read`,
+        #: `reg_write`): what a client's CALLs and register accesses may touch, per client
+        self.guard = getattr(device, "serve_guard", None)
         self.regions = list(device.mem_regions.values())
         regs = list(device.reg_regions.values())
         self.reg = regs[0] if regs else None
@@ -349,6 +353,19 @@ class DeviceServer:
                 f"[{addr:#x}, {addr + n:#x}) in region {self.regions[r].name!r} is not inside a "
                 "chunk this client allocated; clients may touch only their own memory")
 
+    def _owns_phys(self, c: _Client) -> Any:
+        """`owns(addr, n)`: whether the physical range lies in one chunk `c` allocated;
+        `owns.ranges()`: every (addr, bytes) chunk of `c`."""
+        def owns(addr: int, n: int) -> bool:
+            for r, region in enumerate(self.regions):
+                if region.base <= addr < region.base + region.size:
+                    return c.owns(r, int(addr), max(1, int(n)))
+            return False
+
+        owns.ranges = lambda: [(a, max(1, ch.byte_size)) for chunks in c.chunks  # type: ignore
+                               for a, ch in chunks.items()]
+        return owns
+
     def _malloc(self, c: _Client, p: bytearray) -> list[Any]:
         r, size, alignment = P.MALLOC_REQ.unpack(p)
         chunk = self._region(r).malloc(int(size), False, max(1, int(alignment)))
@@ -418,13 +435,21 @@ class DeviceServer:
     def _reg_read(self, c: _Client, p: bytearray) -> list[Any]:
         addr, flags = P.REG_READ_REQ.unpack(p)
         reg = self._need_reg()
-        v = reg.peek(addr) if flags & P.REG_RAW else reg.read(addr)
+        v = self.guard.reg_read(c.scope, reg.absolute(addr)) if self.guard else None
+        if v is None:
+            v = reg.peek(addr) if flags & P.REG_RAW else reg.read(addr)
         return [P.U64.pack(v)]
 
     def _reg_write(self, c: _Client, p: bytearray) -> list[Any]:
         addr, value, flags = P.REG_WRITE_REQ.unpack(p)
         reg = self._need_reg()
-        (reg.poke if flags & P.REG_RAW else reg.write)(addr, value)
+        if flags & P.REG_RAW:
+            raise InvalidArgumentError("raw register writes (poke) bypass the device's checks; "
+                                       "a client may only write registers (writeReg)")
+        if self.guard is not None and self.guard.reg_write(c.scope, reg.absolute(addr), value,
+                                                           self._owns_phys(c)):
+            return []
+        reg.write(addr, value)
         return []
 
     def _reg_reset(self, c: _Client, p: bytearray) -> list[Any]:
@@ -445,7 +470,9 @@ class DeviceServer:
             time.sleep(min(float(args[0]), 60_000) / 1e3)
             result = None
         elif name in self.methods:
-            result = getattr(self.device, name)(*args)
+            handled = self.guard.call(c.scope, name, args, self._owns_phys(c)) \
+                if self.guard is not None else None
+            result = handled[0] if handled is not None else getattr(self.device, name)(*args)
         else:
             raise UnsupportedOpError(f"device {self.name!r} does not let clients call "
                                      f"{name!r}; callable: {', '.join(sorted(self.methods))}")

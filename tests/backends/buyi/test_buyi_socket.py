@@ -17,7 +17,7 @@ from buyibackend.device import BuyiSocketDevice
 from npu_runtime import regs as R
 from npu_runtime.regs import REG_BASE
 from xrt import Device
-from xrt.errors import DeviceError, InvalidArgumentError
+from xrt.errors import DeviceError, InvalidArgumentError, MemoryAccessError
 from xrt.remote.server import DeviceServer
 
 
@@ -100,10 +100,14 @@ def test_buyi_methods_round_trip(served):
     assert dev.clkFreq() == 500.0
     dev.setClkFreq(250)
     assert dev.clkFreq() == sim.clkFreq() == 250.0
-    segs = [(0x1000, base + 0x10000, 0x2000), (0x8000, base + 0x40000, 0x1000)]
+    held = [dev.malloc(0x2000), dev.malloc(0x1000)]  # a client maps only its own chunks
+    segs = [(0x1000, held[0].addr, 0x2000), (0x8000, held[1].addr, 0x1000)]
+    with pytest.raises(MemoryAccessError, match="not inside a chunk this client allocated"):
+        dev.updateBuffer([(0x1000, base + 0x400000, 0x1000)])
     dev.updateBuffer(segs)
-    for d in (dev, sim):
-        assert [(s.logical, s.physical, s.size) for s in d.mmu_table().segments] == segs
+    assert [(s.logical, s.physical, s.size) for s in dev.mmu_table().segments] == segs
+    # the served device holds a client's entries only while that client's run goes on
+    assert sim.mmu_table().segments == []
     dev.writeReg(3, 1, R.MPE_SCRATCH, 0xABCD)
     assert dev.readReg(3, 1, R.MPE_SCRATCH) == sim.readReg(3, 1, R.MPE_SCRATCH) == 0xABCD
     assert dev.readReg(REG_BASE + R.ID) == sim.readReg(REG_BASE + R.ID)

@@ -109,7 +109,8 @@ def test_device_api_matches_sim(served):
         assert dev.stats().keys() == sim.stats().keys()
         dev.clear_stats()
         assert len(dev.mmu_table()) == len(sim.mmu_table()) == 0
-        dev.mmuMap(0, 0x1000, dev.malloc(4096).addr, 4096)
+        page = dev.malloc(4096)  # held: a freed chunk may not be mapped
+        dev.mmuMap(0, 0x1000, page.addr, 4096)
         assert len(dev.mmu_table()) == 1
         dev.mmuClear()
         assert len(dev.mmu_table()) == 0
@@ -147,3 +148,52 @@ def test_illegal_register_write_is_refused_over_the_socket(served):
     q, z = _compiled("tiny_cnn")
     x = _x(q)
     assert np.isfinite(_run(z, dev, x)[0][0]).all()
+
+
+def test_one_client_cannot_reach_another_clients_memory(served):
+    """Cross-client attempts through every door are refused (docs/socket-protocol.md, "Threat
+    model"): reads and writes, mmuMap, MMU entries written as registers, icoreCalc on foreign
+    instructions, record areas, raw register pokes and CTRL START; the victim's data is intact
+    and no error quotes it."""
+    from xrt.errors import InvalidArgumentError, MemoryAccessError
+
+    srv, victim = served
+    host, port = srv.address
+    thief = Device.Open(f"socket://zg330@{host}:{port}")
+    try:
+        secret = victim.defaultMemRegion().malloc(4096, True, 4096)
+        secret.write(0, np.full(4096, 0x5A, np.uint8))
+        addr = secret.addr
+        own = thief.defaultMemRegion().malloc(4096, True, 4096)
+        errors = []
+        attempts = [
+            lambda: thief.mmuMap(0, 0x1000, addr, 4096),
+            lambda: thief.icoreCalc(addr, 64),
+            lambda: thief.writeReg("regs", R.CTRL, R.CTRL_START, True),
+        ]
+        for attempt in attempts:
+            with pytest.raises((MemoryAccessError, InvalidArgumentError)) as exc:
+                attempt()
+            errors.append(str(exc.value))
+        # an MMU entry written as registers lands in the thief's own shadow; its run is refused
+        base = REG_BASE + R.mmu_entry(1)
+        thief.writeReg(base + R.MMU_PHYS_LO, addr & 0xFFFF_FFFF)
+        thief.writeReg(base + R.MMU_PHYS_HI, addr >> 32)
+        thief.writeReg(base + R.MMU_SIZE_LO, 4096)
+        thief.writeReg(base + R.MMU_FLAGS, R.MMU_VALID)
+        assert thief.readReg(base + R.MMU_PHYS_LO) == addr & 0xFFFF_FFFF
+        assert victim.readReg(base + R.MMU_FLAGS) == 0
+        with pytest.raises(MemoryAccessError, match="MMU entry 1"):
+            thief.icoreCalc(own.addr, 64)
+        thief.mmuClear()
+        thief.writeReg(REG_BASE + R.TIMER_ADDR_LO, addr & 0xFFFF_FFFF)
+        thief.writeReg(REG_BASE + R.TIMER_ADDR_HI, addr >> 32)
+        thief.writeReg(REG_BASE + R.TIMER_SIZE, 256)
+        with pytest.raises(MemoryAccessError, match="timer records"):
+            thief.icoreCalc(own.addr, 64)
+        assert not any("5a5a" in e.lower() or "0x5a" in e.lower() for e in errors)
+        back = np.zeros(4096, np.uint8)
+        secret.read(back)
+        assert (back == 0x5A).all()
+    finally:
+        thief.close()

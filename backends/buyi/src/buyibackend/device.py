@@ -100,8 +100,10 @@ class BuyiDevice(NpuDevice):
         """The programmed table (MMU on), or the identity over ETM and OCM (MMU off)."""
         if self.modeInfo():
             return super().mmu_table()
-        return MmuTable([Segment(r.base, r.size, r.base, self._mem_index(r.base, r.size))
-                         for r in (self._etm, self._ocm)])
+        areas = getattr(self, "confined", None)  # a served client's run: its own chunks only
+        if areas is None:
+            areas = [(r.base, r.size) for r in (self._etm, self._ocm)]
+        return MmuTable([Segment(a, n, a, self._mem_index(a, n)) for a, n in sorted(areas)])
 
 
 class BuyiSocketDevice(NpuRemoteMixin, BuyiDevice):

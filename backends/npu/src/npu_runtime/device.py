@@ -101,6 +101,9 @@ class NpuDevice(Device):
             cfg = cfg.mock()
         self.config = cfg
         self.mock = bool(mock or cfg.is_mock)
+        #: physical (addr, bytes) areas a served client's run may reach with the MMU off (set by
+        #: the serve guard for that run; None: all of ETM and OCM)
+        self.confined: list[tuple[int, int]] | None = None
         self._etm = self.add_mem_region(
             MemRegion("etm", self, cfg.etm_base, cfg.etm_size, default_alignment=MEM_ALIGNMENT),
             default=True)
@@ -317,6 +320,13 @@ class NpuDevice(Device):
         return R.mpe_bank(cid, rid, cfg.mpe_rows) + offset
 
     # --- MMU --------------------------------------------------------------------------------------
+
+    @property
+    def serve_guard(self) -> Any:
+        """What each client of `xrt serve` may make this device do (`serve_guard.py`)."""
+        from .serve_guard import ClientGuard
+
+        return ClientGuard(self)
 
     def mmuMap(self, index: int, logical: int, physical: int, size: int,
                valid: bool = True) -> None:
