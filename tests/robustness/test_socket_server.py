@@ -399,3 +399,81 @@ def test_xrt_serve_subprocess_port_zero():
             _, err = proc.communicate(timeout=5)
     assert proc.returncode == 0, err
     assert "server stopped" in err
+
+
+# --- authentication, silence, memory per client ---------------------------------------------------
+
+def test_token_is_required_off_loopback_and_checked(monkeypatch):
+    from xrt.errors import InvalidArgumentError
+
+    dev = Device.Open("sim://zg330")
+    try:
+        with pytest.raises(InvalidArgumentError, match="token"):
+            DeviceServer(dev, host="0.0.0.0")
+    finally:
+        dev.close()
+    srv = DeviceServer(Device.Open("sim://zg330"), token="s3cret", close_device=True).start()
+    try:
+        monkeypatch.delenv("XRT_SERVE_TOKEN", raising=False)
+        with pytest.raises(DeviceError, match="token"):
+            Device.Open(url(srv))
+        monkeypatch.setenv("XRT_SERVE_TOKEN", "wrong")
+        with pytest.raises(DeviceError, match="token"):
+            Device.Open(url(srv))
+        assert wait_until(lambda: srv.info()["clients"] == 0)
+        monkeypatch.setenv("XRT_SERVE_TOKEN", "s3cret")
+        healthy(srv)
+    finally:
+        srv.shutdown()
+
+
+def test_silent_connections_are_dropped_and_free_their_slot():
+    """Connections that never say HELLO (or go idle) are dropped, so they cannot lock the
+    server's client slots."""
+    srv = DeviceServer(Device.Open("sim://zg330"), max_clients=2, handshake_timeout=0.3,
+                       idle_timeout=0.6, close_device=True).start()
+    try:
+        silent = [Raw(srv.address) for _ in range(2)]
+        assert all(r.closed_by_server() for r in silent)
+        idle = Raw(srv.address)
+        idle.hello()
+        assert idle.closed_by_server()
+        healthy(srv)
+    finally:
+        srv.shutdown()
+
+
+def test_payload_is_allocated_as_it_arrives(server):
+    """A header announcing a large payload does not make the server allocate it at once."""
+    import tracemalloc
+
+    raws = []
+    tracemalloc.start()
+    try:
+        for _ in range(3):  # the fixture serves 4 clients
+            r = Raw(server.address)
+            r.hello()
+            r.send(struct.pack("<4sHHII", P.MAGIC, P.VERSION, Msg.WRITE, 2, 16 << 20) + b"x" * 10)
+            raws.append(r)
+        time.sleep(0.2)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 4 << 20  # 3 headers of 16 MiB each: not one payload allocated
+    for r in raws:
+        r.close()
+
+
+def test_quota_bounds_one_clients_memory():
+    srv = DeviceServer(Device.Open("sim://zg330"), quota_bytes=1 << 20,
+                       close_device=True).start()
+    try:
+        with Device.Open(url(srv)) as d:
+            keep = d.malloc(768 << 10)
+            with pytest.raises(OutOfDeviceMemoryError, match="quota"):
+                d.malloc(512 << 10)
+            keep.free()
+            d.malloc(512 << 10).free()
+        healthy(srv)
+    finally:
+        srv.shutdown()

@@ -25,6 +25,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--frame-timeout", type=float, default=10.0,
                         help="seconds a started frame may take to arrive before the client is "
                              "dropped")
+    parser.add_argument("--token", default=None,
+                        help="shared secret clients must present (their XRT_SERVE_TOKEN); "
+                             "default $XRT_SERVE_TOKEN; required off loopback")
+    parser.add_argument("--quota", type=int, default=None,
+                        help="bytes of device memory one client may hold (default: no limit)")
+    parser.add_argument("--idle-timeout", type=float, default=600.0,
+                        help="seconds a client may stay silent before it is dropped")
     parser.add_argument("--test-hooks", action="store_true", help=argparse.SUPPRESS)
 
 
@@ -46,14 +53,22 @@ def resolve(kind: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    import os
+
     from ..device import Device
     from ..remote.server import DeviceServer
 
     url = args.url or resolve(args.kind)
+    token = args.token or os.environ.get("XRT_SERVE_TOKEN") or None
     device = Device.Open(url)
-    server = DeviceServer(device, args.host, args.port, max_clients=args.max_clients,
-                          frame_timeout=args.frame_timeout, test_hooks=args.test_hooks,
-                          close_device=True, name=url)
+    try:
+        server = DeviceServer(device, args.host, args.port, max_clients=args.max_clients,
+                              frame_timeout=args.frame_timeout, test_hooks=args.test_hooks,
+                              close_device=True, name=url, token=token,
+                              idle_timeout=args.idle_timeout, quota_bytes=args.quota)
+    except BaseException:
+        device.close()
+        raise
     host, port = server.address
     print(f"serving {url} on {host}:{port} (clients open socket://{args.kind.split('://')[-1]}"
           f"@{host}:{port}); Ctrl-C stops", flush=True)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import os
 import socket
 import threading
 import time
@@ -331,8 +332,10 @@ class RemoteDeviceMixin:
     def _connect(self, url: str, host: str, port: int) -> dict[str, Any]:
         self._conn = Connection(host, port, self.wait_time, url)  # type: ignore[attr-defined]
         try:
+            token = os.environ.get("XRT_SERVE_TOKEN", "").encode("utf-8")
             desc = P.decode_json(self._request(
-                Msg.HELLO, P.U16.pack(P.VERSION) + b"xrt-client"))
+                Msg.HELLO, P.U16.pack(P.VERSION) + b"xrt-client" + (b"\0" + token if token
+                                                                    else b"")))
             self._conn.max_payload = int(desc.get("max_payload", P.MAX_PAYLOAD))
             self._conn.chunk = max(1, min(int(desc.get("chunk", P.CHUNK)),
                                           self._conn.max_payload - 64))

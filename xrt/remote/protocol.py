@@ -195,12 +195,17 @@ class FrameReader:
             self._got += n
         if self._hdr is None:
             self._hdr = self.check_header()
-            self._payload = bytearray(self._hdr[2])
+            self._payload = bytearray()
             self._filled = 0
         mtype, req_id, length = self._hdr
-        pview = memoryview(self._payload)
         while self._filled < length:
-            self._filled += self._recv_into(sock, pview[self._filled:], deadline)
+            # the buffer grows with the bytes that arrive (doubling from 64 KiB), never to what
+            # a header alone announces
+            if len(self._payload) == self._filled:
+                self._payload.extend(bytes(min(length - self._filled,
+                                               max(1 << 16, self._filled))))
+            with memoryview(self._payload) as pv, pv[self._filled:] as tail:
+                self._filled += self._recv_into(sock, tail, deadline)
         payload = self._payload
         self._got, self._hdr, self._payload, self._filled = 0, None, bytearray(), 0
         return mtype, req_id, payload

@@ -11,6 +11,7 @@ What a client may call beyond memory and registers is an explicit allow-list per
 
 from __future__ import annotations
 
+import hmac
 import logging
 import socket
 import struct
@@ -27,6 +28,7 @@ from xrt.errors import (
     DoubleFreeError,
     InvalidArgumentError,
     MemoryAccessError,
+    OutOfDeviceMemoryError,
     UnsupportedOpError,
     XrtError,
 )
@@ -110,7 +112,17 @@ class DeviceServer:
     def __init__(self, device: Any, host: str = "127.0.0.1", port: int = 0, *,
                  max_clients: int = 32, frame_timeout: float = 10.0,
                  max_payload: int = P.MAX_PAYLOAD, test_hooks: bool = False,
-                 close_device: bool = False, name: str = "") -> None:
+                 close_device: bool = False, name: str = "", token: str | None = None,
+                 handshake_timeout: float = 5.0, idle_timeout: float = 600.0,
+                 quota_bytes: int | None = None) -> None:
+        if token is None and host not in ("127.0.0.1", "localhost", "::1"):
+            raise InvalidArgumentError(
+                f"serving on {host!r} (not loopback) needs a shared-secret token (--token or "
+                f"XRT_SERVE_TOKEN): anyone who can reach the port could use the device")
+        self.token = token
+        self.handshake_timeout = float(handshake_timeout)
+        self.idle_timeout = float(idle_timeout)
+        self.quota_bytes = None if quota_bytes is None else int(quota_bytes)
         self.device = device
         self.name = name or getattr(device, "url", "") or type(device).__name__
         self.max_clients = int(max_clients)
@@ -219,10 +231,18 @@ class DeviceServer:
     def _serve_client(self, c: _Client) -> None:
         reader = P.FrameReader(self.max_payload, f"client {c.peer}")
         why = "disconnected"
+        last = time.monotonic()
         try:
             while not self._stop.is_set():
                 now = time.monotonic()
                 deadline = now + 0.2
+                if not c.hello and not reader.in_progress and \
+                        now - last > self.handshake_timeout:
+                    why = f"sent no HELLO within {self.handshake_timeout} s"
+                    break
+                if not reader.in_progress and now - last > self.idle_timeout:
+                    why = f"idle for over {self.idle_timeout} s"
+                    break
                 if reader.in_progress:
                     limit = reader.started + self.frame_timeout
                     if now >= limit:
@@ -238,8 +258,12 @@ class DeviceServer:
                     self._send(c, P.frame(Msg.ERROR, 0, P.error_payload(exc)))
                     why = f"protocol error: {exc}"
                     break
+                last = time.monotonic()
                 parts, close = self._handle(c, mtype, req_id, payload)
                 self._send(c, parts)
+                if mtype == Msg.HELLO and not c.hello:
+                    why = "failed the handshake"
+                    break
                 if close:
                     why = "said BYE"
                     break
@@ -321,6 +345,11 @@ class DeviceServer:
         if version != P.VERSION:
             raise ProtocolError(f"client speaks protocol version {version}, server "
                                 f"{P.VERSION}; use matching xrt versions")
+        if self.token is not None:
+            _, _, given = bytes(payload[2:]).partition(b"\0")
+            if not hmac.compare_digest(given, self.token.encode("utf-8")):
+                raise DeviceError(f"server {self.name!r} refused the client: wrong or missing "
+                                  "token (set XRT_SERVE_TOKEN to the server's --token)")
         c.hello = True
         dev = self.device
         with self.lock:
@@ -366,8 +395,17 @@ class DeviceServer:
                                for a, ch in chunks.items()]
         return owns
 
+    def _quota(self, c: _Client, size: int) -> None:
+        if self.quota_bytes is None:
+            return
+        held = sum(ch.byte_size for chunks in c.chunks for ch in chunks.values())
+        if held + size > self.quota_bytes:
+            raise OutOfDeviceMemoryError(f"client {c.peer} holds {held} bytes; {size} more exceed "
+                                   f"its quota of {self.quota_bytes} bytes (--quota)")
+
     def _malloc(self, c: _Client, p: bytearray) -> list[Any]:
         r, size, alignment = P.MALLOC_REQ.unpack(p)
+        self._quota(c, int(size))
         chunk = self._region(r).malloc(int(size), False, max(1, int(alignment)))
         c.add(r, chunk)
         return [P.U64.pack(chunk.addr)]
@@ -376,6 +414,7 @@ class DeviceServer:
         from xrt.memory.ptr import MemPtr
 
         r, addr, size = P.RESERVE_REQ.unpack(p)
+        self._quota(c, int(size))
         chunk = self._region(r).malloc(MemPtr(int(addr)), int(size), None, False)
         c.add(r, chunk)
         return [P.U64.pack(chunk.addr)]
