@@ -26,8 +26,9 @@ WHEEL = "rapidocr_onnxruntime==1.4.4"
 IMAGENET = dict(mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225))
 #: model file -> (input shape, PaddleOCR's input normalisation, int8 cosine floor). The
 #: recognizer's floor below 0.99 records where the default compile stands, not the goal: all
-#: int8 it measured 0.853 (onnxruntime's int8 0.808); automatic mixed precision (0.99 on the
-#: calibration images) brings it to 0.987 on the held-out one.
+#: int8 it measured 0.853 (onnxruntime's int8 0.808); automatic mixed precision (0.997 lowest
+#: per-sample cosine on the calibration images) brings it to 0.984 on the held-out one
+#: (docs/quantization.md section 10 says what is left).
 MODELS = {
     "ch_ppocr_mobile_v2.0_cls_infer.onnx": ((1, 3, 48, 192), {}, 0.99),
     "ch_PP-OCRv4_det_infer.onnx": ((1, 3, 128, 256), IMAGENET, 0.99),
