@@ -42,13 +42,12 @@ def profile_rows(session: Any) -> list[dict[str, Any]]:
 def print_profile(rows: list[dict[str, Any]], title: str = "per-op time profile",
                   console: Any = None) -> None:
     """Print the rows as a rich table with a total line."""
-    from rich.console import Console
     from rich.table import Table
 
+    from .console import report_console
+
     if console is None:
-        console = Console()
-        if not console.is_terminal:  # files and pipes get the whole table, not 80 columns
-            console = Console(width=200)
+        console = report_console()
     table = Table(title=title, show_lines=False)
     hw = any("cycles" in r for r in rows)
     cols = [("op", "right"), ("type", "left"), ("backend", "left"), ("MMACs", "right")]

@@ -95,10 +95,11 @@ class Report:
 
     def print(self, console: Any = None) -> None:
         """A rich table: one row per quantized layer, then the outputs."""
-        from rich.console import Console
         from rich.table import Table
 
-        console = console or Console()
+        from xrt.console import report_console
+
+        console = console or report_console()
         title = f"{self.network}: int{self.bits} ({self.method}) vs float" if self.bits \
             else f"{self.network} vs float"
         table = Table(title=title)

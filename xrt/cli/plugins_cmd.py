@@ -15,10 +15,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import json
 
-    from rich.console import Console
     from rich.table import Table
 
     from .. import plugins
+    from ..console import report_console
 
     reg = plugins.registry()
 
@@ -45,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
         table.add_column(col)
     for r in rows:
         table.add_row(*r)
-    console = Console()
+    console = report_console()
     console.print(table)
     for name, err in broken:
         console.print(f"[red]broken plugin {name}: {err}")

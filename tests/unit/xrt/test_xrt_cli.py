@@ -98,3 +98,19 @@ def test_compile_cache_stamp_follows_project_sources(tmp_path, monkeypatch):
                        cwd=tmp_path, capture_output=True, text=True)
     assert a.returncode == 0 and b.returncode == 0, a.stderr + b.stderr
     assert a.stdout == b.stdout
+
+
+def test_reports_keep_their_full_width_when_redirected(capsys):
+    """Redirected to a file or pipe, a report's table is not cut to 80 columns."""
+    from rich.table import Table
+
+    from xrt.console import report_console
+
+    table = Table(title="t")
+    cols = [f"column_{k}_with_a_long_header" for k in range(6)]
+    for c in cols:
+        table.add_column(c)
+    table.add_row(*[f"0.99999{k}" for k in range(6)])
+    report_console().print(table)
+    out = capsys.readouterr().out
+    assert all(c in out for c in cols) and "0.999995" in out and "…" not in out
