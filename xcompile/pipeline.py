@@ -60,7 +60,7 @@ def _op_bits(spec: Any) -> dict[str, int] | None:
     for item in spec:
         name, _, bits = item.rpartition("=")
         if not name or not bits.isdigit():
-            raise XrtError(f"xrt compile: --op-bits {item!r} is not NAME=BITS")
+            raise XrtError(f"--op-bits {item!r} is not NAME=BITS")
         out[name] = int(bits)
     return out
 
@@ -92,6 +92,20 @@ def _quantize(optimized: Any, samples: Any, opts: dict[str, Any], runner: Runner
     return quantized
 
 
+def _float_network(path: str) -> Any:
+    """An xir network saved with `net.save(...)`, which the compile starts from as it would
+    from an imported ONNX model: it must still be float (not already quantized or lowered)."""
+    from xir.serialize import load_network
+
+    net = load_network(path)
+    done = [op.op_type for op in net.ops if op.op_type == "HardOp" or op.is_quantized()]
+    if done or "quantization" in net.tags:
+        raise XrtError(f"{path}: already quantized or compiled ({len(done)} integer/HardOp "
+                       "ops); xrt compile takes an ONNX model, a zoo name or a float xir "
+                       "network (json + raw)")
+    return net
+
+
 def compile_model(opts: dict[str, Any], report: bool = False, runner: Runner | None = None
                   ) -> dict[str, str]:
     """Run every stage with `opts` (keys of `DEFAULTS` plus "model"); returns {stage: json
@@ -99,7 +113,9 @@ def compile_model(opts: dict[str, Any], report: bool = False, runner: Runner | N
     report (default: the HostBackend)."""
     model = str(opts["model"])
     lower = plugins.target(opts["target"]) if opts.get("target") else None
-    if model.endswith(".onnx") or os.path.exists(model):
+    if model.endswith(".json"):  # an xir float network (json + raw), e.g. built in Python
+        net = _float_network(model)
+    elif model.endswith(".onnx") or os.path.exists(model):
         net = import_onnx(model, _shapes(opts.get("input_shape")), name=opts.get("name"))
     else:
         size = opts.get("input_size")
@@ -112,7 +128,7 @@ def compile_model(opts: dict[str, Any], report: bool = False, runner: Runner | N
         samples = zoo.calibration_set(model, count=int(opts["calib_count"]),
                                       **({"input_size": int(size)} if size else {}))
     else:
-        raise XrtError("xrt compile: --calib DIR is required for an ONNX model")
+        raise XrtError("--calib DIR is required for an ONNX model")
     out_dir = os.path.abspath(opts["output"])
     os.makedirs(os.path.dirname(out_dir) or ".", exist_ok=True)
     tmp = tempfile.mkdtemp(prefix=".xrt-compile-", dir=os.path.dirname(out_dir) or ".")

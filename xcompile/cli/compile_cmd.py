@@ -70,7 +70,7 @@ def options(args: argparse.Namespace) -> dict[str, Any]:
         if val is not None and val is not False:
             opts[key] = val
     if not opts.get("model"):
-        raise XrtError("xrt compile: give a model (.onnx or zoo name) or 'model' in --config")
+        raise XrtError("give a model (.onnx or zoo name) or 'model' in --config")
     return opts
 
 

@@ -122,3 +122,25 @@ def test_quant_report_command(tmp_path, capsys):
     assert data  # per-layer rows with cosine and max abs error
     flat = json.dumps(data)
     assert "cos" in flat and "max" in flat
+
+
+def test_compile_takes_a_float_xir_network_and_refuses_a_compiled_one(tmp_path, capsys):
+    """`xrt compile tiny.json` (a float network saved from Python) compiles like an ONNX model;
+    an already compiled one is refused naming what compile takes."""
+    net = zoo.build("tiny_cnn")
+    net.save(str(tmp_path / "tiny.json"))
+    cal = tmp_path / "cal"
+    cal.mkdir()
+    for k, sample in enumerate(zoo.calibration_set("tiny_cnn", count=2)):
+        np.save(cal / f"{k}.npy", sample[0])  # an xir network is NHWC
+    out = tmp_path / "out"
+    assert main(["compile", str(tmp_path / "tiny.json"), "--target", "zg330", "--calib",
+                 str(cal), "-o", str(out), "--min-cosine", "0"]) == 0
+    zg = out / "tiny_cnn_ZG.json"
+    assert zg.exists()
+    capsys.readouterr()
+    assert main(["compile", str(zg), "--target", "zg330", "--calib", str(cal), "-o",
+                 str(tmp_path / "again")]) == 2
+    err = capsys.readouterr().err
+    assert "already quantized or compiled" in err and "float xir network" in err
+    assert err.count("xrt compile:") == 1
