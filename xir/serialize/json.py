@@ -228,18 +228,12 @@ def _replace_pair(raw_tmp: str, raw_path: str, json_tmp: str, json_path: str) ->
         os.replace(raw_path, backup)
     try:
         os.replace(raw_tmp, raw_path)
-        try:
-            os.replace(json_tmp, json_path)
-        except BaseException:
-            if backup is not None:
-                os.replace(backup, raw_path)
-                backup = None
-            else:
-                unlink_quietly(raw_path)
-            raise
+        os.replace(json_tmp, json_path)
     except BaseException:
         if backup is not None:
             os.replace(backup, raw_path)
+        else:  # there was no old raw: none may be left beside the old json
+            unlink_quietly(raw_path)
         raise
     if backup is not None:
         unlink_quietly(backup)

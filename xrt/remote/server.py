@@ -100,6 +100,23 @@ class _Client:
         return addr + n <= start + max(1, self.chunks[r][start].byte_size)
 
 
+class _PhysOwner:
+    """What a device guard asks of one client's memory: `owns(addr, n)`, whether a physical
+    range lies in one chunk the client allocated, and `ranges()`, all its (addr, bytes)."""
+
+    def __init__(self, c: _Client, regions: list) -> None:
+        self.c, self.regions = c, regions
+
+    def __call__(self, addr: int, n: int) -> bool:
+        for r, region in enumerate(self.regions):
+            if region.base <= addr < region.base + region.size:
+                return self.c.owns(r, int(addr), max(1, int(n)))
+        return False
+
+    def ranges(self) -> list[tuple[int, int]]:
+        return [(a, max(1, ch.byte_size)) for chunks in self.c.chunks for a, ch in chunks.items()]
+
+
 class DeviceServer:
     """Serve `device` on (host, port); `port=0` picks a free port (see `address`).
 
@@ -134,8 +151,8 @@ class DeviceServer:
 
         plugins.registry()  # plugins expose their device methods when they register
         self.methods = exposed_methods(device)
-        #: the device's client policy (`xrt.hookspec`-free duck type: `call`, `reg_read`,
-        #: `reg_write`): what a client's CALLs and register accesses may touch, per client
+        #: the device's client policy (an object with `call`, `reg_read` and `reg_write`, e.g.
+        #: npu_runtime's ClientGuard): what a client's CALLs and register accesses may touch
         self.guard = getattr(device, "serve_guard", None)
         self.regions = list(device.mem_regions.values())
         regs = list(device.reg_regions.values())
@@ -382,26 +399,16 @@ class DeviceServer:
                 f"[{addr:#x}, {addr + n:#x}) in region {self.regions[r].name!r} is not inside a "
                 "chunk this client allocated; clients may touch only their own memory")
 
-    def _owns_phys(self, c: _Client) -> Any:
-        """`owns(addr, n)`: whether the physical range lies in one chunk `c` allocated;
-        `owns.ranges()`: every (addr, bytes) chunk of `c`."""
-        def owns(addr: int, n: int) -> bool:
-            for r, region in enumerate(self.regions):
-                if region.base <= addr < region.base + region.size:
-                    return c.owns(r, int(addr), max(1, int(n)))
-            return False
-
-        owns.ranges = lambda: [(a, max(1, ch.byte_size)) for chunks in c.chunks  # type: ignore
-                               for a, ch in chunks.items()]
-        return owns
+    def _owns_phys(self, c: _Client) -> _PhysOwner:
+        return _PhysOwner(c, self.regions)
 
     def _quota(self, c: _Client, size: int) -> None:
         if self.quota_bytes is None:
             return
         held = sum(ch.byte_size for chunks in c.chunks for ch in chunks.values())
         if held + size > self.quota_bytes:
-            raise OutOfDeviceMemoryError(f"client {c.peer} holds {held} bytes; {size} more exceed "
-                                   f"its quota of {self.quota_bytes} bytes (--quota)")
+            raise OutOfDeviceMemoryError(f"client {c.peer} holds {held} bytes; {size} more "
+                                         f"exceed its quota of {self.quota_bytes} bytes (--quota)")
 
     def _malloc(self, c: _Client, p: bytearray) -> list[Any]:
         r, size, alignment = P.MALLOC_REQ.unpack(p)
@@ -485,8 +492,7 @@ class DeviceServer:
         if flags & P.REG_RAW:
             raise InvalidArgumentError("raw register writes (poke) bypass the device's checks; "
                                        "a client may only write registers (writeReg)")
-        if self.guard is not None and self.guard.reg_write(c.scope, reg.absolute(addr), value,
-                                                           self._owns_phys(c)):
+        if self.guard is not None and self.guard.reg_write(c.scope, reg.absolute(addr), value):
             return []
         reg.write(addr, value)
         return []

@@ -12,18 +12,20 @@ refused (it would use whatever another client left behind).
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from xrt.errors import InvalidArgumentError, MemoryAccessError
 
 from . import regs as R
 
+#: the timer and profiler record areas, programmed onto the device for a client's run
+RECORD_REGS = (R.TIMER_ADDR_LO, R.TIMER_ADDR_HI, R.TIMER_SIZE, R.PROF_ADDR_LO, R.PROF_ADDR_HI,
+               R.PROF_SIZE)
 #: registers a client sets for its own runs only (kept in its shadow)
-RUN_REGS = (R.INSTR_ADDR_LO, R.INSTR_ADDR_HI, R.INSTR_SIZE, R.TIMER_ADDR_LO, R.TIMER_ADDR_HI,
-            R.TIMER_SIZE, R.PROF_ADDR_LO, R.PROF_ADDR_HI, R.PROF_SIZE)
+RUN_REGS = (R.INSTR_ADDR_LO, R.INSTR_ADDR_HI, R.INSTR_SIZE) + RECORD_REGS
 
-Owns = Callable[[int, int], bool]
+#: the server's view of one client's memory: `owns(addr, n) -> bool` and `owns.ranges()`
+Owns = Any
 
 
 class ClientGuard:
@@ -32,6 +34,7 @@ class ClientGuard:
     def __init__(self, device: Any) -> None:
         self.dev = device
         self.base = device.defaultRegRegion().base
+        self._check = R.write_checker(device.config, self.base, repr(device))
         self.entries = device.config.mmu_entries
         self.mmu_end = R.MMU_BASE + R.MMU_ENTRY_BYTES * self.entries
 
@@ -44,11 +47,6 @@ class ClientGuard:
     def _regs(scope: dict) -> dict[int, int]:
         return scope.setdefault("regs", {})
 
-    def _check(self, addr: int, value: int) -> None:
-        check = self.dev.defaultRegRegion()._write_check
-        if check is not None:
-            check(addr, value)
-
     # --- the server's three entry points ----------------------------------------------------------
     def reg_read(self, scope: dict, addr: int) -> int | None:
         off = addr - self.base
@@ -59,7 +57,7 @@ class ClientGuard:
             return self._regs(scope).get(off, 0)
         return None
 
-    def reg_write(self, scope: dict, addr: int, value: int, owns: Owns) -> bool:
+    def reg_write(self, scope: dict, addr: int, value: int) -> bool:
         off = addr - self.base
         if off == R.CTRL and value & R.CTRL_START:
             raise InvalidArgumentError(
@@ -137,9 +135,8 @@ class ClientGuard:
             for i, w in table:
                 for field, value in w.items():
                     dev._wr(R.mmu_entry(i) + field, value)
-            for off in RUN_REGS:
-                if off not in (R.INSTR_ADDR_LO, R.INSTR_ADDR_HI, R.INSTR_SIZE):
-                    dev._wr(off, regs.get(off, 0))
+            for off in RECORD_REGS:
+                dev._wr(off, regs.get(off, 0))
             dev.icoreCalc(addr, size)
         finally:
             dev.confined = None
