@@ -30,9 +30,10 @@ post-callback, so every op's outputs are seen; it returns `{v_id: amax}`.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +45,7 @@ from xir.errors import CalibrationError
 
 log = logging.getLogger(__name__)
 
-__all__ = ["load_calibration", "calibrate", "run_float"]
+__all__ = ["load_calibration", "list_samples", "calibrate", "run_float"]
 
 _IMAGE_EXT = (".png", ".jpg", ".jpeg", ".bmp")
 
@@ -85,7 +86,7 @@ def _load_npy(path: Path, v) -> np.ndarray:
     try:
         arr = np.load(path, allow_pickle=False)
     except Exception as exc:  # noqa: BLE001 - any unreadable file is a calibration error
-        raise CalibrationError(f"{path}: cannot read as .npy for input '{v.name}': {exc}",
+        raise CalibrationError(f"cannot read as .npy for input '{v.name}': {exc}",
                                file=str(path)) from exc
     return _check(arr, v, str(path))
 
@@ -106,40 +107,31 @@ def _load_image(path: Path, v) -> np.ndarray:
                 im = im.resize((shape[2], shape[1]), Image.Resampling.BILINEAR)
             img = np.asarray(im, np.float32) / np.float32(255.0)
     except Exception as exc:  # noqa: BLE001 - any unreadable file is a calibration error
-        raise CalibrationError(f"{path}: cannot read image for input '{v.name}': {exc}",
+        raise CalibrationError(f"cannot read image for input '{v.name}': {exc}",
                                file=str(path)) from exc
     x = img.reshape(1, shape[1], shape[2], c)
     return _check(x.astype(dtype), v, str(path))
 
 
-def _from_folder(folder: Path, inputs: list) -> list[list[np.ndarray]]:
+#: a sample that loads when called: (name, loader)
+NamedSample = tuple[str, Callable[[], list[np.ndarray]]]
+
+
+def _folder_samples(folder: Path, inputs: list) -> list[NamedSample]:
     entries = sorted(folder.iterdir())
     subdirs = [p for p in entries if p.is_dir()]
     npys = [p for p in entries if p.is_file() and p.suffix.lower() == ".npy"]
     images = [p for p in entries if p.is_file() and p.suffix.lower() in _IMAGE_EXT]
     if subdirs and not npys and not images:
-        out = []
-        for d in subdirs:
-            files = sorted(p for p in d.iterdir() if p.suffix.lower() == ".npy")
-            if len(inputs) == 1 and len(files) == 1:
-                out.append([_load_npy(files[0], inputs[0])])
-                continue
-            sample = []
-            for v in inputs:
-                f = d / f"{v.name}.npy"
-                if not f.exists():
-                    raise CalibrationError(f"{d}: no {v.name}.npy for input '{v.name}' "
-                                           f"(v_id {v.v_id})", file=str(d), field=v.name)
-                sample.append(_load_npy(f, v))
-            out.append(sample)
-        return out
+        return [(d.name, functools.partial(_load_subdir, d, inputs)) for d in subdirs]
     if images and not npys:
         if len(inputs) != 1:
-            raise CalibrationError(f"{folder}: images can only feed a single-input network",
+            raise CalibrationError("images can only feed a single-input network",
                                    file=str(folder))
-        return [[_load_image(p, inputs[0])] for p in images]
+        return [(p.name, functools.partial(_load_one, _load_image, p, inputs[0]))
+                for p in images]
     if len(inputs) == 1:
-        return [[_load_npy(p, inputs[0])] for p in npys]
+        return [(p.name, functools.partial(_load_one, _load_npy, p, inputs[0])) for p in npys]
     groups: dict[str, dict[str, Path]] = {}
     for p in npys:
         for v in inputs:
@@ -149,17 +141,58 @@ def _from_folder(folder: Path, inputs: list) -> list[list[np.ndarray]]:
                 break
         else:
             raise CalibrationError(
-                f"{p}: name fits no input; expected <sample>_<input>.npy with <input> one of "
+                f"name fits no input; expected <sample>_<input>.npy with <input> one of "
                 f"{[v.name for v in inputs]}", file=str(p))
     out = []
     for key in sorted(groups):
         files = groups[key]
         missing = [v.name for v in inputs if v.name not in files]
         if missing:
-            raise CalibrationError(f"{folder / key}: sample '{key}' lacks input(s) {missing}",
-                                   file=str(folder))
-        out.append([_load_npy(files[v.name], v) for v in inputs])
+            raise CalibrationError(f"sample '{key}' lacks input(s) {missing}",
+                                   file=str(folder / key))
+        out.append((key, functools.partial(_load_group, files, inputs)))
     return out
+
+
+def _load_one(load: Callable, path: Path, v) -> list[np.ndarray]:
+    return [load(path, v)]
+
+
+def _load_group(files: dict[str, Path], inputs: list) -> list[np.ndarray]:
+    return [_load_npy(files[v.name], v) for v in inputs]
+
+
+def _load_subdir(d: Path, inputs: list) -> list[np.ndarray]:
+    files = sorted(p for p in d.iterdir() if p.suffix.lower() == ".npy")
+    if len(inputs) == 1 and len(files) == 1:
+        return [_load_npy(files[0], inputs[0])]
+    sample = []
+    for v in inputs:
+        f = d / f"{v.name}.npy"
+        if not f.exists():
+            raise CalibrationError(f"no {v.name}.npy for input '{v.name}' "
+                                   f"(v_id {v.v_id})", file=str(d), field=v.name)
+        sample.append(_load_npy(f, v))
+    return sample
+
+
+def list_samples(source: str | os.PathLike, net: Any) -> list[NamedSample]:
+    """The samples of a folder or file (the conventions above), named and loaded on demand:
+    an evaluation over thousands of files reads each one only when its batch is sent."""
+    inputs = list(net.inputs())
+    if not inputs:
+        raise CalibrationError("the network has no inputs")
+    path = Path(source)
+    if path.is_dir():
+        return _folder_samples(path, inputs)
+    if path.is_file() and path.suffix.lower() == ".npy":
+        if len(inputs) != 1:
+            raise CalibrationError("one .npy file feeds a single-input network",
+                                   file=str(path))
+        return [(path.name, functools.partial(_load_one, _load_npy, path, inputs[0]))]
+    if path.is_file() and path.suffix.lower() in _IMAGE_EXT:
+        return [(path.name, functools.partial(_load_one, _load_image, path, inputs[0]))]
+    raise CalibrationError("no such sample folder or file", file=str(path))
 
 
 def load_calibration(source: Any, net: Any) -> list[list[np.ndarray]]:
@@ -169,20 +202,8 @@ def load_calibration(source: Any, net: Any) -> list[list[np.ndarray]]:
     if not inputs:
         raise CalibrationError("the network has no inputs to calibrate")
     if isinstance(source, (str, os.PathLike)):
-        path = Path(source)
-        if path.is_dir():
-            samples = _from_folder(path, inputs)
-        elif path.is_file() and path.suffix.lower() == ".npy":
-            if len(inputs) != 1:
-                raise CalibrationError(f"{path}: one .npy file feeds a single-input network",
-                                       file=str(path))
-            samples = [[_load_npy(path, inputs[0])]]
-        elif path.is_file() and path.suffix.lower() in _IMAGE_EXT:
-            samples = [[_load_image(path, inputs[0])]]
-        else:
-            raise CalibrationError(f"{path}: no such calibration folder or file",
-                                   file=str(path))
-        where = str(path)
+        samples = [load() for _name, load in list_samples(source, net)]
+        where = str(source)
     elif isinstance(source, np.ndarray):
         samples = [_sample(source, inputs, "sample 0")]
         where = "the array"

@@ -37,6 +37,7 @@ from xrt.url import DeviceUrl
 
 from . import regs as R
 from .chip import Chip
+from .url_params import parse_variant
 
 log = logging.getLogger(__name__)
 
@@ -61,10 +62,12 @@ class DeviceShare:
 
     def ocm_arena(self, device: Any) -> Any:
         """The device's OCM as one chunk shared by every backend on it; None when the OCM is
-        taken by someone else (OCM planning is then off)."""
+        taken by someone else or the chip has none (``ocm_kib=0``): OCM planning is then off."""
         with self._arena_lock:
             if self._arena is not None and not self._arena.is_freed:
                 return self._arena
+            if not device.config.ocm_size:
+                return None
             region = device.getMemRegion("ocm")
             try:
                 self._arena = region.malloc(region.size, True, OCM_ARENA_ALIGN)
@@ -90,7 +93,8 @@ class NpuDevice(Device):
             return args[0]
         return super().__new__(cls)
 
-    def __init__(self, url: Any = None, config: Any = None, mock: bool = False) -> None:
+    def __init__(self, url: Any = None, config: Any = None, mock: bool = False,
+                 rows_cols: tuple[int, int] | None = None) -> None:
         if isinstance(url, Device):  # cast: already initialised
             return
         super().__init__(url or self.chip.default_url)
@@ -100,18 +104,26 @@ class NpuDevice(Device):
         if mock:
             cfg = cfg.mock()
         self.config = cfg
-        self.mock = bool(mock or cfg.is_mock)
+        #: mock: allocation only, runs refused; a config with is_mock but not `mock` is the
+        #: cycles-only mode (runs, counts, computes nothing)
+        self.mock = bool(mock)
+        #: MPE rows x cols enabled at power-on (None: the whole array)
+        self._rows_cols_on = rows_cols or (cfg.mpe_rows, cfg.mpe_cols)
         #: physical (addr, bytes) areas a served client's run may reach with the MMU off (set by
         #: the serve guard for that run; None: all of ETM and OCM)
         self.confined: list[tuple[int, int]] | None = None
         self._etm = self.add_mem_region(
             MemRegion("etm", self, cfg.etm_base, cfg.etm_size, default_alignment=MEM_ALIGNMENT),
             default=True)
-        self._ocm = self.add_mem_region(
-            MemRegion("ocm", self, cfg.ocm_base, cfg.ocm_size, default_alignment=MEM_ALIGNMENT))
+        self._ocm = None  # a variant without OCM (``ocm_kib=0``) has no "ocm" region
+        if cfg.ocm_size:
+            self._ocm = self.add_mem_region(
+                MemRegion("ocm", self, cfg.ocm_base, cfg.ocm_size,
+                          default_alignment=MEM_ALIGNMENT))
         self._reg = self.add_reg_region(RegRegion("regs", self, R.REG_BASE, R.REG_SIZE, 4),
                                          default=True)
-        self.sim = Icore(cfg, MemoryBus(cfg, self._etm.storage, self._ocm.storage))
+        self.sim = Icore(cfg, MemoryBus(cfg, self._etm.storage,
+                                              self._ocm and self._ocm.storage))
         ro = {R.ID: self.chip.device_id, R.VERSION: MODEL_VERSION,
               R.ROWS_COLS: cfg.mpe_rows | cfg.mpe_cols << 16}
         for off, value in ro.items():
@@ -144,7 +156,8 @@ class NpuDevice(Device):
 
     def _power_on_defaults(self) -> None:
         cfg = self.config
-        self._poke(R.MPE_EN, cfg.mpe_rows | cfg.mpe_cols << 16)
+        rows, cols = self._rows_cols_on
+        self._poke(R.MPE_EN, rows | cols << 16)
         self._poke(R.ICORE_CLK_HZ, cfg.icore_clk_hz)
         self._poke(R.DDR_CLK_HZ, cfg.ddr_clk_hz)
 
@@ -470,7 +483,8 @@ class NpuDevice(Device):
     def status(self, level: int = 0) -> str:
         rows, cols = self.getRowsCols()
         st = self._rd(R.STATUS)
-        kind = "mock" if self.mock else "simulator"
+        kind = "mock" if self.mock else ("simulator, cycles only" if self.config.is_mock
+                                          else "simulator")
         extra = [f" {self.chip.name} {kind}: MPE {rows}x{cols} enabled of "
                  f"{self.config.mpe_rows}x{self.config.mpe_cols}, icore "
                  f"{self._rd(R.ICORE_CLK_HZ) / 1e6:.0f} MHz, DDR {self._rd(R.DDR_CLK_HZ) / 1e6:.0f}"
@@ -506,9 +520,12 @@ class NpuDevice(Device):
 
 def open_simulated(device_cls: type[NpuDevice], url: Any) -> NpuDevice:
     """Open `device_cls` for a ``sim://`` / ``axi://`` / ``mock://`` URL (mock opens
-    allocation-only); the query goes to ``url_params``. The plugin registry has already
+    allocation-only); the query may name a hardware variant (`npu_runtime.url_params`) and is
+    kept in ``url_params``. The plugin registry has already
     matched the URL's device name to the chip."""
     url = DeviceUrl.parse(url)
-    dev = device_cls(url, mock=url.scheme == "mock")
+    variant = parse_variant(str(url), dict(url.params), device_cls.chip.config)
+    config = device_cls.chip.config.replace(**variant.config_changes)
+    dev = device_cls(url, config=config, mock=url.scheme == "mock", rows_cols=variant.rows_cols)
     dev.url_params = dict(url.params)
     return dev

@@ -1,0 +1,149 @@
+"""What runs on a worker: sessions built once per process from shipped bytes, then batches.
+
+Workers receive the deployed network as snapshot bytes and the reference as file bytes, each
+with its content hash; the first batch on a worker writes them to a private temporary folder,
+builds the session (no lowering, no planning: the snapshot holds the deployment) and keeps it
+for every later batch with the same hash. Everything here is a pure function of its arguments
+and that cache, so a batch retried on another worker gives the same rows.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import threading
+import time
+from typing import Any
+
+import numpy as np
+
+from .metrics import compare
+
+_CACHE: dict[tuple, Any] = {}
+_LOCK = threading.Lock()
+_DIR: str | None = None
+
+
+def pin_threads() -> None:
+    """One compute thread per worker process: BLAS, OpenMP and Numba (a worker per core)."""
+    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
+                "NUMBA_NUM_THREADS"):
+        os.environ.setdefault(var, "1")
+    try:
+        import numba
+
+        numba.set_num_threads(1)
+    except Exception:  # noqa: BLE001 - numba already pinned lower, or not importable yet
+        pass
+
+
+def _file(digest: str, suffix: str, data: bytes) -> str:
+    global _DIR
+    if _DIR is None:
+        _DIR = tempfile.mkdtemp(prefix="xeval-")
+    path = os.path.join(_DIR, digest + suffix)
+    if not os.path.exists(path):
+        with open(path + ".part", "wb") as fh:
+            fh.write(data)
+        os.replace(path + ".part", path)
+    return path
+
+
+def open_devices(backends: list[tuple[str, str]]) -> tuple[list[type], list[Any]]:
+    from xrt import Device, plugins
+
+    classes = [plugins.backend_class(name) for name, _url in backends]
+    return classes, [Device.Open(url) for _name, url in backends]
+
+
+def snapshot_session(digest: str, snapshot: bytes, backends: list[tuple[str, str]]) -> Any:
+    """This process's session for the snapshot `digest` on `backends` ((name, url) pairs)."""
+    key = ("snap", digest, tuple(backends))
+    with _LOCK:
+        if key not in _CACHE:
+            from xrt import Session
+
+            pin_threads()
+            path = _file(digest, ".snap", snapshot)
+            classes, devices = open_devices(backends)
+            sess = Session.CreateWithSnapshot(path, classes, devices)
+            sess.enableTimeProfile(True)
+            _CACHE[key] = sess
+        return _CACHE[key]
+
+
+def reference_session(digest: str, files: dict[str, bytes]) -> Any:
+    """This process's float reference (an ONNX file, or a json + raw pair) on the host."""
+    key = ("ref", digest)
+    with _LOCK:
+        if key not in _CACHE:
+            from xrt import HostDevice, Session, plugins
+            from xrt.cli.run_cmd import load_model
+
+            pin_threads()
+            paths = {name: _file(f"{digest}-{name}", "", data) for name, data in files.items()}
+            main = next(p for n, p in paths.items() if not n.endswith(".raw"))
+            raw = next((p for n, p in paths.items() if n.endswith(".raw")), None)
+            net = load_model(main, raw)
+            sess = Session.Create([plugins.backend_class("Host")], net.view(0),
+                                  [HostDevice.Default()])
+            sess.apply()
+            _CACHE[key] = sess
+        return _CACHE[key]
+
+
+def chip_figures(sess: Any) -> tuple[int, float]:
+    """(simulated cycles, chip time in ms) of the session's last forward: the hardware
+    counters of every backend that offers them, and the hard time of every op."""
+    cycles = 0
+    for backend in sess.backends:
+        info = getattr(backend, "profileInfo", None)
+        if callable(info):
+            cycles += sum(int(r.get("cycles", 0)) for r in info().values())
+    chip_ms = sum(float(t[2]) for t in sess.timeProfileResults().values())
+    return cycles, chip_ms
+
+
+def eval_batch(model: tuple[str, bytes], backends: list[tuple[str, str]],
+               reference: tuple[str, dict[str, bytes]] | None,
+               batch: list[tuple[str, list[np.ndarray] | str]]) -> list[dict[str, Any]]:
+    """One row per sample of `batch` ((name, arrays) or (name, error text) when loading failed
+    on the client); a sample that fails here is a row with its error, never an exception."""
+    from xrt import Tensor
+
+    rows = []
+    for name, sample in batch:
+        row: dict[str, Any] = {"sample": name}
+        if isinstance(sample, str):
+            rows.append({**row, "error": sample})
+            continue
+        try:
+            sess = snapshot_session(model[0], model[1], backends)
+            t0 = time.perf_counter()
+            outs = [np.array(t) for t in sess.forward([Tensor(a) for a in sample])]
+            row["wall_ms"] = (time.perf_counter() - t0) * 1e3
+            row["cycles"], row["chip_ms"] = chip_figures(sess)
+            if reference is not None:
+                ref = reference_session(*reference)
+                want = [np.array(t) for t in ref.forward([Tensor(a) for a in sample])]
+                row.update(compare(outs, want))
+            row["outputs"] = [list(o.shape) for o in outs]
+        except Exception as exc:  # noqa: BLE001 - recorded per sample, the run goes on
+            row = {"sample": name, "error": f"{type(exc).__name__}: {exc}"}
+        rows.append(row)
+    return rows
+
+
+def sweep_point(model: tuple[str, bytes, bytes], backends: list[tuple[str, str]],
+                point: dict[str, Any]) -> dict[str, Any]:
+    """One grid point: the network deployed on the hardware variant `point` names, one forward
+    in cycles-only mode, its cycles, time, memory and utilisation."""
+    from .grid import run_point
+
+    pin_threads()
+    digest, json_bytes, raw_bytes = model
+    paths = (_file(digest, ".json", json_bytes), _file(digest, ".raw", raw_bytes))
+    try:
+        return {**point, **run_point(paths, backends, point)}
+    except Exception as exc:  # noqa: BLE001 - recorded per point, the sweep goes on
+        return {**point, "error": f"{type(exc).__name__}: {exc}"}
