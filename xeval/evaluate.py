@@ -138,6 +138,17 @@ def read_rows(path: str) -> dict[str, dict[str, Any]]:
     return rows
 
 
+def _trim_torn(path: str) -> None:
+    """Cut a last line left unfinished by a killed run, so appended rows start on their own
+    line."""
+    if not os.path.exists(path):
+        return
+    with open(path, "rb+") as fh:
+        data = fh.read()
+        if data and not data.endswith(b"\n"):
+            fh.truncate(data.rfind(b"\n") + 1)
+
+
 def _batches(todo: list[tuple[str, Any]], size: int) -> Iterator[list[tuple[str, Any]]]:
     for k in range(0, len(todo), size):
         yield todo[k:k + size]
@@ -178,6 +189,8 @@ def evaluate(model: str, data: str, *, reference: str | None = None,
     if out:
         if os.path.dirname(out):
             os.makedirs(os.path.dirname(out), exist_ok=True)
+        if resume:
+            _trim_torn(out)
         mode = "a" if resume else "w"
         fh = open(out, mode, encoding="utf-8")  # noqa: SIM115 - closed below
     else:

@@ -34,10 +34,11 @@ class BuyiDevice(NpuDevice):
 
     chip = BUYI_CHIP
 
-    def __init__(self, url: Any = None, config: Any = None, mock: bool = False) -> None:
+    def __init__(self, url: Any = None, config: Any = None, mock: bool = False,
+                 rows_cols: tuple[int, int] | None = None) -> None:
         if isinstance(url, Device):  # cast: already initialised
             return
-        super().__init__(url, config, mock)
+        super().__init__(url, config, mock, rows_cols)
         self._mmu_on = True
         self._dtype_bits = 8
 
