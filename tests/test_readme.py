@@ -42,3 +42,24 @@ def test_vendor_way_example(tmp_path, monkeypatch):
     exec(compile(_block("Session.Create"), "README.md", "exec"), ns)
     assert ns["scores"].shape == (1, 80, 80, 255)
     assert ns["sess"].timeProfileResults()
+
+
+@pytest.mark.slow
+def test_dataset_and_sweep_commands(tmp_path):
+    """The README's `xrt eval` / `xrt sweep` shell block, line by line, in a fresh folder."""
+    import os
+    import subprocess
+    import sys
+
+    block = re.search(r"## Datasets and hardware sweeps\n\n```sh\n(.*?)```",
+                      README.read_text(encoding="utf-8"), re.S).group(1)
+    env = dict(os.environ, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
+    for line in block.strip().splitlines():
+        cmd = line.split("  #")[0].strip()
+        res = subprocess.run(["bash", "-c", cmd], cwd=tmp_path, env=env, capture_output=True,
+                             text=True, timeout=600)
+        assert res.returncode == 0, f"{cmd}\n{res.stdout}\n{res.stderr}"
+    rows = (tmp_path / "out" / "eval.jsonl").read_text().splitlines()
+    assert len(rows) == 64
+    assert len((tmp_path / "out" / "sweep.csv").read_text().splitlines()) == 10
+    assert (tmp_path / "out" / "pareto.png").exists()
