@@ -127,3 +127,13 @@ def test_grid_files_and_cli(tiny, tmp_path, capsys):
         err = capsys.readouterr().err
         assert rc == 2 and err.count("\n") == 1, err
         assert __import__("re").search(fault, err), err
+
+
+def test_zoo_files_command(tmp_path, capsys):
+    from xcompile.zoo.__main__ import main
+
+    assert main(["samples", "tiny_cnn", "--count", "3", "-o", str(tmp_path / "d")]) == 0
+    assert sorted(p.name for p in (tmp_path / "d").iterdir()) == [
+        "sample000.npy", "sample001.npy", "sample002.npy"]
+    assert main(["save", "nonet", "-o", str(tmp_path / "x.json")]) == 2
+    assert "no zoo network 'nonet'" in capsys.readouterr().err
