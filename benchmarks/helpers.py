@@ -1,11 +1,14 @@
 """What the benchmarks share: single-threaded pools (BLAS, Numba, onnxruntime capped together,
-set when this module is imported -- conftest imports it first), best-of and interleaved timing,
-an onnxruntime session, and the load average printed beside every figure."""
+set when this module is imported -- conftest imports it first; ``XRT_BENCH_THREADS=2 make
+bench`` gives every pool two threads instead), best-of and interleaved timing, an onnxruntime
+session, and the load average printed beside every figure."""
 
 import os
 
+#: threads of every pool on both sides of a comparison
+THREADS = int(os.environ.get("XRT_BENCH_THREADS", "1"))
 for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS"):
-    os.environ.setdefault(var, "1")
+    os.environ.setdefault(var, str(THREADS))
 
 import time  # noqa: E402
 
@@ -14,7 +17,7 @@ import scipy.linalg  # noqa: E402,F401 - loads scipy's BLAS (the one Numba's np.
 from threadpoolctl import threadpool_limits  # noqa: E402
 
 # numpy may have started its BLAS pool before this file ran: cap every loaded pool now.
-_LIMITS = threadpool_limits(limits=1)
+_LIMITS = threadpool_limits(limits=THREADS)
 
 
 def load_average() -> str:
@@ -54,7 +57,7 @@ def interleaved_best(fns, rounds: int = 7, warmup: int = 2) -> list[float]:
 def ort_session(model_bytes: bytes):
     ort = pytest.importorskip("onnxruntime")
     opts = ort.SessionOptions()
-    opts.intra_op_num_threads = 1
+    opts.intra_op_num_threads = THREADS
     opts.inter_op_num_threads = 1
     return ort.InferenceSession(model_bytes, opts, providers=["CPUExecutionProvider"])
 

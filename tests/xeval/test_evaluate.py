@@ -140,9 +140,8 @@ def test_resume_runs_only_the_rest(baseline, tiny, tmp_path):
 
 
 def test_snapshot_model_and_limit(baseline, tiny, tmp_path):
-    from xrt import Device, Session, plugins
-
     import xir
+    from xrt import Device, Session, plugins
 
     net = xir.Network.CreateFromJsonFile(tiny["model"])
     net.loadParamsFromFile(tiny["model"][:-5] + ".raw")

@@ -133,7 +133,20 @@ class NpuDevice(Device):
                 self._reg.on_read(R.mpe_bank(cid, rid, cfg.mpe_rows) + R.MPE_ID,
                                    lambda a, v, _x=(cid << 8) | rid: _x, relative=True)
         self._reg.on_write(R.CTRL, self._on_ctrl, relative=True)
-        self._reg.check_writes(R.write_checker(cfg, R.REG_BASE, repr(self)))
+        #: bumped by every write to an MMU register and by a full reset: a backend that
+        #: programmed the MMU at generation g need not program it again while it is still g
+        self.mmu_generation = 0
+        self._mmu_cache: tuple[int, MmuTable] | None = None
+        checker = R.write_checker(cfg, R.REG_BASE, repr(self))
+        mmu_lo = R.REG_BASE + R.MMU_BASE
+        mmu_hi = mmu_lo + R.MMU_ENTRY_BYTES * cfg.mmu_entries
+
+        def check(addr: int, value: int) -> None:
+            checker(addr, value)
+            if mmu_lo <= addr < mmu_hi:
+                self.mmu_generation += 1
+
+        self._reg.check_writes(check)
         self._power_on_defaults()
 
     # --- register helpers ----------------------------------------------------------------------
@@ -368,7 +381,19 @@ class NpuDevice(Device):
         return True
 
     def mmu_table(self) -> MmuTable:
-        """The MMU table as programmed in the registers."""
+        """The MMU table as programmed in the registers (decoded again only after an MMU
+        register changed)."""
+        gen = getattr(self, "mmu_generation", None)  # None: a served device's client proxy
+        if gen is None:
+            return self._decode_mmu()
+        cached = self._mmu_cache
+        if cached is not None and cached[0] == gen:
+            return cached[1]
+        table = self._decode_mmu()
+        self._mmu_cache = (gen, table)
+        return table
+
+    def _decode_mmu(self) -> MmuTable:
         entries = []
         for i in range(self.config.mmu_entries):
             base = R.mmu_entry(i)
@@ -459,6 +484,7 @@ class NpuDevice(Device):
             raise InvalidArgumentError(f"{self!r}: reset level {level} is not 0 (full) or 1 (fast)")
         if level == 0:
             self._reg.reset()
+            self.mmu_generation += 1
             self._power_on_defaults()
         else:
             for off in R.FAST_RESET_CLEARS:

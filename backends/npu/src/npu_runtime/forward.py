@@ -53,6 +53,8 @@ class Forwarder:
         self.bound: dict[int, tuple[int, Any, int]] = {}
         #: op id -> {cycles, macs, etm_bytes, ocm_bytes, utilisation} of the last forward
         self.profile: dict[int, dict[str, float]] = {}
+        #: the device's MMU generation right after this backend programmed the MMU
+        self._mmu_generation: int | None = None
         self.restore_io()
 
     # --- one HardOp ------------------------------------------------------------------------------
@@ -130,7 +132,6 @@ class Forwarder:
         self.done = set()
         self.profile = {}
         self.restore_io()
-        dev.share.mmu_owner = None
         if not dev.mock:
             dev.reset(1)
         if self.dep.prof_chunk is not None:
@@ -202,7 +203,11 @@ class Forwarder:
             return
         self.dep.mmu[b.mmu_index] = (lo, phys, n)
         if self.device.share.mmu_owner is self:
+            # still ours only if nobody else wrote an MMU register since we programmed it
+            clean = self._mmu_generation == getattr(self.device, "mmu_generation", None)
             self.device.mmuMap(b.mmu_index, lo, phys, n)
+            if clean:
+                self._mmu_generation = getattr(self.device, "mmu_generation", None)
 
     def _stage(self, v: Any, user: Any, to_user: bool) -> Tensor:
         """Copy value `v` between its channel window in its buffer and the dense user chunk
@@ -263,12 +268,14 @@ class Forwarder:
 
     def _program_mmu(self) -> None:
         dev = self.device
-        if dev.share.mmu_owner is self:
-            return
+        gen = getattr(dev, "mmu_generation", None)  # None: a device that cannot tell
+        if dev.share.mmu_owner is self and gen is not None and gen == self._mmu_generation:
+            return  # nobody wrote an MMU register since this backend programmed them
         dev.mmuClear()
         for i, (lo, ph, n) in enumerate(self.dep.mmu):
             dev.mmuMap(i, lo, ph, n)
         dev.share.mmu_owner = self
+        self._mmu_generation = getattr(dev, "mmu_generation", None)
 
     def _collect_profile(self, base: int, n: int) -> None:
         if self.dep.prof_chunk is None or n <= 0:

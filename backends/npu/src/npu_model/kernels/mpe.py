@@ -319,39 +319,71 @@ def conv_depthwise(x, xrs, xpitch, xcoff, ih_n, iw_n,
                    packed, cu, bias, mult, shift, mult_neg, shift_neg, lo, hi,
                    y, yrs, ypitch, ycoff, oh_n, ow_n, c_n,
                    kh, kw, sh, sw, dh, dw, pt, pl):
-    """Depthwise convolution (one channel per group), channel innermost, int64 accumulation.
+    """Depthwise convolution (one channel per group), channel innermost.
 
-    `packed` is the lane layout ``(NCB, KH, KW, CU)``.
+    `packed` is the lane layout ``(NCB, KH, KW, CU)``. int8 operands accumulate the taps in
+    int32 (|product| <= 2^14, so up to 2^16 taps are exact) and add the bias in int64 when
+    requantizing: 32-bit lanes vectorise where 64-bit multiplies do not; int16 operands
+    accumulate in int64.
     """
     taps = kh * kw
-    w2 = np.empty((taps, c_n), dtype=np.int64)
+    if x.itemsize == 1 and taps <= 65536:  # each branch its own typing of the accumulator
+        _dw_rows(x, xrs, xpitch, xcoff, ih_n, iw_n,
+                 _dw_weights(packed, cu, taps, c_n, np.empty(0, np.int32)),
+                 np.empty((ow_n, c_n), dtype=np.int32), bias, mult, shift, mult_neg,
+                 shift_neg, lo, hi, y, yrs, ypitch, ycoff, oh_n, ow_n, c_n, kh, kw, sh, sw, dh,
+                 dw, pt, pl)
+    else:
+        _dw_rows(x, xrs, xpitch, xcoff, ih_n, iw_n,
+                 _dw_weights(packed, cu, taps, c_n, np.empty(0, np.int64)),
+                 np.empty((ow_n, c_n), dtype=np.int64), bias, mult, shift, mult_neg,
+                 shift_neg, lo, hi, y, yrs, ypitch, ycoff, oh_n, ow_n, c_n, kh, kw, sh, sw, dh,
+                 dw, pt, pl)
+    return y
+
+
+@njit(cache=True)
+def _dw_weights(packed, cu, taps, c_n, like):
+    """Depthwise weights as ``(taps, C)`` in the accumulator's dtype (`like`)."""
+    w2 = np.empty((taps, c_n), dtype=like.dtype)
     for c in range(c_n):
         cb = c // cu
         lane = c - cb * cu
         for t in range(taps):
             w2[t, c] = packed[(cb * taps + t) * cu + lane]
-    acc = np.empty(c_n, dtype=np.int64)
+    return w2
+
+
+@njit(cache=True)
+def _dw_rows(x, xrs, xpitch, xcoff, ih_n, iw_n, w2, acc, bias, mult, shift, mult_neg,
+             shift_neg, lo, hi, y, yrs, ypitch, ycoff, oh_n, ow_n, c_n, kh, kw, sh, sw, dh, dw,
+             pt, pl):
+    """One output row at a time: every tap adds its weight row times the input pixels it
+    reaches (the columns inside the input, found once per tap, so no per-pixel bounds test)."""
     for oh in range(oh_n):
-        for ow in range(ow_n):
-            for c in range(c_n):
-                acc[c] = bias[c]
-            for ky in range(kh):
-                ih = oh * sh - pt + ky * dh
-                if ih < 0 or ih >= ih_n:
-                    continue
-                for kx in range(kw):
-                    iw = ow * sw - pl + kx * dw
-                    if iw < 0 or iw >= iw_n:
-                        continue
-                    src = ih * xrs + iw * xpitch + xcoff
-                    t = ky * kw + kx
+        acc[:, :] = 0
+        for ky in range(kh):
+            ih = oh * sh - pt + ky * dh
+            if ih < 0 or ih >= ih_n:
+                continue
+            rb = ih * xrs + xcoff
+            for kx in range(kw):
+                off = kx * dw - pl
+                # 0 <= ow * sw + off <= iw_n - 1
+                ow0 = 0 if off >= 0 else (-off + sw - 1) // sw
+                ow1 = min(ow_n, (iw_n - 1 - off) // sw + 1) if iw_n - 1 - off >= 0 else 0
+                wt = w2[ky * kw + kx]
+                for ow in range(ow0, ow1):
+                    src = rb + (ow * sw + off) * xpitch
+                    a = acc[ow]
                     for c in range(c_n):
-                        acc[c] += np.int64(x[src + c]) * w2[t, c]
+                        a[c] += x[src + c] * wt[c]
+        for ow in range(ow_n):
             base = oh * yrs + ow * ypitch + ycoff
+            a = acc[ow]
             for c in range(c_n):
-                y[base + c] = requantize_one(acc[c], mult[c], shift[c], mult_neg[c],
-                                             shift_neg[c], lo, hi)
-    return y
+                y[base + c] = requantize_one(np.int64(a[c]) + bias[c], mult[c], shift[c],
+                                             mult_neg[c], shift_neg[c], lo, hi)
 
 
 @njit(cache=True)

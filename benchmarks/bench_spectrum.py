@@ -1,0 +1,140 @@
+"""The simulator against onnxruntime fp32 across the network spectrum (issue 11).
+
+For each network: the median simulated ZG330 forward (bit-exact integer, sim://zg330 with the
+HostBackend for what stays on the host) over the median onnxruntime fp32 run of the same
+network on the same input, interleaved in this process, every pool at `helpers.THREADS`
+threads (1; ``XRT_BENCH_THREADS=2`` for the two-thread figures). Networks are built or
+generated at run time and compiled once per source stamp into .icraft/cache/spectrum_*:
+yolov5s-640 (zoo), the onnx light models resnet50, vgg19, squeezenet, shufflenet, inception_v2
+(seeded weights, tests/support/corpus.py), and generated ones (tests/support/spectrum_nets.py):
+a transformer block, a MobileNetV3-Small-style classifier, a segmentation net with resizes and
+sigmoid gates.
+
+Targets (single thread): geometric mean <= 1.5x and worst <= 3x.
+
+    python -m pytest benchmarks/bench_spectrum.py --benchmark-only -s
+"""
+
+import math
+import os
+import statistics
+import time
+
+import numpy as np
+import pytest
+from helpers import THREADS, load_average, ort_session
+
+pytest.importorskip("onnxruntime")
+
+LIGHT = ("resnet50", "vgg19", "squeezenet", "shufflenet", "inception_v2")
+GENERATED = ("transformer_block_64x128", "mobilenetv3_small_224", "seg_resize_gate_256")
+
+
+def _median_interleaved(fns, rounds: int = 7, warmup: int = 2) -> list[float]:
+    for fn in fns:
+        for _ in range(warmup):
+            fn()
+    times = [[] for _ in fns]
+    for _ in range(rounds):
+        for i, fn in enumerate(fns):
+            t0 = time.perf_counter()
+            fn()
+            times[i].append(time.perf_counter() - t0)
+    return [statistics.median(t) for t in times]
+
+
+def _compile_onnx(name: str, model, shape) -> str:
+    """The network compiled for zg330 (four seeded calibration samples), cached per stamp."""
+    from corpus import images
+
+    from xcompile.cache import source_stamp
+    from xcompile.pipeline import DEFAULTS, compile_model
+
+    out = os.path.join(".icraft", "cache", f"spectrum_{name}_{source_stamp()}")
+    path = os.path.join(out, f"{name}_ZG.json")
+    if not os.path.exists(path):
+        os.makedirs(out, exist_ok=True)
+        onnx_path = os.path.join(out, f"{name}.onnx")
+        with open(onnx_path, "wb") as fh:
+            fh.write(model.SerializeToString())
+        cal = os.path.join(out, "cal")
+        os.makedirs(cal, exist_ok=True)
+        for k, im in enumerate(images(shape, 4)):
+            np.save(os.path.join(cal, f"{k}.npy"), im)
+        print(f"compiling {name} for zg330 into {out}")
+        compile_model(dict(DEFAULTS, model=onnx_path, target="zg330", calib=cal, output=out,
+                           name=name, input_shape={model.graph.input[0].name: list(shape)}))
+    return path
+
+
+def _cases():
+    """(name, compiled json, onnx bytes, sim input, onnxruntime feed) per network."""
+    from corpus import images, light_model
+    from spectrum_nets import SPECTRUM
+
+    from xcompile import zoo
+    from xcompile.cache import compiled_zoo
+    from xcompile.frontend.onnx_export import export_onnx
+
+    x = zoo.calibration_set("yolov5s", count=1, seed=9)[0][0]
+    yield ("yolov5s-640", compiled_zoo("yolov5s", "zg330"),
+           export_onnx(zoo.build("yolov5s")).SerializeToString(), x,
+           np.ascontiguousarray(x.transpose(0, 3, 1, 2)))
+    for name in LIGHT:
+        model = light_model(name)
+        shape = tuple(d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim)
+        x = images(shape, 1, seed=9)[0]
+        yield name, _compile_onnx(name, model, shape), model.SerializeToString(), x, x
+    for name in GENERATED:
+        build, shape = SPECTRUM[name]
+        model = build(np.random.default_rng(7))
+        x = np.random.default_rng(9).normal(0, 1, shape).astype(np.float32)
+        yield name, _compile_onnx(name, model, shape), model.SerializeToString(), x, x
+
+
+def _measure(name, json_path, onnx_bytes, x, feed_x):
+    from corpus import load_stage
+
+    from host_backend import HostBackend
+    from xrt import Device, HostDevice, Session, Tensor
+    from zg330backend import ZG330Backend
+
+    net = load_stage(json_path)
+    dev = Device.Open("sim://zg330")
+    sess = Session.Create([ZG330Backend, HostBackend], net.view(0), [dev, HostDevice.Default()])
+    sess.apply()
+    runs = sum(1 for op in net.ops if op.op_type == "HardOp")
+    ort = ort_session(onnx_bytes)
+    feed = {ort.get_inputs()[0].name: feed_x}
+    inp = [Tensor(x)]
+    sim_s, ort_s = _median_interleaved([lambda: sess.forward(inp), lambda: ort.run(None, feed)])
+    chip_ms = sess.totalTime()
+    sess.close()
+    dev.close()
+    return {"network": name, "sim_ms": sim_s * 1e3, "ort_ms": ort_s * 1e3,
+            "ratio": sim_s / ort_s, "hardops": runs, "load": load_average(),
+            "chip_ms": chip_ms}
+
+
+def test_spectrum_vs_onnxruntime(benchmark):
+    from rich.table import Table
+
+    from xrt.console import report_console
+
+    rows = [_measure(*case) for case in _cases()]
+    benchmark.pedantic(lambda: None, rounds=1)
+    geo = math.exp(sum(math.log(r["ratio"]) for r in rows) / len(rows))
+    worst = max(rows, key=lambda r: r["ratio"])
+    table = Table(title=f"simulated ZG330 vs onnxruntime fp32, {THREADS} thread(s)")
+    for col in ("network", "sim ms", "onnxruntime ms", "ratio", "HardOps", "load"):
+        table.add_column(col, justify="left" if col == "network" else "right")
+    for r in rows:
+        table.add_row(r["network"], f"{r['sim_ms']:.1f}", f"{r['ort_ms']:.1f}",
+                      f"{r['ratio']:.2f}x", str(r["hardops"]), r["load"])
+    table.add_row("geometric mean", "", "", f"{geo:.2f}x", "", load_average())
+    report_console().print(table)
+    benchmark.extra_info.update(geomean=geo, worst=worst["ratio"], rows=rows, threads=THREADS)
+    if THREADS == 1:
+        assert geo <= 1.5 and worst["ratio"] <= 3.0, (
+            f"geometric mean {geo:.2f}x (target <= 1.5x), worst {worst['network']} "
+            f"{worst['ratio']:.2f}x (target <= 3x)")
