@@ -52,6 +52,9 @@ class Executor:
             return
         from distributed import as_completed
 
+        from .worker import pin_threads
+
+        self.client.run(pin_threads)
         futures = self.client.scatter(list(shared), broadcast=True, hash=True)
         window = window or 2 * self.workers
         it = iter(items)

@@ -19,6 +19,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+from xrt.cli.run_cmd import backend_urls
 from xrt.errors import XrtError
 
 from .cluster import executor
@@ -36,23 +37,6 @@ class Rows(list):
                  ran: int = 0) -> None:
         super().__init__(rows)
         self.seconds, self.first_result_s, self.ran = seconds, first_result_s, ran
-
-
-def parse_backends(spec: str) -> list[tuple[str, str]]:
-    """'ZG330,sim://zg330;Host' -> [(name, url)], each URL defaulted from its backend class."""
-    from xrt import plugins
-
-    out = []
-    for entry in [e.strip() for e in spec.split(";") if e.strip()]:
-        name, _, url = entry.partition(",")
-        cls = plugins.backend_class(name.strip())
-        url = url.strip() or getattr(cls, "default_url", "")
-        if not url:
-            raise XrtError(f"backend '{name}' needs a device URL: '{name},scheme://...'")
-        out.append((name.strip(), url))
-    if not out:
-        raise XrtError("--backends is empty")
-    return out
 
 
 def _is_snapshot(path: str) -> bool:
@@ -79,7 +63,7 @@ def prepare_model(model: str, backends: str | None) -> tuple[tuple[str, bytes], 
         if backends is None:
             names = [str(b.get("name", "")) for b in read_snapshot(model).header["backends"]]
             backends = ";".join(names)
-        pairs = parse_backends(backends)
+        pairs = backend_urls(backends)
         with open(model, "rb") as fh:
             data = fh.read()
         classes, devices = open_devices(pairs)
@@ -87,7 +71,7 @@ def prepare_model(model: str, backends: str | None) -> tuple[tuple[str, bytes], 
         net = sess.network_view.network
         sess.close()
     else:
-        pairs = parse_backends(backends or "ZG330,sim://zg330;Host")
+        pairs = backend_urls(backends or "ZG330,sim://zg330;Host")
         net = load_model(model, None)
         classes, devices = open_devices(pairs)
         sess = Session.Create(classes, net.view(0), devices)

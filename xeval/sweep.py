@@ -7,12 +7,14 @@ import contextlib
 import csv
 import hashlib
 import os
+import time
 from typing import Any
 
+from xrt.cli.run_cmd import backend_urls, load_model
 from xrt.errors import XrtError
 
 from .cluster import executor
-from .evaluate import Rows, parse_backends
+from .evaluate import Rows
 from .grid import FIGURES, check_grid, load_grid, points
 from .worker import sweep_point
 
@@ -39,15 +41,11 @@ def sweep(model: str, grid: str | os.PathLike | dict[str, Any], *,
 
     table = check_grid(grid) if isinstance(grid, dict) else load_grid(grid)
     todo = points(table)
-    pairs = parse_backends(backends)
-    from xrt.cli.run_cmd import load_model
-
+    pairs = backend_urls(backends)
     load_model(model, None)  # a broken model fails here once, not at every point
     shipped = _model_bytes(model)
     results: dict[int, dict[str, Any]] = {}
     indexed = list(enumerate(todo))
-    import time
-
     t0 = time.perf_counter()
     first = None
     with executor(workers, cluster) as ex, \

@@ -25,16 +25,17 @@ _DIR: str | None = None
 
 
 def pin_threads() -> None:
-    """One compute thread per worker process: BLAS, OpenMP and Numba (a worker per core)."""
-    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
-                "NUMBA_NUM_THREADS"):
-        os.environ.setdefault(var, "1")
-    try:
-        import numba
+    """One compute thread per worker process (a worker per core): Numba's pool, and every BLAS
+    and OpenMP pool threadpoolctl finds. Run on each Dask worker when a run starts; an embedded
+    cluster also starts its workers with the thread variables at 1."""
+    import numba
 
-        numba.set_num_threads(1)
-    except Exception:  # noqa: BLE001 - numba already pinned lower, or not importable yet
-        pass
+    numba.set_num_threads(1)
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:  # the pools then follow OMP_NUM_THREADS and friends
+        return
+    threadpool_limits(limits=1)
 
 
 def _file(digest: str, suffix: str, data: bytes) -> str:
@@ -63,7 +64,6 @@ def snapshot_session(digest: str, snapshot: bytes, backends: list[tuple[str, str
         if key not in _CACHE:
             from xrt import Session
 
-            pin_threads()
             path = _file(digest, ".snap", snapshot)
             classes, devices = open_devices(backends)
             sess = Session.CreateWithSnapshot(path, classes, devices)
@@ -80,7 +80,6 @@ def reference_session(digest: str, files: dict[str, bytes]) -> Any:
             from xrt import HostDevice, Session, plugins
             from xrt.cli.run_cmd import load_model
 
-            pin_threads()
             paths = {name: _file(f"{digest}-{name}", "", data) for name, data in files.items()}
             main = next(p for n, p in paths.items() if not n.endswith(".raw"))
             raw = next((p for n, p in paths.items() if n.endswith(".raw")), None)
@@ -140,7 +139,6 @@ def sweep_point(model: tuple[str, bytes, bytes], backends: list[tuple[str, str]]
     in cycles-only mode, its cycles, time, memory and utilisation."""
     from .grid import run_point
 
-    pin_threads()
     digest, json_bytes, raw_bytes = model
     paths = (_file(digest, ".json", json_bytes), _file(digest, ".raw", raw_bytes))
     try:

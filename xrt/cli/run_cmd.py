@@ -34,24 +34,32 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--save-outputs", metavar="DIR", help="save outputs as .npy")
 
 
-def parse_backends(text: str) -> tuple[list[type], list[Any]]:
-    """'ZG330,sim://zg330;Host' -> backend classes and opened devices."""
+def backend_urls(text: str) -> list[tuple[str, str]]:
+    """'ZG330,sim://zg330;Host' -> [(backend name, device URL)], a missing URL defaulted from
+    the backend class."""
     from .. import plugins
-    from ..device import Device
     from ..errors import XrtError
 
-    classes, devices = [], []
+    pairs = []
     for entry in [e.strip() for e in text.split(";") if e.strip()]:
         name, _, url = entry.partition(",")
         cls = plugins.backend_class(name.strip())
         url = url.strip() or getattr(cls, "default_url", "")
         if not url:
             raise XrtError(f"backend '{name}' needs a device URL: '{name},scheme://...'")
-        classes.append(cls)
-        devices.append(Device.Open(url))
-    if not classes:
+        pairs.append((name.strip(), url))
+    if not pairs:
         raise XrtError("--backends is empty")
-    return classes, devices
+    return pairs
+
+
+def parse_backends(text: str) -> tuple[list[type], list[Any]]:
+    """'ZG330,sim://zg330;Host' -> backend classes and opened devices."""
+    from .. import plugins
+    from ..device import Device
+
+    pairs = backend_urls(text)
+    return ([plugins.backend_class(n) for n, _ in pairs], [Device.Open(u) for _, u in pairs])
 
 
 def load_model(model: str, raw: str | None, target: str | None = None,
