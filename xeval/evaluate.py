@@ -23,7 +23,7 @@ from xrt.cli.run_cmd import backend_urls
 from xrt.errors import XrtError
 
 from .cluster import executor
-from .worker import eval_batch
+from .worker import eval_batch, release
 
 #: samples per batch sent to a worker (8-32: enough to amortise a round trip)
 BATCH = 16
@@ -203,6 +203,8 @@ def evaluate(model: str, data: str, *, reference: str | None = None,
     finally:
         if fh is not None:
             fh.close()
+        if cluster is None and workers == 0:
+            release()  # this process's sessions and devices
     order = [n for n, _ in samples]
     return Rows([rows[n] for n in order if n in rows], seconds=time.perf_counter() - t0,
                 first_result_s=first, ran=len(todo))

@@ -9,7 +9,9 @@ and that cache, so a batch retried on another worker gives the same rows.
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import tempfile
 import threading
 import time
@@ -42,6 +44,7 @@ def _file(digest: str, suffix: str, data: bytes) -> str:
     global _DIR
     if _DIR is None:
         _DIR = tempfile.mkdtemp(prefix="xeval-")
+        atexit.register(shutil.rmtree, _DIR, True)
     path = os.path.join(_DIR, digest + suffix)
     if not os.path.exists(path):
         with open(path + ".part", "wb") as fh:
@@ -68,8 +71,8 @@ def snapshot_session(digest: str, snapshot: bytes, backends: list[tuple[str, str
             classes, devices = open_devices(backends)
             sess = Session.CreateWithSnapshot(path, classes, devices)
             sess.enableTimeProfile(True)
-            _CACHE[key] = sess
-        return _CACHE[key]
+            _CACHE[key] = (sess, devices)
+        return _CACHE[key][0]
 
 
 def reference_session(digest: str, files: dict[str, bytes]) -> Any:
@@ -87,8 +90,19 @@ def reference_session(digest: str, files: dict[str, bytes]) -> Any:
             sess = Session.Create([plugins.backend_class("Host")], net.view(0),
                                   [HostDevice.Default()])
             sess.apply()
-            _CACHE[key] = sess
-        return _CACHE[key]
+            _CACHE[key] = (sess, [])
+        return _CACHE[key][0]
+
+
+def release() -> None:
+    """Close every cached session and its devices (an in-process run calls it at its end;
+    worker processes keep theirs for the next run)."""
+    with _LOCK:
+        for sess, devices in _CACHE.values():
+            sess.close()
+            for d in devices:
+                d.close()
+        _CACHE.clear()
 
 
 def chip_figures(sess: Any) -> tuple[int, float]:
