@@ -43,10 +43,8 @@ def _median_interleaved(fns, rounds: int = 7, warmup: int = 2) -> list[float]:
     return [statistics.median(t) for t in times]
 
 
-def _compile_onnx(name: str, model, shape) -> str:
-    """The network compiled for zg330 (four seeded calibration samples), cached per stamp."""
-    from corpus import images
-
+def _compile_onnx(name: str, model, shape, samples) -> str:
+    """The network compiled for zg330 (four calibration `samples`), cached per stamp."""
     from xcompile.cache import source_stamp
     from xcompile.pipeline import DEFAULTS, compile_model
 
@@ -59,7 +57,7 @@ def _compile_onnx(name: str, model, shape) -> str:
             fh.write(model.SerializeToString())
         cal = os.path.join(out, "cal")
         os.makedirs(cal, exist_ok=True)
-        for k, im in enumerate(images(shape, 4)):
+        for k, im in enumerate(samples):
             np.save(os.path.join(cal, f"{k}.npy"), im)
         print(f"compiling {name} for zg330 into {out}")
         compile_model(dict(DEFAULTS, model=onnx_path, target="zg330", calib=cal, output=out,
@@ -84,12 +82,15 @@ def _cases():
         model = light_model(name)
         shape = tuple(d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim)
         x = images(shape, 1, seed=9)[0]
-        yield name, _compile_onnx(name, model, shape), model.SerializeToString(), x, x
+        path = _compile_onnx(name, model, shape, images(shape, 4))
+        yield name, path, model.SerializeToString(), x, x
     for name in GENERATED:
         build, shape = SPECTRUM[name]
         model = build(np.random.default_rng(7))
-        x = np.random.default_rng(9).normal(0, 1, shape).astype(np.float32)
-        yield name, _compile_onnx(name, model, shape), model.SerializeToString(), x, x
+        rng = np.random.default_rng(9)
+        x = rng.normal(0, 1, shape).astype(np.float32)
+        cal = [rng.normal(0, 1, shape).astype(np.float32) for _ in range(4)]
+        yield name, _compile_onnx(name, model, shape, cal), model.SerializeToString(), x, x
 
 
 def _measure(name, json_path, onnx_bytes, x, feed_x):
