@@ -54,26 +54,24 @@ def prepare_model(model: str, backends: str | None) -> tuple[tuple[str, bytes], 
     """((digest, snapshot bytes), network, backends) of a compiled json (applied here once and
     dumped) or a snapshot (its backends by default)."""
     from xrt import Session
-    from xrt.cli.run_cmd import load_model
-    from xrt.snapshot import read_snapshot
-
-    from .worker import open_devices
+    from xrt.cli.run_cmd import load_model, open_backends
+    from xrt.snapshot import parse_snapshot
 
     if _is_snapshot(model):
-        if backends is None:
-            names = [str(b.get("name", "")) for b in read_snapshot(model).header["backends"]]
-            backends = ";".join(names)
-        pairs = backend_urls(backends)
         with open(model, "rb") as fh:
             data = fh.read()
-        classes, devices = open_devices(pairs)
+        if backends is None:
+            header = parse_snapshot(data, model).header
+            backends = ";".join(str(b.get("name", "")) for b in header["backends"])
+        pairs = backend_urls(backends)
+        classes, devices = open_backends(pairs)
         sess = Session.CreateWithSnapshot(model, classes, devices)  # checks it before shipping
         net = sess.network_view.network
         sess.close()
     else:
         pairs = backend_urls(backends or "ZG330,sim://zg330;Host")
         net = load_model(model, None)
-        classes, devices = open_devices(pairs)
+        classes, devices = open_backends(pairs)
         sess = Session.Create(classes, net.view(0), devices)
         sess.apply()
         with tempfile.TemporaryDirectory(prefix="xeval-") as tmp:

@@ -108,13 +108,12 @@ def run_point(paths: tuple[str, str], backends: list[tuple[str, str]],
               point: dict[str, Any]) -> dict[str, Any]:
     """Deploy the network (json, raw) with the first backend on the point's hardware variant,
     run one cycles-only forward and return the point's figures (`FIGURES`)."""
-    from xrt import Device, Session, Tensor, plugins
-    from xrt.cli.run_cmd import load_model
+    from xrt import Session, Tensor
+    from xrt.cli.run_cmd import load_model, open_backends
 
     net = load_model(*paths)
-    classes = [plugins.backend_class(name) for name, _ in backends]
-    urls = [variant_url(backends[0][1], point)] + [url for _, url in backends[1:]]
-    devices = [Device.Open(u) for u in urls]
+    name, url = backends[0]
+    classes, devices = open_backends([(name, variant_url(url, point))] + backends[1:])
     sess = None
     try:
         sess = Session.Create(classes, net.view(0), devices)

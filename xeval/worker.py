@@ -53,13 +53,6 @@ def _file(digest: str, suffix: str, data: bytes) -> str:
     return path
 
 
-def open_devices(backends: list[tuple[str, str]]) -> tuple[list[type], list[Any]]:
-    from xrt import Device, plugins
-
-    classes = [plugins.backend_class(name) for name, _url in backends]
-    return classes, [Device.Open(url) for _name, url in backends]
-
-
 def snapshot_session(digest: str, snapshot: bytes, backends: list[tuple[str, str]]) -> Any:
     """This process's session for the snapshot `digest` on `backends` ((name, url) pairs)."""
     key = ("snap", digest, tuple(backends))
@@ -68,7 +61,9 @@ def snapshot_session(digest: str, snapshot: bytes, backends: list[tuple[str, str
             from xrt import Session
 
             path = _file(digest, ".snap", snapshot)
-            classes, devices = open_devices(backends)
+            from xrt.cli.run_cmd import open_backends
+
+            classes, devices = open_backends(backends)
             sess = Session.CreateWithSnapshot(path, classes, devices)
             sess.enableTimeProfile(True)
             _CACHE[key] = (sess, devices)

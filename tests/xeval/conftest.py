@@ -28,7 +28,3 @@ def tiny(tmp_path_factory):
     return {"model": str(root / "tiny_ZG.json"), "float": str(root / "tiny_float.json"),
             "data": str(data), "root": root}
 
-
-def same(rows):
-    """The rows without what depends on the host's timing."""
-    return [{k: v for k, v in r.items() if k != "wall_ms"} for r in rows]

@@ -53,13 +53,17 @@ def backend_urls(text: str) -> list[tuple[str, str]]:
     return pairs
 
 
-def parse_backends(text: str) -> tuple[list[type], list[Any]]:
-    """'ZG330,sim://zg330;Host' -> backend classes and opened devices."""
+def open_backends(pairs: list[tuple[str, str]]) -> tuple[list[type], list[Any]]:
+    """[(backend name, device URL)] -> backend classes and opened devices."""
     from .. import plugins
     from ..device import Device
 
-    pairs = backend_urls(text)
     return ([plugins.backend_class(n) for n, _ in pairs], [Device.Open(u) for _, u in pairs])
+
+
+def parse_backends(text: str) -> tuple[list[type], list[Any]]:
+    """'ZG330,sim://zg330;Host' -> backend classes and opened devices."""
+    return open_backends(backend_urls(text))
 
 
 def load_model(model: str, raw: str | None, target: str | None = None,

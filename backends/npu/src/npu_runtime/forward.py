@@ -204,10 +204,10 @@ class Forwarder:
         self.dep.mmu[b.mmu_index] = (lo, phys, n)
         if self.device.share.mmu_owner is self:
             # still ours only if nobody else wrote an MMU register since we programmed it
-            clean = self._mmu_generation == getattr(self.device, "mmu_generation", None)
+            clean = self._mmu_generation == self._device_mmu_generation()
             self.device.mmuMap(b.mmu_index, lo, phys, n)
             if clean:
-                self._mmu_generation = getattr(self.device, "mmu_generation", None)
+                self._mmu_generation = self._device_mmu_generation()
 
     def _stage(self, v: Any, user: Any, to_user: bool) -> Tensor:
         """Copy value `v` between its channel window in its buffer and the dense user chunk
@@ -268,14 +268,19 @@ class Forwarder:
 
     def _program_mmu(self) -> None:
         dev = self.device
-        gen = getattr(dev, "mmu_generation", None)  # None: a device that cannot tell
+        gen = self._device_mmu_generation()
         if dev.share.mmu_owner is self and gen is not None and gen == self._mmu_generation:
             return  # nobody wrote an MMU register since this backend programmed them
         dev.mmuClear()
         for i, (lo, ph, n) in enumerate(self.dep.mmu):
             dev.mmuMap(i, lo, ph, n)
         dev.share.mmu_owner = self
-        self._mmu_generation = getattr(dev, "mmu_generation", None)
+        self._mmu_generation = self._device_mmu_generation()
+
+    def _device_mmu_generation(self) -> int | None:
+        """The device's MMU generation; None for a device that cannot tell (a served device's
+        client proxy), whose MMU is then programmed on every run."""
+        return getattr(self.device, "mmu_generation", None)
 
     def _collect_profile(self, base: int, n: int) -> None:
         if self.dep.prof_chunk is None or n <= 0:
