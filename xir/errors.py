@@ -87,6 +87,11 @@ class NetworkFileNotFoundError(XirError, FileNotFoundError):
     """A network json or raw file does not exist or cannot be read."""
 
 
+class NetworkWriteError(XirError, OSError):
+    """A network's json or raw file cannot be written (missing folder, full disk, no
+    permission); the files already there are left as they were."""
+
+
 class RawFileError(XirError, ValueError):
     """A .raw parameter file is unusable."""
 

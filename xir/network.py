@@ -111,6 +111,10 @@ class _ReadAPI:
                                       op_id=missing[0])
             chosen = [op for op in self.ops if op.op_id in wanted]
         else:
+            if not all(isinstance(i, (int, np.integer)) and not isinstance(i, bool)
+                       for i in (start, n if end is None else end)):
+                raise OpNotFoundError(f"view({start!r}, {end!r}): the bounds must be op "
+                                      f"indices (integers)")
             s = int(start)
             e = n if end is None else int(end)
             if not -n <= s <= n or not -n <= e <= n:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+from xrt.args import int_arg, str_arg
 from xrt.errors import DeviceError, InvalidArgumentError
 from xrt.memory.chunk import MemChunk
 from xrt.memory.region import HostMemRegion
@@ -146,7 +147,7 @@ class Device:
 
     def getMemRegion(self, name: str) -> _MemRegion:
         """The memory region called `name`."""
-        region = self._mem.get(name)
+        region = self._mem.get(str_arg(name, "getMemRegion name"))
         if region is None:
             raise DeviceError(
                 f"{self!r} has no memory region {name!r}; available: {sorted(self._mem) or 'none'}"
@@ -266,7 +267,7 @@ class Device:
 
     def setWaitTime(self, wait_time: int) -> None:
         """Longest time (ms) to wait for the device when synchronising tensors."""
-        wait_time = int(wait_time)
+        wait_time = int_arg(wait_time, "setWaitTime wait_time", hi=2**31 - 1)
         if wait_time < 0:
             raise InvalidArgumentError(f"{self!r}: wait time {wait_time} ms is negative")
         self._wait_time_ms = wait_time

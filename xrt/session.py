@@ -14,8 +14,15 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from .args import bool_arg, int_arg, seq_arg, str_arg
 from .backend import Backend
-from .errors import CallOrderError, TensorError, UnsupportedOpError, XrtError
+from .errors import (
+    CallOrderError,
+    InvalidArgumentError,
+    TensorError,
+    UnsupportedOpError,
+    XrtError,
+)
 from .tensor import Tensor
 
 log = logging.getLogger(__name__)
@@ -59,6 +66,9 @@ class Session:
         With `strict=True`, an op that the first backend cannot run is an error instead of a
         fallback to a later backend (Input/Output ops excepted).
         """
+        _check_network(network, "Session.Create")
+        backend_types = seq_arg(backend_types, "Session.Create backend_types")
+        devices = seq_arg(devices, "Session.Create devices")
         if len(backend_types) != len(devices):
             raise XrtError(f"Session.Create: {len(backend_types)} backend types but "
                            f"{len(devices)} devices; they pair up one to one")
@@ -72,6 +82,9 @@ class Session:
     def CreateByOrder(network: Any, backends: Sequence[Backend], devices: Sequence[Any]
                       ) -> Session:
         """Like Create, with backend objects made by the caller (not yet initialised)."""
+        _check_network(network, "Session.CreateByOrder")
+        backends = seq_arg(backends, "Session.CreateByOrder backends")
+        devices = seq_arg(devices, "Session.CreateByOrder devices")
         if len(backends) != len(devices):
             raise XrtError(f"Session.CreateByOrder: {len(backends)} backends but "
                            f"{len(devices)} devices")
@@ -80,6 +93,7 @@ class Session:
     @staticmethod
     def CreateWithBackends(network: Any, backends: Sequence[Backend]) -> Session:
         """A session over backends already initialised with their views and devices."""
+        _check_network(network, "Session.CreateWithBackends")
         sess = Session()
         sess._view = network
         sess._backends = list(backends)
@@ -281,6 +295,9 @@ class Session:
 
     def sub(self, start_index: int, end_index: int | None = None) -> Session:
         """A session over part of this one's view that shares its backends."""
+        start_index = int_arg(start_index, "Session.sub start_index")
+        if end_index is not None:
+            end_index = int_arg(end_index, "Session.sub end_index")
         view = self._view.view(start_index, end_index)
         sess = Session()
         sess._view = view
@@ -298,22 +315,25 @@ class Session:
         self._post = func
 
     def setLogIO(self, flag: bool) -> None:
-        self._log_io = bool(flag)
+        self._log_io = bool_arg(flag, "setLogIO flag")
 
     def setLogTime(self, flag: bool) -> None:
-        self._log_time = bool(flag)
+        self._log_time = bool_arg(flag, "setLogTime flag")
 
     def setDumpOutputs(self, flag: bool, path: str = "", format: str = "SFB") -> None:
         """Dump every op's outputs after it runs to `path` as `<v_id>.<fmt>` files."""
         from .tensor import check_dump_format
 
+        flag = bool_arg(flag, "setDumpOutputs flag")
+        path = str_arg(path, "setDumpOutputs path")
+        check_dump_format(format)
         if flag:
-            check_dump_format(format)
             os.makedirs(path or ".", exist_ok=True)
         self._dump = (bool(flag), path or ".", format)
 
     def enableTimeProfile(self, enable: bool) -> None:
-        self._time_profile = bool(enable)
+        enable = bool_arg(enable, "enableTimeProfile enable")
+        self._time_profile = enable
         for b in self._backends:
             b.enableTimeProfile(enable)
 
@@ -329,6 +349,7 @@ class Session:
         network, with its own inputs, outputs, callbacks and profile. depth >= 2 clones the
         backends too (`Backend.clone(depth - 1)`), which is only possible before `apply`: an
         applied backend owns device memory that a copy would share."""
+        depth = int_arg(depth, "Session.clone depth", 1)
         if depth >= 2 and self._applied:
             raise CallOrderError("Session.clone(depth >= 2) after apply: the backends own "
                                  "device memory a copy would share; clone before apply, or "
@@ -397,7 +418,8 @@ class Session:
 
     def _bind_inputs(self, inputs: Sequence[Any], only_missing: bool = False) -> None:
         wanted = self._view.inputs()
-        given = [t if isinstance(t, Tensor) else Tensor(t) for t in inputs]
+        given = [t if isinstance(t, Tensor) else Tensor(t)
+                 for t in seq_arg(inputs, "forward inputs")]
         if not only_missing and len(given) != len(wanted):
             raise TensorError(f"forward: the view takes {len(wanted)} inputs "
                               f"({[v.v_id for v in wanted]}), got {len(given)}")
@@ -484,6 +506,14 @@ class Session:
         return [t for t in ins if t is not None], memcpy_ms
 
 
+def _check_network(network: Any, where: str) -> None:
+    """A session runs an xir Network or NetworkView; anything else is the caller's mistake."""
+    if not all(hasattr(network, a) for a in ("ops", "view", "inputs", "outputs")):
+        raise InvalidArgumentError(f"{where}: the network must be an xir Network or "
+                                   f"NetworkView (network.view(0)), not "
+                                   f"{type(network).__name__}")
+
+
 def _check_tensor(value: Any, tensor: Tensor, what: str) -> None:
     if not isinstance(tensor, Tensor):
         raise TensorError(f"{what} for v_id {value.v_id} must be an xrt.Tensor or array")
@@ -494,3 +524,15 @@ def _check_tensor(value: Any, tensor: Tensor, what: str) -> None:
     if got.numpy_dtype != want.numpy_dtype:
         raise TensorError(f"{what} v_id {value.v_id} ('{value.name}') must be "
                           f"{want.element_dtype!r} ({want.numpy_dtype}), got {got.numpy_dtype}")
+    if not _layouts_agree(want.layout, got.layout):
+        raise TensorError(f"{what} v_id {value.v_id} ('{value.name}') is laid out "
+                          f"{want.layout.spec}, the tensor says {got.layout.spec}; transpose "
+                          f"it or make the tensor without a layout")
+
+
+def _layouts_agree(a: Any, b: Any) -> bool:
+    """Whether two layouts can describe the same tensor: '*' (or no layout) matches any axis."""
+    if a is None or b is None or not a.rank or not b.rank:
+        return True
+    return a.rank == b.rank and all(x[0] == "*" or y[0] == "*" or x == y
+                                    for x, y in zip(a.tokens, b.tokens))

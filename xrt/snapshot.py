@@ -28,6 +28,7 @@ from typing import Any
 
 from xir.serialize.atomic import temp_beside
 
+from .args import path_arg
 from .errors import SnapshotError
 
 MAGIC = b"\x89ICSNAP\n"
@@ -61,7 +62,7 @@ def write_snapshot(path: str | os.PathLike, header: dict[str, Any],
     """Write a snapshot atomically (temporary file next to `path`, fsync, rename).
 
     `header` gets a "sections" table added; returns the file size."""
-    path = os.fspath(path)
+    path = path_arg(path, "snapshot path")
     header = dict(header)
     table = []
     names = list(sections)
@@ -81,7 +82,11 @@ def write_snapshot(path: str | os.PathLike, header: dict[str, Any],
         start = need
     end = table[-1]["offset"] + table[-1]["size"] if table else _FIXED.size + len(blob)
     total = end + _SUM
-    fd, tmp = temp_beside(path)
+    try:
+        fd, tmp = temp_beside(path)
+    except OSError as exc:
+        raise SnapshotError(f"cannot write snapshot '{path}': {exc.strerror or exc} (in "
+                            f"folder '{os.path.dirname(os.path.abspath(path))}')") from exc
     try:
         with os.fdopen(fd, "wb") as fh:
             h = hashlib.sha256()
@@ -103,11 +108,14 @@ def write_snapshot(path: str | os.PathLike, header: dict[str, Any],
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         try:
             os.unlink(tmp)
         except OSError:
             pass
+        if isinstance(exc, OSError):
+            raise SnapshotError(f"cannot write snapshot '{path}': {exc.strerror or exc}; the "
+                                f"file there is as it was") from exc
         raise
     return total
 
@@ -166,11 +174,11 @@ def parse_snapshot(data: bytes, path: str = "<memory>") -> SnapshotFile:
     sections: dict[str, memoryview] = {}
     prev_end = _FIXED.size + hlen
     for k, entry in enumerate(header["sections"]):
-        try:
-            name, off, n = str(entry["name"]), int(entry["offset"]), int(entry["size"])
-        except (KeyError, TypeError, ValueError):
+        if not isinstance(entry, dict) or not isinstance(entry.get("name"), str) or \
+                not _is_int(entry.get("offset")) or not _is_int(entry.get("size")):
             raise SnapshotError(f"snapshot '{path}': section entry {k} is malformed "
-                                f"({entry!r})") from None
+                                f"({entry!r:.200})")
+        name, off, n = entry["name"], entry["offset"], entry["size"]
         if off % ALIGN or off < prev_end or n < 0 or off + n > size - _SUM:
             raise SnapshotError(f"snapshot '{path}': section '{name}' at {off} (+{n} bytes) is "
                                 f"misaligned, overlaps another or runs past the end")
@@ -178,7 +186,40 @@ def parse_snapshot(data: bytes, path: str = "<memory>") -> SnapshotFile:
             raise SnapshotError(f"snapshot '{path}': section '{name}' appears twice")
         sections[name] = mv[off:off + n]
         prev_end = off + n
+    _check_header(header, path)
+    return SnapshotFile(path, header, sections)
+
+
+def _is_int(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _check_header(header: dict[str, Any], path: str) -> None:
+    """The header's fields the session reads: the view's op ids, the op -> backend bindings
+    and per backend its name, state object and blob -> section names."""
+    def bad(what: str) -> SnapshotError:
+        return SnapshotError(f"snapshot '{path}': the header's {what}; the file was not "
+                             f"written by this xrt (dump it again)")
+
     for key in ("network", "backends", "bindings"):
         if key not in header:
-            raise SnapshotError(f"snapshot '{path}': the header lacks '{key}'")
-    return SnapshotFile(path, header, sections)
+            raise bad(f"'{key}' is missing")
+    net = header["network"]
+    if not isinstance(net, dict) or not isinstance(net.get("view_op_ids"), list) or \
+            not all(_is_int(i) for i in net["view_op_ids"]):
+        raise bad("network.view_op_ids is not a list of op ids")
+    binds = header["bindings"]
+    if not isinstance(binds, list) or not all(
+            isinstance(b, list) and len(b) == 2 and all(_is_int(x) for x in b) for b in binds):
+        raise bad("bindings are not [op id, backend index] pairs")
+    backends = header["backends"]
+    if not isinstance(backends, list):
+        raise bad("backends are not a list")
+    for k, entry in enumerate(backends):
+        if not isinstance(entry, dict) or not isinstance(entry.get("name", ""), str) or \
+                not isinstance(entry.get("state", {}), dict):
+            raise bad(f"backend {k} is not an object with a name and a state")
+        blobs = entry.get("blobs", {})
+        if not isinstance(blobs, dict) or not all(
+                isinstance(n, str) and isinstance(sec, str) for n, sec in blobs.items()):
+            raise bad(f"backend {k}'s blobs are not names of sections")

@@ -89,6 +89,9 @@ class Tensor:
             dtype = spec
         else:
             layout = Layout(spec) if isinstance(spec, str) else spec
+            if layout is not None and not isinstance(layout, Layout):
+                raise TensorError(f"a tensor's layout is a string such as 'NHWC', an "
+                                  f"xir.Layout or a TensorType, not {type(spec).__name__}")
             if layout is not None and layout.rank and layout.rank != arr.ndim:
                 raise TensorError(f"layout {layout.spec} has {layout.rank} axes, the array "
                                   f"has {arr.ndim}")

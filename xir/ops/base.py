@@ -70,6 +70,8 @@ class Operation:
 
     op_type: ClassVar[str] = "Operation"
     ATTRS: ClassVar[dict[str, tuple[type, Any]]] = {}
+    #: attribute name -> the values it may take (checked when the op is made or loaded)
+    CHOICES: ClassVar[dict[str, tuple[Any, ...]]] = {"act": ("none", "relu")}
     MIN_INPUTS: ClassVar[int] = 1
     MAX_INPUTS: ClassVar[int | None] = 1
     N_OUTPUTS: ClassVar[int | None] = 1  # None: decided by the attributes (Split)
@@ -105,9 +107,24 @@ class Operation:
                     raise MissingFieldError(f"{self.op_type} needs attribute '{key}'",
                                             op_id=self.op_id, field=key)
                 self.attrs[key] = list(default) if isinstance(default, list) else default
-        if self.attrs.get("act", "none") not in ("none", "relu"):
-            raise FieldTypeError(f"act must be 'none' or 'relu', not {self.attrs['act']!r}",
-                                 op_id=self.op_id, field="act")
+        self.check_attr_values()
+
+    def check_attr_values(self) -> None:
+        """Refuse attribute values no kernel can run: a value outside the attribute's CHOICES,
+        a fused activation's NaN or negative clip bound (a Pad value may well be NaN)."""
+        for key, value in self.attrs.items():
+            allowed = self.CHOICES.get(key)
+            if allowed is not None and value not in allowed:
+                raise FieldTypeError(
+                    f"{key} must be one of {', '.join(map(repr, allowed))}, not {value!r}",
+                    op_id=self.op_id, field=key)
+        for key in ("act_alpha", "act_max"):
+            if key in self.attrs and math.isnan(self.attrs[key]):
+                raise FieldTypeError(f"{key} must be a number, not NaN", op_id=self.op_id,
+                                     field=key)
+        if self.attrs.get("act_max", 0.0) < 0:
+            raise FieldTypeError(f"act_max must be >= 0, not {self.attrs['act_max']}",
+                                 op_id=self.op_id, field="act_max")
 
     # --- identity -------------------------------------------------------------------------
     @property

@@ -20,6 +20,9 @@ _CONV_ATTRS = {
     "groups": (int, 1), "padding_mode": (str, "zeros"),
     **FUSED_ACT_ATTRS,
 }
+#: the padding modes a convolution may name (torch's padding_mode)
+_CONV_CHOICES = {"act": ("none", "relu"),
+                 "padding_mode": ("zeros", "reflect", "replicate", "circular")}
 
 
 def _check_positive(op: Operation, *names: str) -> None:
@@ -54,6 +57,7 @@ class Conv2d(Operation):
     MIN_INPUTS = 2
     MAX_INPUTS = 3
     ATTRS = dict(_CONV_ATTRS)
+    CHOICES = _CONV_CHOICES
 
     def infer_shapes(self, shapes):
         x, w = _conv_operands(self, shapes)
@@ -82,6 +86,7 @@ class ConvTranspose2d(Operation):
     MIN_INPUTS = 2
     MAX_INPUTS = 3
     ATTRS = dict(_CONV_ATTRS, output_pad_height=(int, 0), output_pad_width=(int, 0))
+    CHOICES = _CONV_CHOICES
 
     def infer_shapes(self, shapes):
         x, w = _conv_operands(self, shapes)

@@ -24,6 +24,7 @@ from ..errors import (
     MissingFieldError,
     NetworkFileNotFoundError,
     NetworkFormatError,
+    NetworkWriteError,
     UnknownTypeKeyError,
     XirError,
 )
@@ -182,11 +183,15 @@ def dumps(net_or_dict: Network | dict, ascii_only: bool = False) -> str:
 
 def save_network(net: Network, json_path: str | os.PathLike,
                  raw_path: str | os.PathLike | None = None, *, validate: bool = True) -> None:
-    """Write `net` as json + raw (raw next to the json, same stem, `.raw`), both atomically.
+    """Write `net` as json + raw (raw next to the json, same stem, `.raw`).
 
-    The raw is written first (to a temporary file, md5 computed while writing) so the json can
-    record params_bytes/params_md5; both files are moved into place only when both are complete.
-    The network is validated first, since the loader would refuse an invalid one.
+    A failure (or a kill) at any step leaves the old pair or the new pair, never a mix. The
+    raw is written first, under a content-addressed name beside the raw (``net.raw.<md5>``);
+    the json, which records that md5, is then moved into place: that rename is the commit.
+    Last the raw takes its own name. Between the two renames the new json's raw is the
+    content-addressed file, which `read_raw` falls back to when the raw beside the json is
+    not the one the json records. The network is validated first, since the loader would
+    refuse an invalid one.
     """
     json_path = os.fspath(json_path)
     if raw_path is None:
@@ -196,47 +201,46 @@ def save_network(net: Network, json_path: str | os.PathLike,
         net.validate()
     obj = network_to_dict(net)
     dumps(obj)  # fail on unencodable tags before writing anything
+    try:
+        _write_pair(obj, net, json_path, raw_path)
+    except OSError as exc:
+        if isinstance(exc, XirError):
+            raise
+        folder = os.path.dirname(os.path.abspath(json_path))
+        raise NetworkWriteError(f"cannot save the network: {exc.strerror or exc} (in folder "
+                                f"'{folder}'); the files there are as they were",
+                                file=json_path) from exc
+
+
+def _write_pair(obj: dict[str, Any], net: Network, json_path: str, raw_path: str) -> None:
     raw_tmp, size, digest = _raw.write_raw_tmp(net.params(), raw_path)
+    staged = _raw.staged_raw_path(raw_path, digest)
     json_tmp = None
+    committed = False
     try:
         obj["params_bytes"], obj["params_md5"] = size, digest
         try:
             text = dumps(obj).encode("utf-8")
         except UnicodeEncodeError:  # lone surrogates in a name: escape them
             text = dumps(obj, ascii_only=True).encode("ascii")
+        os.replace(raw_tmp, staged)
+        raw_tmp = None
         fd, json_tmp = temp_beside(json_path)
         with os.fdopen(fd, "wb") as f:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
-        _replace_pair(raw_tmp, raw_path, json_tmp, json_path)
-        raw_tmp = json_tmp = None
+        os.replace(json_tmp, json_path)
+        json_tmp, committed = None, True
+        os.replace(staged, raw_path)
     finally:
         for tmp in (raw_tmp, json_tmp):
             if tmp is not None:
                 unlink_quietly(tmp)
+        if not committed:
+            unlink_quietly(staged)
+    _raw.remove_stale_staged(raw_path)
     net.params_bytes, net.params_md5 = size, digest
-
-
-def _replace_pair(raw_tmp: str, raw_path: str, json_tmp: str, json_path: str) -> None:
-    """Move both finished files into place; if the json's move fails after the raw's, the old
-    raw goes back, so the old pair stays whole (the temporaries are the caller's to remove)."""
-    backup = None
-    if os.path.exists(raw_path):
-        fd, backup = temp_beside(raw_path)
-        os.close(fd)
-        os.replace(raw_path, backup)
-    try:
-        os.replace(raw_tmp, raw_path)
-        os.replace(json_tmp, json_path)
-    except BaseException:
-        if backup is not None:
-            os.replace(backup, raw_path)
-        else:  # there was no old raw: none may be left beside the old json
-            unlink_quietly(raw_path)
-        raise
-    if backup is not None:
-        unlink_quietly(backup)
 
 
 # =========================================================================================

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import struct
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, BinaryIO
@@ -146,18 +147,52 @@ def write_raw(net: Network, path: str | os.PathLike) -> tuple[int, str]:
     return size, digest
 
 
+def staged_raw_path(path: str | os.PathLike, md5: str) -> str:
+    """Where `save_network` puts a raw of this md5 until its json is in place."""
+    return f"{os.fspath(path)}.{md5}"
+
+
+_STAGED = re.compile(r"\.[0-9a-f]{32}$")
+
+
+def remove_stale_staged(path: str | os.PathLike) -> None:
+    """Remove content-addressed raws a killed save left beside `path`."""
+    path = os.fspath(path)
+    folder, base = os.path.split(os.path.abspath(path))
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return
+    for name in names:
+        if name.startswith(base) and _STAGED.fullmatch(name[len(base):]):
+            unlink_quietly(os.path.join(folder, name))
+
+
 # --- reading ------------------------------------------------------------------------------
 
-def read_raw(net: Network, path: str | os.PathLike) -> Network:
-    """Fill every Params of `net` from the .raw file at `path` (see `read_raw_bytes`)."""
+def _read_file(net: Network, path: str) -> Network:
     try:
-        buf = np.fromfile(os.fspath(path), dtype=np.uint8)
+        buf = np.fromfile(path, dtype=np.uint8)
     except OSError as exc:
         from ..errors import NetworkFileNotFoundError
 
         raise NetworkFileNotFoundError(f"cannot read raw params: {exc.strerror or exc}",
-                                       file=os.fspath(path)) from exc
-    return read_raw_bytes(net, buf, file=os.fspath(path))
+                                       file=path) from exc
+    return read_raw_bytes(net, buf, file=path)
+
+
+def read_raw(net: Network, path: str | os.PathLike) -> Network:
+    """Fill every Params of `net` from the .raw file at `path` (see `read_raw_bytes`); when
+    that is not the raw the json records, from the content-addressed raw of an interrupted
+    `save_network` if one is there."""
+    path = os.fspath(path)
+    try:
+        return _read_file(net, path)
+    except XirError:
+        staged = staged_raw_path(path, net.params_md5) if net.params_md5 else ""
+        if not staged or not os.path.isfile(staged):
+            raise
+    return _read_file(net, staged)
 
 
 def read_raw_bytes(net: Network, data: bytes | bytearray | memoryview | np.ndarray,

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right, insort
 
+from xrt.args import int_arg
 from xrt.errors import (
     AddressInUseError,
     AlignmentError,
@@ -30,7 +31,7 @@ from xrt.errors import (
 
 def check_alignment(alignment: int, what: str = "alignment") -> int:
     """Return `alignment` as an int, or raise AlignmentError unless it is a power of two >= 1."""
-    alignment = int(alignment)
+    alignment = int_arg(alignment, what)
     if alignment < 1 or alignment & (alignment - 1):
         raise AlignmentError(f"{what} {alignment} is not a power of two >= 1; pass 1, 2, 4, 8, ...")
     return alignment

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from xrt.args import int_arg
 from xrt.errors import (
     DoubleFreeError,
     InvalidArgumentError,
@@ -107,7 +108,7 @@ class MemChunk:
 
     def _range(self, offset: int, nbytes: int, what: str) -> tuple[_ChunkState, int]:
         st = self._live()
-        offset, nbytes = int(offset), int(nbytes)
+        offset, nbytes = int_arg(offset, f"{what} offset"), int_arg(nbytes, f"{what} size")
         if offset < 0 or nbytes < 0 or offset + nbytes > st.size:
             raise MemoryAccessError(
                 f"{self!r}: {what} of {nbytes} bytes at offset {offset} is outside the chunk "
@@ -160,7 +161,7 @@ class MemChunk:
         """
         st = self._live()
         if nbytes is None:
-            nbytes = st.size - int(offset)
+            nbytes = st.size - int_arg(offset, "view offset")
         st, offset = self._range(offset, nbytes, "view")
         if st.region is None:
             return np.zeros(0, dtype=np.uint8)
@@ -192,7 +193,7 @@ class MemChunk:
         dv = as_uint8_view(dest, "read destination")
         if byte_size is None:
             byte_size = dv.size
-        byte_size = int(byte_size)
+        byte_size = int_arg(byte_size, "read byte_size", 0)
         if not dv.flags.writeable:
             raise InvalidArgumentError(
                 f"{self!r}: read destination is read-only; pass a writable buffer"
@@ -213,7 +214,7 @@ class MemChunk:
         sv = as_uint8_view(src, "write source")
         if byte_size is None:
             byte_size = sv.size
-        byte_size = int(byte_size)
+        byte_size = int_arg(byte_size, "write byte_size", 0)
         if byte_size > sv.size:
             raise MemoryAccessError(
                 f"{self!r}: write of {byte_size} bytes from a source of only {sv.size} bytes; "
@@ -230,7 +231,10 @@ class MemChunk:
 
         Works across regions and devices; overlapping ranges in one chunk copy correctly.
         """
-        byte_size = int(byte_size)
+        byte_size = int_arg(byte_size, "copyFrom byte_size", 0)
+        if not isinstance(src_chunk, MemChunk):
+            raise InvalidArgumentError(f"copyFrom source must be a MemChunk, not "
+                                       f"{type(src_chunk).__name__}")
         st, dest_offset = self._range(dest_offset, byte_size, "copy destination")
         data = src_chunk._read_bytes(src_offset, byte_size)
         if byte_size == 0 or st.region is None:
@@ -243,9 +247,10 @@ class MemChunk:
 
     def fill(self, value: int = 0, offset: int = 0, nbytes: int | None = None) -> None:
         """Set `nbytes` bytes (default: to the end) at `offset` to `value` (0..255)."""
+        value = int_arg(value, "fill value", 0, 255)
         st = self._live()
         if nbytes is None:
-            nbytes = st.size - int(offset)
+            nbytes = st.size - int_arg(offset, "fill offset")
         st, offset = self._range(offset, nbytes, "fill")
         if nbytes and st.region is not None:
             st.region.storage.fill(st.addr + offset, nbytes, value)

@@ -92,8 +92,9 @@ class MemPtr:
                     f"MemPtr address must be an int, got {type(addr).__name__}"
                 )
             addr = int(addr)
-            if addr < 0:
-                raise InvalidPointerError(f"MemPtr address {addr} is negative")
+            if not 0 <= addr < 1 << 64:
+                raise InvalidPointerError(f"MemPtr address {addr} is outside the 64-bit "
+                                          f"address space")
         if cptr is not None:
             as_uint8_view(cptr, "MemPtr cptr")  # validate early: contiguous buffer
         self._cptr = cptr

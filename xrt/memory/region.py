@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from xrt.args import bool_arg
 from xrt.errors import InvalidArgumentError, InvalidPointerError, MemoryAccessError
 from xrt.memory.allocator import Allocator, check_alignment
 from xrt.memory.chunk import MemChunk
@@ -82,7 +83,8 @@ class MemRegion:
     def _malloc(self, byte_size: int, auto_free: bool = True, alignment: int = 1) -> MemChunk:
         byte_size = _check_size(byte_size, f"region {self.name!r} malloc")
         alignment = max(check_alignment(alignment), self.default_alignment)
-        return self._manager._new_chunk(byte_size, bool(auto_free), alignment)
+        return self._manager._new_chunk(byte_size, bool_arg(auto_free, "malloc auto_free"),
+                                        alignment)
 
     def _malloc_at(
         self,

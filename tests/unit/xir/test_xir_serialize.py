@@ -358,25 +358,66 @@ def test_failed_save_leaves_old_files_and_no_temp(tmp_path, all_ops):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["net.json", "net.raw"]
 
 
-def test_failed_json_move_puts_the_old_raw_back(tmp_path, all_ops, monkeypatch):
-    """The json's rename failing after the raw's leaves the old pair whole, no temporaries."""
+def _pair(jp):
+    """What a loader sees: the params of the pair at `jp` (or the error it raises)."""
+    net = load_network(jp)
+    return [np.asarray(p.data).tobytes() for p in net.params()]
+
+
+@pytest.mark.parametrize("step", range(8))
+def test_a_failure_at_any_save_step_leaves_the_old_or_the_new_pair(tmp_path, all_ops,
+                                                                   monkeypatch, step):
+    """Every os call a save makes (temporary files, writes, fsyncs, renames) fails in turn,
+    as a full disk would: afterwards the loader reads the old pair or the new one."""
     jp = tmp_path / "net.json"
     save_network(all_ops, jp)
-    before = (jp.read_bytes(), jp.with_suffix(".raw").read_bytes())
+    old = _pair(jp)
     changed = build_all_ops()
-    changed.params()[0]._data = np.asarray(changed.params()[0]._data) * 0
-    real = os.replace
+    changed.params()[0]._data = np.asarray(changed.params()[0]._data) * 0 + 1
+    calls = {"n": 0}
+    real = {name: getattr(os, name) for name in ("replace", "fsync", "fdopen")}
 
-    def replace(src, dst):
-        if os.fspath(dst) == os.fspath(jp):
-            raise OSError(28, "No space left on device")
-        return real(src, dst)
+    def failing(name):
+        def call(*a, **k):
+            calls["n"] += 1
+            if calls["n"] == step + 1:
+                raise OSError(28, f"No space left on device ({name})")
+            return real[name](*a, **k)
+        return call
 
-    monkeypatch.setattr(os, "replace", replace)
-    with pytest.raises(OSError, match="No space"):
+    for name in real:
+        monkeypatch.setattr(os, name, failing(name))
+    failed = False
+    try:
         save_network(changed, jp)
-    monkeypatch.setattr(os, "replace", real)
-    assert (jp.read_bytes(), jp.with_suffix(".raw").read_bytes()) == before
+    except OSError:
+        failed = True
+    monkeypatch.undo()
+    got = _pair(jp)
+    save_network(changed, tmp_path / "new.json")
+    new = _pair(tmp_path / "new.json")
+    assert got in (old, new)
+    if not failed:
+        assert got == new and step >= calls["n"]
+    names = sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("net."))
+    assert names[:2] == ["net.json", "net.raw"] and not [n for n in names if n.endswith(".tmp")]
+
+
+def test_a_save_killed_between_its_renames_is_read_as_the_new_pair(tmp_path, all_ops):
+    """The state a kill after the json's rename leaves: new json, old raw, the new raw under
+    its content-addressed name. The loader reads the new pair; the next save tidies up."""
+    jp = tmp_path / "net.json"
+    save_network(all_ops, jp)
+    old_raw = jp.with_suffix(".raw").read_bytes()
+    changed = build_all_ops()
+    changed.params()[0]._data = np.asarray(changed.params()[0]._data) * 0 + 1
+    save_network(changed, jp)
+    new = _pair(jp)
+    staged = tmp_path / f"net.raw.{changed.params_md5}"
+    jp.with_suffix(".raw").rename(staged)
+    jp.with_suffix(".raw").write_bytes(old_raw)
+    assert _pair(jp) == new
+    save_network(changed, jp)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["net.json", "net.raw"]
 
 

@@ -23,7 +23,9 @@ import numpy as np
 from npu_model.lowering.common import npu_dtype
 from npu_runtime.apply import Run
 from npu_runtime.backend import NpuBackend
+from npu_runtime.checks import check_network_tag
 from npu_runtime.structs import OcmOpt, SegmentType
+from xir.errors import NetworkFormatError
 from xrt.errors import InvalidArgumentError, UnsupportedOpError
 from xrt.tensor import Tensor
 
@@ -100,8 +102,11 @@ class BuyiBackend(NpuBackend):
         casts = [op for op in network_view.ops if op.op_type == "Cast"]
         super().init(_HardOpView(network_view) if casts else network_view, device)
         net = getattr(network_view, "network", network_view)
-        tags = getattr(net, "tags", {}) or {}
-        ocm = int((tags.get(TAG) or {}).get("ocm", 0)) if isinstance(tags, dict) else 0
+        file = getattr(net, "source_file", None)
+        ocm = check_network_tag(getattr(net, "tags", {}), TAG, file).get("ocm", 0)
+        if ocm not in [o.value for o in OcmOpt] or isinstance(ocm, bool):
+            raise NetworkFormatError(f"ocm must be one of {[o.value for o in OcmOpt]}, not "
+                                     f"{ocm!r}", file=file, field=f"tags.{TAG}.ocm")
         self.settings.ocm = OcmOpt(ocm)
 
     @property

@@ -14,9 +14,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from xrt.errors import XrtError
-
 from . import deploy
+from .checks import check_hardops
 from .structs import HardOpInfo, LogicSegment, OcmOpt, SegmentType, ValueInfo
 
 #: alignment of every physical segment chunk (and of user chunks deployed into)
@@ -131,12 +130,11 @@ def build_layout(view: Any, tag: str, backend_id: int) -> Layout:
     hard = hardops(view)
     in_ids = {v.v_id for v in view.inputs()}
     out_ids = {v.v_id for v in view.outputs()}
+    net = getattr(view, "network", view)
+    check_hardops(hard, tag, getattr(net, "source_file", None), in_ids | out_ids)
     values: dict[int, Any] = {}
     for op in hard:
         for v in op.inputs + op.outputs:
-            if tag not in v.tags:
-                raise XrtError(f"value {v.v_id} of HardOp {op.op_id} has no ETM placement "
-                               f"(tags['{tag}']); the network was not lowered for {tag}")
             values[v.v_id] = v
     bufs: dict[int, Buffer] = {}
     for v in values.values():

@@ -25,8 +25,10 @@ from xrt.errors import SnapshotError, UnsupportedOpError
 
 from . import apply as stage
 from . import deploy
+from .checks import check_hardops
 from .layout import Buffer, Layout, hardops
 from .settings import Settings
+from .snapshot_checks import check_state
 from .structs import HardOpInfo, LogicSegment, OcmOpt, SegmentType, ValueInfo
 
 STATE_VERSION = 1
@@ -95,12 +97,16 @@ def restore(view: Any, device: Any, state: dict[str, Any], blobs: dict[str, Any]
             name: str, tag: str, backend_id: int, run_key: stage.RunKey
             ) -> tuple[Layout, Settings, stage.Deployment]:
     """The layout, settings and deployment `state` describes, deployed on `device`."""
-    if state.get("version") != STATE_VERSION:
-        raise SnapshotError(f"{name} state version {state.get('version')!r} is not "
+    version = state.get("version") if isinstance(state, dict) else None
+    if version != STATE_VERSION or isinstance(version, bool):
+        raise SnapshotError(f"{name} state version {version!r} is not "
                             f"{STATE_VERSION}: dump the snapshot again with this backend")
     hard = hardops(view)
     if len(hard) != len(view.ops):
         raise UnsupportedOpError(f"{name} snapshot: the view holds ops other than HardOps")
+    check_hardops(hard, tag, getattr(getattr(view, "network", view), "source_file", None),
+                  {v.v_id for v in view.inputs() + view.outputs()})
+    check_state(state, view, hard, tag, name)
     order = [h[0] for h in state["hardops"]]
     if order != [op.op_id for op in hard]:
         raise SnapshotError(f"{name} snapshot: HardOps {order} were deployed, the view holds "
@@ -141,6 +147,8 @@ def restore(view: Any, device: Any, state: dict[str, Any], blobs: dict[str, Any]
                     n_layers=int(state["n_layers"]), logic_base=int(state["logic_base"]))
     images = {}
     for key, st in (("weight", SegmentType.WEIGHT), ("instr", SegmentType.INSTR)):
+        if key not in blobs:
+            raise SnapshotError(f"{name} snapshot: the {key} image is missing")
         img = np.frombuffer(blobs[key], np.uint8)
         if img.size != segs[st].byte_size:
             raise SnapshotError(f"{name} snapshot: the {st.name} image has {img.size} bytes, "
