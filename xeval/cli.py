@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 
+from xrt.cli.files import writable
 from xrt.errors import XrtError
 
 from .metrics import METRICS
@@ -50,16 +51,6 @@ def configure_sweep(parser: argparse.ArgumentParser) -> None:
     _parallel(parser)
     parser.add_argument("--out", default="sweep.csv", help="CSV, one row per grid point")
     parser.add_argument("--plot", help="PNG: cycles against area proxies, Pareto front marked")
-
-
-def writable(path: str, what: str) -> str:
-    """`path` if a file can be written there; XrtError before any work is done otherwise."""
-    folder = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(folder):
-        raise XrtError(f"{what} {path}: the folder {folder} does not exist")
-    if not os.access(folder, os.W_OK):
-        raise XrtError(f"{what} {path}: the folder {folder} is not writable")
-    return path
 
 
 def run_eval(args: argparse.Namespace) -> int:

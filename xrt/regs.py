@@ -48,6 +48,9 @@ class RegRegion:
         self._write_hooks: dict[int, list[WriteHook]] = {}
         self._read_hooks: dict[int, list[ReadHook]] = {}
         self._write_check: WriteHook | None = None
+        #: absolute address -> the value `reset()` restores (the others go back to 0)
+        self.power_on: dict[int, int] = {}
+        self._reset_hooks: list[Callable[[], None]] = []
 
     # --- addressing ---------------------------------------------------------------------------
 
@@ -149,8 +152,18 @@ class RegRegion:
         self._store(self.absolute(addr, relative), self._value(data))
 
     def reset(self) -> None:
-        """Set every register back to 0; hooks stay attached."""
-        self._values.clear()
+        """Set every register back to its power-on value (`power_on`, else 0); hooks stay
+        attached, and the device's reset hooks run (a model dropping what it derived from the
+        registers)."""
+        self._values = dict(self.power_on)
+        for hook in list(self._reset_hooks):
+            hook()
+
+    def on_reset(self, callback: Callable[[], None]) -> Callable[[], None]:
+        """Call `callback()` after every `reset()`; returns a function that removes it."""
+        self._reset_hooks.append(callback)
+        return lambda: self._reset_hooks.remove(callback) \
+            if callback in self._reset_hooks else None
 
     def __repr__(self) -> str:
         return (

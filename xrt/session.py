@@ -41,6 +41,7 @@ class Session:
         self._backends: list[Backend] = []
         self._bindings: dict[int, Backend] = {}
         self._applied = False
+        self._closed = False
         self._position = 0
         self._values: dict[int, Tensor] = {}
         self._pre: Callback | None = None
@@ -265,6 +266,7 @@ class Session:
         for b in self._backends:
             b.deinit()
         self._values.clear()
+        self._closed = True
 
     def __enter__(self) -> Session:
         return self
@@ -413,6 +415,9 @@ class Session:
 
     # --- internals ------------------------------------------------------------------------
     def _require_applied(self, what: str) -> None:
+        if self._closed:
+            raise CallOrderError(f"Session.{what}() after close(): the backends gave their "
+                                 f"device memory back; create a new session")
         if not self._applied:
             raise CallOrderError(f"Session.{what}() before Session.apply()")
 

@@ -127,3 +127,26 @@ def test_the_reported_misuses_are_refused(world):
     with pytest.raises(xrt.TensorError, match="laid out NHWC, the tensor says NCHW"):
         world["sess"].forward([Tensor(world["x"], "NCHW")])
     world["sess"].forward([Tensor(world["x"], "NHWC")])  # the right layout, or none, runs
+
+
+def test_a_closed_session_refuses_to_run_and_holds_no_device_memory(world):
+    from xcompile import zoo
+    from xcompile.quant.quantize import quantize_network
+    from zg330backend import ZG330Backend
+    from zg330backend.lowering import adapt, lower
+
+    q = quantize_network(zoo.build("tiny_cnn"), zoo.calibration_set("tiny_cnn", count=2),
+                         bits=8, method="minmax", weight_rounding="nearest")
+    z = lower(adapt(q))
+    with Device.Open("sim://zg330") as d:
+        s = Session.Create([ZG330Backend, world["HostBackend"]], z.view(0), [d, world["host"]])
+        s.apply()
+        s.forward([world["x"]])
+        backend = s.backends[0]
+        s.close()
+        assert d.defaultMemRegion().used_bytes == 0  # at once, not when the GC runs
+        with pytest.raises(xrt.CallOrderError, match="after close"):
+            s.forward([world["x"]])
+        hard = next(op for op in z.ops if op.op_type == "HardOp")
+        with pytest.raises(xrt.CallOrderError, match="after deinit"):
+            backend.forwardHardOp(hard, [], [])

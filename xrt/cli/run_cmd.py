@@ -109,12 +109,18 @@ def run(args: argparse.Namespace) -> int:
 
     from ..profiling import plot_profile, print_profile, profile_rows, write_chrome_trace
     from ..session import Session
+    from .files import read_npy, writable, writable_dir
 
+    for opt in ("profile_json", "trace", "plot"):  # before any work, not after the run
+        if getattr(args, opt):
+            writable(getattr(args, opt), "--" + opt.replace("_", "-"))
+    for opt in ("dump_outputs", "save_outputs"):
+        if getattr(args, opt):
+            writable_dir(getattr(args, opt), "--" + opt.replace("_", "-"))
+    inputs = [read_npy(p, "--inputs") for p in args.inputs]
     net = load_model(args.model, args.raw, args.target, args.input_size)
     classes, devices = parse_backends(args.backends)
-    if args.inputs:
-        inputs = [np.load(p) for p in args.inputs]
-    else:
+    if not inputs:
         inputs = default_inputs(args.model, net, args.input_size)
     sess = Session.Create(classes, net.view(0), devices, strict=args.strict)
     sess.enableTimeProfile(True)

@@ -167,6 +167,8 @@ class DeviceServer:
         self._accept_thread: threading.Thread | None = None
         self.requests = 0
         self.errors = 0
+        #: requests that failed with something other than a project error (a server bug)
+        self.internal_errors = 0
 
     # --- lifecycle ----------------------------------------------------------------------------
 
@@ -350,6 +352,7 @@ class DeviceServer:
             return self._error(req_id, exc), False
         except Exception as exc:  # a device-model bug must not take the server down
             log.exception("request %#06x from %s failed", mtype, c.peer)
+            self.internal_errors += 1
             return self._error(req_id, DeviceError(f"internal error in the device server: "
                                                    f"{type(exc).__name__}: {exc}")), False
 
@@ -498,7 +501,10 @@ class DeviceServer:
         return []
 
     def _reg_reset(self, c: _Client, p: bytearray) -> list[Any]:
-        self._need_reg().reset()
+        reg = self._need_reg()
+        if self.guard is not None:  # the client's shadow MMU and run registers too
+            self.guard.reg_reset(c.scope)
+        reg.reset()  # power-on values: the clocks come back, never 0
         return []
 
     def _call(self, c: _Client, p: bytearray) -> list[Any]:
@@ -528,6 +534,7 @@ class DeviceServer:
         with self.lock:
             return {
                 "clients": len(self._clients), "requests": self.requests, "errors": self.errors,
+                "internal_errors": self.internal_errors,
                 "chunks": {r.name: r.memManager().chunk_count for r in self.regions},
                 "used_bytes": {r.name: r.used_bytes for r in self.regions},
                 "client_chunks": {str(c.cid): sum(len(x) for x in c.chunks)

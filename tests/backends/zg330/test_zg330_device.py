@@ -274,9 +274,29 @@ def test_dropped_devices_are_freed_and_close_frees_at_once():
     gc.collect()
     assert sum(r() is not None for r in refs) == 0
     d = Device.Open("sim://zg330")
+    for _ in range(2):  # a session dropped without close() on a device that stays open
+        s, _ = _zg(z, d, np.zeros(q.inputs()[0].shape, np.float32))
+        assert d.defaultMemRegion().used_bytes > 0
+        del s
+    gc.collect()
+    assert d.defaultMemRegion().used_bytes == 0
     storage = d.defaultMemRegion().storage
     assert storage.arena is not None
     d.close()
     assert storage.arena is None
     with pytest.raises(MemoryAccessError, match="closed"):
         storage.view(storage.base, 8)
+
+
+def test_a_register_region_reset_restores_the_power_on_clocks_and_invalidates_the_mmu():
+    """`defaultRegRegion().reset()` once left ICORE_CLK_HZ at 0 (every later run divided by
+    it) and the MMU table of the last generation cached."""
+    with Device.Open("sim://zg330") as d:
+        base = d.defaultRegRegion().base
+        ic, ddr = d.readReg(base + R.ICORE_CLK_HZ), d.readReg(base + R.DDR_CLK_HZ)
+        d.setIcoreClkFreq(500_000_000)
+        gen = d.mmu_generation
+        d.defaultRegRegion().reset()
+        assert (d.readReg(base + R.ICORE_CLK_HZ), d.readReg(base + R.DDR_CLK_HZ)) == (ic, ddr)
+        assert d.mmu_generation > gen
+        assert d.calcTime() == 0.0  # a clock to divide by again

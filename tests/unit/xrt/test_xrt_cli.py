@@ -50,6 +50,29 @@ def test_run_reports_bad_input_cleanly(tmp_path, capsys):
     assert "installed schemes" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("opts, message", [
+    (["--plot", "{tmp}/missing/p.png"], "--plot {tmp}/missing/p.png: the folder"),
+    (["--trace", "{tmp}/missing/t.json"], "--trace {tmp}/missing/t.json: the folder"),
+    (["--profile-json", "{tmp}"], "is a folder"),
+    (["--save-outputs", "{tmp}/f.npy/out"], "is a file, not a folder"),
+    (["--inputs", "{tmp}/nothere.npy"], "--inputs {tmp}/nothere.npy: no such file"),
+    (["--inputs", "{tmp}/f.npy"], "not a readable .npy array"),
+    (["--inputs", "{tmp}"], "is a folder"),
+])
+def test_run_checks_its_files_before_any_work(tmp_path, capsys, monkeypatch, opts, message):
+    """Output paths and input files are checked first: one line, no traceback, and no model
+    is loaded (the load would fail the test)."""
+    (tmp_path / "f.npy").write_bytes(b"not an npy file")
+    import xrt.cli.run_cmd as run_cmd
+
+    monkeypatch.setattr(run_cmd, "load_model", lambda *a, **k: pytest.fail("model loaded"))
+    args = [o.format(tmp=tmp_path) for o in opts]
+    assert main(["run", "tiny_cnn", *args]) == 2
+    err = capsys.readouterr().err
+    assert message.format(tmp=tmp_path) in err and "Traceback" not in err
+    assert err.count("\n") == 1
+
+
 def test_run_onnx_in_float_and_refuse_target_without_calibration(tmp_path, capsys):
     pytest.importorskip("onnx")
     from xcompile.frontend.onnx_export import export_onnx

@@ -252,6 +252,9 @@ class NpuBackend(ChipSteps, Backend):
     def forwardHardOp(self, op: Any, inputs: list[Tensor], outputs: list[Tensor]
                       ) -> list[Tensor]:
         """Run one HardOp (its whole merged run the first time); see `forward.Forwarder`."""
+        if self._deinited:
+            raise CallOrderError(f"{type(self).__name__}: forward of HardOp {op.op_id} after "
+                                 f"deinit()")
         if not self._applied:
             raise CallOrderError(f"{type(self).__name__}: forward of HardOp {op.op_id} before "
                                  f"apply()")
@@ -365,6 +368,7 @@ class NpuBackend(ChipSteps, Backend):
             return
         if self._forwarder is not None:
             self._forwarder.release()
+            self._forwarder = None  # it holds the chunks it bound (user tensors among them)
         if self.deployment is not None:
             self.deployment.free()
         super().deinit()

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import weakref
 from typing import Any, ClassVar
 
 import numpy as np
@@ -55,10 +56,20 @@ class DeviceShare:
 
     def __init__(self) -> None:
         self.lock = threading.RLock()
-        #: the backend whose MMU table is programmed now (None: whoever runs next programs it)
-        self.mmu_owner: Any = None
+        self._mmu_owner: weakref.ref | None = None
         self._arena: Any = None
         self._arena_lock = threading.Lock()
+
+    @property
+    def mmu_owner(self) -> Any:
+        """The forwarder whose MMU table is programmed now (None: whoever runs next programs
+        it). Held weakly: a session dropped without close() must not be kept alive by the
+        device it last ran on."""
+        return self._mmu_owner() if self._mmu_owner is not None else None
+
+    @mmu_owner.setter
+    def mmu_owner(self, owner: Any) -> None:
+        self._mmu_owner = weakref.ref(owner) if owner is not None else None
 
     def ocm_arena(self, device: Any) -> Any:
         """The device's OCM as one chunk shared by every backend on it; None when the OCM is
@@ -147,6 +158,7 @@ class NpuDevice(Device):
                 self.mmu_generation += 1
 
         self._reg.check_writes(check)
+        self._reg.on_reset(self._on_reg_reset)
         self._power_on_defaults()
 
     # --- register helpers ----------------------------------------------------------------------
@@ -168,11 +180,18 @@ class NpuDevice(Device):
         self._wr(lo + 4, int(value) >> 32 & 0xFFFF_FFFF)
 
     def _power_on_defaults(self) -> None:
+        """The registers that are not 0 at power-on (the MPE enable of this variant and the
+        clocks), set now and restored by every register reset."""
         cfg = self.config
         rows, cols = self._rows_cols_on
-        self._poke(R.MPE_EN, rows | cols << 16)
-        self._poke(R.ICORE_CLK_HZ, cfg.icore_clk_hz)
-        self._poke(R.DDR_CLK_HZ, cfg.ddr_clk_hz)
+        for off, value in ((R.MPE_EN, rows | cols << 16), (R.ICORE_CLK_HZ, cfg.icore_clk_hz),
+                           (R.DDR_CLK_HZ, cfg.ddr_clk_hz)):
+            self._reg.power_on[self._reg.absolute(off, relative=True)] = value
+            self._poke(off, value)
+
+    def _on_reg_reset(self) -> None:
+        """A register reset (the device's or the RegRegion's own) emptied the MMU."""
+        self.mmu_generation += 1
 
     # --- vendor API: execution ------------------------------------------------------------------
 
@@ -484,8 +503,6 @@ class NpuDevice(Device):
             raise InvalidArgumentError(f"{self!r}: reset level {level} is not 0 (full) or 1 (fast)")
         if level == 0:
             self._reg.reset()
-            self.mmu_generation += 1
-            self._power_on_defaults()
         else:
             for off in R.FAST_RESET_CLEARS:
                 self._poke(off, 0)

@@ -57,6 +57,12 @@ class ClientGuard:
             return self._regs(scope).get(off, 0)
         return None
 
+    def reg_reset(self, scope: dict) -> None:
+        """A client's register reset: its own MMU entries and run registers, never the shared
+        device's (which would stop every other client's runs)."""
+        self._mmu(scope).clear()
+        self._regs(scope).clear()
+
     def reg_write(self, scope: dict, addr: int, value: int) -> bool:
         off = addr - self.base
         if off == R.CTRL and value & R.CTRL_START:
@@ -84,6 +90,8 @@ class ClientGuard:
         if name == "icoreCalc":
             self._run(scope, owns, *args)
             return (None,)
+        if name == "reset" and (not args or args[0] == 0):
+            self.reg_reset(scope)  # the device's own reset follows (power-on values)
         return None
 
     # --- calls ------------------------------------------------------------------------------------
