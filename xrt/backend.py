@@ -53,7 +53,7 @@ class Backend:
         self._deinited = False
         self._snapshot = False
         self._time_profile = False
-        self._times: dict[int, tuple[float, float]] = {}
+        self._times: dict[int, tuple[float, float, float]] = {}
 
     # --- construction -------------------------------------------------------------------
     @classmethod
@@ -169,13 +169,18 @@ class Backend:
     def enableTimeProfile(self, enable: bool) -> None:
         self._time_profile = bool(enable)
 
-    def setTimeElapses(self, op_id: int, memcpy_time: float, hard_time: float) -> None:
-        """Record the memcpy and hardware time (ms) of an op's last forward."""
-        old = self._times.get(op_id, (0.0, 0.0))
-        self._times[op_id] = (old[0] + float(memcpy_time), old[1] + float(hard_time))
+    def setTimeElapses(self, op_id: int, memcpy_time: float, hard_time: float, *,
+                       host_ms: float = 0.0) -> None:
+        """Record the memcpy and hardware time (ms) of an op's last forward. `host_ms` (not in
+        the vendor API): host wall time spent for `op_id` inside another op's forward call --
+        a merged run simulated during its first HardOp -- which the session moves from that
+        op's row to this one."""
+        old = self._times.get(op_id, (0.0, 0.0, 0.0))
+        self._times[op_id] = (old[0] + float(memcpy_time), old[1] + float(hard_time),
+                              old[2] + float(host_ms))
 
-    def takeTimeElapses(self) -> dict[int, tuple[float, float]]:
-        """The recorded (memcpy, hard) times since the last call, cleared."""
+    def takeTimeElapses(self) -> dict[int, tuple[float, float, float]]:
+        """The recorded (memcpy, hard, host) times since the last call, cleared."""
         times, self._times = self._times, {}
         return times
 

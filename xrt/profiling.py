@@ -91,8 +91,18 @@ def _hw_cells(r: dict[str, Any]) -> list[str]:
             f"{util * 100:.0f}%" if util is not None else ""]
 
 
+#: the per-layer hardware figures a simulated NPU adds to a row (`profileInfo`)
+HW_KEYS = ("cycles", "macs", "etm_bytes", "ocm_bytes", "utilisation")
+
+
 def chrome_trace(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """The rows as Chrome/Perfetto trace events (one track per backend, µs timestamps)."""
+    """The rows as Chrome/Perfetto trace events (µs timestamps).
+
+    Process 1 is the host: one track per backend, each op's wall time laid end to end. Process
+    2 is simulated time: one track per backend with simulated hardware time, each event as long
+    as the op's simulated time (`hard_ms`), with its cycles, MACs, ETM/OCM bytes and
+    utilisation in the args.
+    """
     events, clock = [], 0.0
     for r in rows:
         dur = r["wall_ms"] * 1e3
@@ -100,6 +110,22 @@ def chrome_trace(rows: list[dict[str, Any]]) -> dict[str, Any]:
                        "dur": dur, "pid": 1, "tid": r["backend"] or "session",
                        "args": {k: r[k] for k in ("macs", "memcpy_ms", "hard_ms", "other_ms")}})
         clock += dur
+    sim = [r for r in rows if r.get("hard_ms", 0) > 0]
+    if sim:
+        events += [{"name": "process_name", "ph": "M", "pid": 1,
+                    "args": {"name": "host (wall time)"}},
+                   {"name": "process_name", "ph": "M", "pid": 2,
+                    "args": {"name": "simulated chip time"}}]
+        chip_clock: dict[str, float] = {}
+        for r in sim:
+            track = r["backend"] or "chip"
+            ts = chip_clock.get(track, 0.0)
+            dur = r["hard_ms"] * 1e3
+            events.append({"name": f"{r['op_type']} #{r['op_id']}", "ph": "X", "ts": ts,
+                           "dur": dur, "pid": 2, "tid": track,
+                           "args": {"hard_ms": r["hard_ms"],
+                                    **{k: r[k] for k in HW_KEYS if k in r}}})
+            chip_clock[track] = ts + dur
     return {"traceEvents": events, "displayTimeUnit": "ms"}
 
 
@@ -108,42 +134,60 @@ def write_chrome_trace(rows: list[dict[str, Any]], path: str) -> None:
         json.dump(chrome_trace(rows), fh)
 
 
+def write_profile_csv(rows: list[dict[str, Any]], path: str) -> None:
+    """The per-layer table as CSV: one line per row, the hardware columns empty for host ops."""
+    import csv
+
+    cols = ["op_id", "op_type", "name", "backend", "macs", "wall_ms", "memcpy_ms", "hard_ms",
+            "other_ms", *[k for k in HW_KEYS if k != "macs"]]
+    with open(path, "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=cols, extrasaction="ignore")
+        w.writeheader()
+        for r in rows:
+            w.writerow({k: r.get(k, "") for k in cols})
+
+
 def plot_profile(rows: list[dict[str, Any]], path: str, title: str = "per-layer time") -> None:
     """A PNG of the per-layer profile (matplotlib).
 
-    With hardware counters (a simulated NPU) the top panel shows each layer's simulated cycles
-    and the bottom one the host wall time split into memcpy / hard / other; otherwise only the
-    wall-time panel is drawn.
+    With a simulated NPU the top panel shows each layer's simulated time (its cycles at the
+    chip's clock; a merged run's launch overhead on its own bar) and the bottom one the real
+    host wall time per op, split into memcpy and the rest (a merged run's simulation shows as
+    one bar, the run's); otherwise only the host panel is drawn.
     """
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    hw_rows = [r for r in rows if r.get("cycles")]
-    panels = 2 if hw_rows else 1
+    sim_rows = [r for r in rows if r.get("hard_ms", 0) > 0]
+    panels = 2 if sim_rows else 1
     fig, axes = plt.subplots(panels, 1, figsize=(max(6.0, 0.18 * len(rows)), 3.6 * panels),
                              squeeze=False)
-    if hw_rows:
-        ax = axes[0][0]
-        ax.bar(range(len(hw_rows)), [r["cycles"] / 1e3 for r in hw_rows], width=0.8,
-               color="tab:orange")
-        ax.set_xticks(list(range(len(hw_rows))))
-        ax.set_xticklabels([f"{r['op_type']}#{r['op_id']}" for r in hw_rows], rotation=90,
+
+    def labels(ax: Any, rs: list[dict[str, Any]]) -> None:
+        ax.set_xticks(list(range(len(rs))))
+        ax.set_xticklabels([f"{r['op_type']}#{r['op_id']}" for r in rs], rotation=90,
                            fontsize=6)
-        ax.set_ylabel("simulated kcycles")
-        ax.set_title(f"{title}: simulated cycles per layer")
+
+    if sim_rows:
+        ax = axes[0][0]
+        ax.bar(range(len(sim_rows)), [r["hard_ms"] for r in sim_rows], width=0.8,
+               color="tab:orange")
+        labels(ax, sim_rows)
+        ax.set_ylabel("simulated ms")
+        total = sum(r["hard_ms"] for r in sim_rows)
+        ax.set_title(f"{title}: simulated chip time per layer (total {total:.3f} ms)")
     ax = axes[-1][0]
     x = range(len(rows))
-    bottom = [0.0] * len(rows)
-    for key, label in (("memcpy_ms", "memcpy"), ("hard_ms", "hard"), ("other_ms", "other")):
-        vals = [r[key] for r in rows]
-        ax.bar(x, vals, bottom=bottom, label=label, width=0.8)
-        bottom = [b + v for b, v in zip(bottom, vals)]
-    ax.set_xticks(list(x))
-    ax.set_xticklabels([f"{r['op_type']}#{r['op_id']}" for r in rows], rotation=90, fontsize=6)
+    memcpy = [r["memcpy_ms"] for r in rows]
+    rest = [max(0.0, r["wall_ms"] - r["memcpy_ms"]) for r in rows]
+    ax.bar(x, memcpy, label="memcpy", width=0.8)
+    ax.bar(x, rest, bottom=memcpy, label="compute / simulation", width=0.8)
+    labels(ax, rows)
     ax.set_ylabel("ms")
-    ax.set_title(f"{title}: host wall time per op")
+    wall = sum(r["wall_ms"] for r in rows)
+    ax.set_title(f"{title}: host wall time per op (total {wall:.3f} ms)")
     ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=120)

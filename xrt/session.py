@@ -470,13 +470,15 @@ class Session:
                 self._post(self, op, backend, outs)
             wall = (time.perf_counter() - t_op) * 1e3
             extra = backend.takeTimeElapses()
-            b_memcpy, hard = extra.pop(op.op_id, (0.0, 0.0))
+            b_memcpy, hard, _ = extra.pop(op.op_id, (0.0, 0.0, 0.0))
             memcpy_ms += b_memcpy
+            # host time the backend spent for other rows (a merged run) leaves this op's row
+            wall = max(0.0, wall - sum(h for _, _, h in extra.values()))
             if self._time_profile:
                 self._profile[op.op_id] = (wall, memcpy_ms, hard,
                                            max(0.0, wall - memcpy_ms - hard))
-                for sid, (mc, hd) in extra.items():  # synthetic ids of merged HardOps
-                    self._profile[sid] = (mc + hd, mc, hd, 0.0)
+                for sid, (mc, hd, host) in extra.items():  # synthetic ids of merged runs
+                    self._profile[sid] = (host + mc, mc, hd, max(0.0, host - hd))
             if self._log_time:
                 print(f"[{op.op_id:>5}] {op.op_type:<16} wall {wall:9.3f} ms  memcpy "
                       f"{memcpy_ms:8.3f}  hard {hard:8.3f}")

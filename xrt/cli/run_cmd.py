@@ -22,6 +22,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="';'-separated 'Backend[,device-url]' list in binding priority")
     parser.add_argument("--profile", action="store_true", help="print the per-op time profile")
     parser.add_argument("--profile-json", help="write the profile rows as json")
+    parser.add_argument("--profile-csv", help="write the per-layer table as CSV")
     parser.add_argument("--trace", help="write a Chrome/Perfetto trace json")
     parser.add_argument("--plot", help="write a PNG plot of the per-layer time")
     parser.add_argument("--dump-outputs", metavar="DIR", help="dump every op's outputs")
@@ -107,11 +108,17 @@ def default_inputs(model: str, net: Any, input_size: int | None = None) -> list[
 def run(args: argparse.Namespace) -> int:
     import numpy as np
 
-    from ..profiling import plot_profile, print_profile, profile_rows, write_chrome_trace
+    from ..profiling import (
+        plot_profile,
+        print_profile,
+        profile_rows,
+        write_chrome_trace,
+        write_profile_csv,
+    )
     from ..session import Session
     from .files import read_npy, writable, writable_dir
 
-    for opt in ("profile_json", "trace", "plot"):  # before any work, not after the run
+    for opt in ("profile_json", "profile_csv", "trace", "plot"):  # checked before any work
         if getattr(args, opt):
             writable(getattr(args, opt), "--" + opt.replace("_", "-"))
     for opt in ("dump_outputs", "save_outputs"):
@@ -140,6 +147,8 @@ def run(args: argparse.Namespace) -> int:
 
         with open(args.profile_json, "w") as fh:
             json.dump(rows, fh, indent=1)
+    if args.profile_csv:
+        write_profile_csv(rows, args.profile_csv)
     if args.trace:
         write_chrome_trace(rows, args.trace)
     if args.plot:

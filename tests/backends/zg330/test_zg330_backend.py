@@ -333,3 +333,54 @@ def test_mmu_programmed_once_and_reprogrammed_after_any_mmu_write(zdev):  # noqa
     for rm in removers:
         rm()
     s.close()
+
+
+@pytest.mark.parametrize("name,kw", [("tiny_cnn", {}), ("yolov5s", {"input_size": 160})])
+def test_merged_profile_charges_each_hardop_its_own_simulated_time(zdev, tmp_path, name, kw):
+    """Merged runs: every HardOp's row holds its layers' cycles at the chip's clock, the run's
+    row the launch overhead and the host time of the simulation; the simulated times add up to
+    the chip's total, the host times to the session's; the trace has a simulated-time track
+    and the CSV one line per row."""
+    import csv
+    import json
+
+    from xrt.profiling import chrome_trace, profile_rows, write_profile_csv
+
+    q, z = _compiled(name, **kw)
+    x = _x(q)
+    s, _ = _zg(z, zdev, x, merge=True, profile=True)
+    chip_ms = []
+    orig = zdev.calcTime
+
+    def spy():
+        chip_ms.append(orig())
+        return chip_ms[-1]
+
+    zdev.calcTime = spy
+    try:
+        s.forward([x])
+    finally:
+        del zdev.calcTime
+    rows = profile_rows(s)
+    hard = [r for r in rows if r["op_type"] == "HardOp" and r.get("cycles")]
+    merged = [r for r in rows if r["op_type"] == "HardOp(merged)"]
+    assert len(hard) > 3 and merged
+    assert all(r["hard_ms"] > 0 for r in hard)  # not 0.000 on all but one row
+    per_cycle = {r["hard_ms"] / r["cycles"] for r in hard}
+    assert max(per_cycle) == pytest.approx(min(per_cycle), rel=1e-9)  # one clock
+    assert sum(r["hard_ms"] for r in rows) == pytest.approx(sum(chip_ms), rel=1e-9)
+    assert max(r["hard_ms"] for r in rows) < 0.5 * sum(chip_ms)  # no row holds it all
+    assert all(r["wall_ms"] > 0 for r in merged)  # the host time of the simulation
+    assert sum(r["wall_ms"] for r in rows) == pytest.approx(s.totalTime(), rel=0.1)
+    assert hard[0]["wall_ms"] < sum(r["wall_ms"] for r in merged)  # the simulation moved out
+    trace = chrome_trace(rows)["traceEvents"]
+    sim = [e for e in trace if e.get("pid") == 2 and e["ph"] == "X"]
+    assert len(sim) == len([r for r in rows if r["hard_ms"] > 0])
+    assert all({"cycles", "macs", "etm_bytes", "ocm_bytes", "utilisation"} <= set(e["args"])
+               for e in sim if e["name"].startswith("HardOp #"))
+    write_profile_csv(rows, tmp_path / "p.csv")
+    with open(tmp_path / "p.csv") as fh:
+        lines = list(csv.DictReader(fh))
+    assert len(lines) == len(rows) and float(lines[0]["wall_ms"]) >= 0
+    json.dumps(trace)
+    s.close()

@@ -72,6 +72,6 @@ def test_call_order_rules_and_fork():
     assert fork is not backend and fork.network_view is backend.network_view
     backend.setTimeElapses(1, 0.5, 2.0)
     backend.setTimeElapses(1, 0.5, 1.0)
-    assert backend.takeTimeElapses() == {1: (1.0, 3.0)} and backend.takeTimeElapses() == {}
+    assert backend.takeTimeElapses() == {1: (1.0, 3.0, 0.0)} and backend.takeTimeElapses() == {}
     backend.enableTimeProfile(True)
     assert backend.time_profile and not backend.snapshot

@@ -53,6 +53,8 @@ class Forwarder:
         self.bound: dict[int, tuple[int, Any, int]] = {}
         #: op id -> {cycles, macs, etm_bytes, ocm_bytes, utilisation} of the last forward
         self.profile: dict[int, dict[str, float]] = {}
+        #: op id -> simulated ms of the HardOps of a merged run, reported as each is forwarded
+        self.pending_ms: dict[int, float] = {}
         #: the device's MMU generation right after this backend programmed the MMU
         self._mmu_generation: int | None = None
         self.restore_io()
@@ -100,13 +102,21 @@ class Forwarder:
         if user_mapped:
             mapped = [self._map_user_output(v, t) for v, t in zip(op.outputs, user)]
             user_mapped = all(m is not False for m in mapped)
-        hard_ms = 0.0
         if first:
-            hard_ms = self._execute(run, steps)
+            t0 = time.perf_counter()
+            run_ms = self._execute(run, steps)
+            sim_ms = (time.perf_counter() - t0) * 1e3
             self.done.update(run.op_ids)
             if run.sid != op.op_id:
-                steps.setTimeElapses(run.sid, 0.0, hard_ms)
-                hard_ms = 0.0
+                # a merged run: each HardOp's row gets its own simulated time (its layers'
+                # cycles at the run's clock); the run's row the launch overhead and the host
+                # time its simulation took
+                self.pending_ms = self._layer_ms(run, run_ms)
+                overhead = run_ms - sum(self.pending_ms.values())
+                steps.setTimeElapses(run.sid, 0.0, max(0.0, overhead), host_ms=sim_ms)
+            else:
+                self.pending_ms = {op.op_id: run_ms}
+        hard_ms = self.pending_ms.pop(op.op_id, 0.0)
         staged = self.settings.staged
         results = []
         for k, v in enumerate(op.outputs):
@@ -254,6 +264,16 @@ class Forwarder:
         hard_ms = dev.calcTime()
         self._collect_profile(base, dev.layerCount() - base)
         return hard_ms
+
+    def _layer_ms(self, run: Run, run_ms: float) -> dict[int, float]:
+        """Simulated ms of each HardOp of `run` from its profiler records (cycles) and the
+        run's clock (ms per cycle of the whole run); empty without records."""
+        cycles = self.device.calcCycles() if run_ms else 0
+        if not cycles or not self.profile:
+            return {}
+        per_cycle = run_ms / cycles
+        return {oid: self.profile[oid]["cycles"] * per_cycle
+                for oid in run.op_ids if oid in self.profile}
 
     def _check_mmu_mode(self) -> None:
         if not self.device.chip.mmu_switch:
