@@ -26,6 +26,7 @@ from xcompile.quant.quantize import quantize_network
 from xcompile.quant.report import accuracy_report
 from xcompile.runner import Runner
 from xrt import plugins
+from xrt.console import stage
 from xrt.errors import XrtError
 
 __all__ = ["DEFAULTS", "compile_model"]
@@ -113,16 +114,18 @@ def compile_model(opts: dict[str, Any], report: bool = False, runner: Runner | N
     report (default: the HostBackend)."""
     model = str(opts["model"])
     lower = plugins.target(opts["target"]) if opts.get("target") else None
-    if model.endswith(".json"):  # an xir float network (json + raw), e.g. built in Python
-        net = _float_network(model)
-    elif model.endswith(".onnx") or os.path.exists(model):
-        net = import_onnx(model, _shapes(opts.get("input_shape")), name=opts.get("name"))
-    else:
-        size = opts.get("input_size")
-        net = zoo.build(model, input_size=int(size)) if size else zoo.build(model)
+    with stage(f"parse {model}"):
+        if model.endswith(".json"):  # an xir float network (json + raw), e.g. from Python
+            net = _float_network(model)
+        elif model.endswith(".onnx") or os.path.exists(model):
+            net = import_onnx(model, _shapes(opts.get("input_shape")), name=opts.get("name"))
+        else:
+            size = opts.get("input_size")
+            net = zoo.build(model, input_size=int(size)) if size else zoo.build(model)
     name = opts.get("name") or net.name
     if opts.get("calib"):
-        samples = load_calibration(opts["calib"], net)
+        with stage(f"read calibration samples from {opts['calib']}"):
+            samples = load_calibration(opts["calib"], net)
     elif model in zoo.names():
         size = opts.get("input_size")
         samples = zoo.calibration_set(model, count=int(opts["calib_count"]),
@@ -134,39 +137,45 @@ def compile_model(opts: dict[str, Any], report: bool = False, runner: Runner | N
     tmp = tempfile.mkdtemp(prefix=".xrt-compile-", dir=os.path.dirname(out_dir) or ".")
     stages: list[str] = []
 
-    def done(stage: str, network: Any) -> None:
+    def done(kind: str, network: Any) -> None:
         """Write a stage as soon as it exists, so only the stages still needed stay in
         memory (a large model's float copies are what a compile's peak is made of)."""
-        network.save(os.path.join(tmp, f"{name}_{stage}.json"))
-        stages.append(stage)
+        network.save(os.path.join(tmp, f"{name}_{kind}.json"))
+        stages.append(kind)
 
     written: dict[str, str] = {}
     try:
         done("parsed", net)
-        optimized = optimize(net)
-        del net
-        done("optimized", optimized)
-        quantized = _quantize(optimized, samples, opts, runner, name)
+        with stage(f"optimize {name}"):
+            optimized = optimize(net)
+            del net
+            done("optimized", optimized)
+        with stage(f"quantize {name}: int{opts['bits']}, {opts['method']} scales"):
+            quantized = _quantize(optimized, samples, opts, runner, name)
         if report:
             accuracy_report(optimized, quantized, samples, runner).print()
         del optimized
         done("quantized", quantized)
         if lower is not None:
-            adapted = lower.adapt(quantized, opts) if hasattr(lower, "adapt") else quantized
-            del quantized
-            done("adapted", adapted)
-            generated = lower(adapted, opts)
-            del adapted
-            done(getattr(lower, "suffix", str(opts["target"]).upper()), generated)
-            del generated
+            target = opts["target"]
+            with stage(f"lower {name} for {target}: adapt"):
+                adapted = lower.adapt(quantized, opts) if hasattr(lower, "adapt") \
+                    else quantized
+                del quantized
+                done("adapted", adapted)
+            with stage(f"lower {name} for {target}: instructions, ETM layout"):
+                generated = lower(adapted, opts)
+                del adapted
+                done(getattr(lower, "suffix", str(target).upper()), generated)
+                del generated
         else:
             done("adapted", quantized)
             del quantized
         os.makedirs(out_dir, exist_ok=True)
         for fname in sorted(os.listdir(tmp)):
             os.replace(os.path.join(tmp, fname), os.path.join(out_dir, fname))
-        for stage in stages:
-            written[stage] = os.path.join(out_dir, f"{name}_{stage}.json")
+        for kind in stages:
+            written[kind] = os.path.join(out_dir, f"{name}_{kind}.json")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return written

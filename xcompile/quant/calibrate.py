@@ -220,10 +220,20 @@ def load_calibration(source: Any, net: Any) -> list[list[np.ndarray]]:
 
 
 def run_float(net: Any, samples: Iterable[list[np.ndarray]], on_value: Any,
-              runner: Runner | None = None) -> list[list[np.ndarray]]:
+              runner: Runner | None = None, what: str = "float run") -> list[list[np.ndarray]]:
     """Run `net` with `runner` (default: the HostBackend) for every sample, calling
-    `on_value(value, array)` for every op output; returns the network outputs per sample."""
-    return (runner or default_runner()).run(net, samples, on_value)
+    `on_value(value, array)` for every op output; returns the network outputs per sample.
+    Shows progress per sample (`what` names the pass)."""
+    from xrt.console import progress_bar
+
+    samples = list(samples)
+    with progress_bar(len(samples), f"{what}: {net.name}") as advance:
+        def counted() -> Iterable[list[np.ndarray]]:
+            for sample in samples:
+                yield sample
+                advance()
+
+        return (runner or default_runner()).run(net, counted(), on_value)
 
 
 def calibrate(net: Any, samples: Any, method: str = "minmax", *,
@@ -258,5 +268,5 @@ def calibrate(net: Any, samples: Any, method: str = "minmax", *,
                 return
         obs.update(arr)
 
-    run_float(net, data, feed, runner)
+    run_float(net, data, feed, runner, what="calibration")
     return {vid: float(obs.amax()) for vid, obs in observers.items()}

@@ -99,7 +99,7 @@ def collect_hessians(net: Any, data: list, ops: list, max_rows: int = 16384,
             hess[op.op_id] = blocks if old is None else \
                 [[a + b for a, b in zip(og, ng)] for og, ng in zip(old, blocks)]
 
-    run_float(net, data, feed, runner)
+    run_float(net, data, feed, runner, what="GPTQ statistics")
     return hess
 
 

@@ -59,12 +59,12 @@ def outputs_cosine(float_net: Any, quantized: Any, samples: list, runner: Any = 
     with the largest outputs and hides the one image a network gets wrong). Outputs only, no
     per-layer capture: two forwards per sample."""
     from ..runner import default_runner
-    from .calibrate import load_calibration
+    from .calibrate import load_calibration, run_float
 
     runner = runner or default_runner()
     data = load_calibration(samples, float_net)
-    f = runner.run(float_net, data, lambda v, a: None)
-    q = runner.run(quantized, data, lambda v, a: None)
+    f = run_float(float_net, data, lambda v, a: None, runner, what="accuracy check, float")
+    q = run_float(quantized, data, lambda v, a: None, runner, what="accuracy check, integer")
     return min((cosine(np.asarray(qs[k], np.float64).ravel(),
                        np.asarray(fs[k], np.float64).ravel())
                 for qs, fs in zip(q, f) for k in range(len(fs))), default=1.0)

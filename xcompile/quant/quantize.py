@@ -457,17 +457,21 @@ def _gptq_codes(opt: Network, data: list, int_ops: set[int], op_el: dict[int, Sc
                     and not op.attrs.get("transpose_b", False)))]
     if not ops:
         return {}
+    from xrt.console import progress_bar
+
     hess = collect_hessians(opt, data, ops, runner=runner)
     out = {}
-    for op in ops:
-        if op.op_id not in hess:
-            continue
-        dt = op_el[op.op_id].numpy_dtype
-        qmax = int(np.iinfo(dt).max)
-        w = np.asarray(op.inputs[1].data)  # float32: GPTQ widens one block at a time
-        s = weight_scales(w, w.ndim - 1, dt)
-        groups = int(op.attrs.get("groups", 1)) if op.op_type == "Conv2d" else 1
-        out[op.op_id] = (gptq_weights(w, s, hess[op.op_id], groups, dt, qmax), s)
+    with progress_bar(len(ops), f"GPTQ weight rounding: {opt.name}") as advance:
+        for op in ops:
+            advance()
+            if op.op_id not in hess:
+                continue
+            dt = op_el[op.op_id].numpy_dtype
+            qmax = int(np.iinfo(dt).max)
+            w = np.asarray(op.inputs[1].data)  # float32: GPTQ widens one block at a time
+            s = weight_scales(w, w.ndim - 1, dt)
+            groups = int(op.attrs.get("groups", 1)) if op.op_type == "Conv2d" else 1
+            out[op.op_id] = (gptq_weights(w, s, hess[op.op_id], groups, dt, qmax), s)
     return out
 
 

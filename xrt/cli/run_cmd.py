@@ -108,6 +108,7 @@ def default_inputs(model: str, net: Any, input_size: int | None = None) -> list[
 def run(args: argparse.Namespace) -> int:
     import numpy as np
 
+    from ..console import progress_bar, stage
     from ..profiling import (
         plot_profile,
         print_profile,
@@ -125,7 +126,8 @@ def run(args: argparse.Namespace) -> int:
         if getattr(args, opt):
             writable_dir(getattr(args, opt), "--" + opt.replace("_", "-"))
     inputs = [read_npy(p, "--inputs") for p in args.inputs]
-    net = load_model(args.model, args.raw, args.target, args.input_size)
+    with stage(f"load {args.model}" + (f" compiled for {args.target}" if args.target else "")):
+        net = load_model(args.model, args.raw, args.target, args.input_size)
     classes, devices = parse_backends(args.backends)
     if not inputs:
         inputs = default_inputs(args.model, net, args.input_size)
@@ -135,10 +137,15 @@ def run(args: argparse.Namespace) -> int:
     sess.setLogIO(args.log_io)
     if args.dump_outputs:
         sess.setDumpOutputs(True, args.dump_outputs, args.dump_format)
-    sess.apply()
-    outs = []
-    for _ in range(max(1, args.repeat)):
+    with stage(f"apply: deploy {net.name} on {args.backends}"):
+        sess.apply()
+    with stage("first forward (Numba compiles the chip's kernels once, on a cold cache)"):
         outs = sess.forward(inputs)
+    if args.repeat > 1:
+        with progress_bar(args.repeat - 1, "forwards") as advance:
+            for _ in range(args.repeat - 1):
+                outs = sess.forward(inputs)
+                advance()
     rows = profile_rows(sess)
     if args.profile:
         print_profile(rows, title=f"{net.name}: per-op time profile ({args.backends})")

@@ -336,7 +336,8 @@ def test_mmu_programmed_once_and_reprogrammed_after_any_mmu_write(zdev):  # noqa
 
 
 @pytest.mark.parametrize("name,kw", [("tiny_cnn", {}), ("yolov5s", {"input_size": 160})])
-def test_merged_profile_charges_each_hardop_its_own_simulated_time(zdev, tmp_path, name, kw):
+def test_merged_profile_charges_each_hardop_its_own_simulated_time(zdev, tmp_path, name,  # noqa: F811
+                                                                   kw):
     """Merged runs: every HardOp's row holds its layers' cycles at the chip's clock, the run's
     row the launch overhead and the host time of the simulation; the simulated times add up to
     the chip's total, the host times to the session's; the trace has a simulated-time track

@@ -137,3 +137,34 @@ def test_reports_keep_their_full_width_when_redirected(capsys):
     report_console().print(table)
     out = capsys.readouterr().out
     assert all(c in out for c in cols) and "0.999995" in out and "…" not in out
+
+
+def test_progress_in_a_log_is_plain_lines(capsys, monkeypatch):
+    """Off a terminal: a line when a stage starts and one with its time; a bar's lines every
+    few seconds and at its end; XRT_PROGRESS=0 silences both."""
+    from xrt.console import progress_bar, stage
+
+    with stage("parse model"):
+        pass
+    monkeypatch.setattr(progress_bar, "LOG_EVERY", 0.0)
+    with progress_bar(3, "calibration") as advance:
+        for _ in range(3):
+            advance()
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == "parse model ..." and err[1].startswith("parse model: ")
+    assert err[2:] == ["calibration: 1/3 (0.0 s)", "calibration: 2/3 (0.0 s)"]
+    monkeypatch.setenv("XRT_PROGRESS", "0")
+    with stage("quiet"), progress_bar(2, "quiet bar") as advance:
+        advance(2)
+    assert capsys.readouterr().err == ""
+
+
+def test_run_shows_what_it_does_from_the_start(capsys):
+    """A cold `make run` once printed nothing for minutes: the load (and compile), the apply
+    and the first forward each announce themselves as they start."""
+    assert main(["run", "tiny_cnn", "--target", "zg330", "--backends",
+                 "ZG330,sim://zg330;Host", "--repeat", "2"]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == "load tiny_cnn compiled for zg330 ..."
+    starts = [line for line in err if line.endswith(" ...")]
+    assert [s.split()[0] for s in starts][-2:] == ["apply:", "first"]
