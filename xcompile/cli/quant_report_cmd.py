@@ -11,8 +11,8 @@ HELP = "per-layer cosine similarity and max abs error of quantized vs float (tab
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("float_json", help="float network (e.g. *_optimized.json)")
     parser.add_argument("quant_json", help="quantized network (*_quantized.json)")
-    parser.add_argument("--calib", help="calibration folder (default: the zoo set if the "
-                                        "network is a zoo network)")
+    parser.add_argument("--calib", help="calibration folder (default: the zoo set of a zoo "
+                                        "network, recognised by its tags, not its name)")
     parser.add_argument("--count", type=int, default=4, help="samples from the zoo set")
     parser.add_argument("--json", dest="json_out", help="write the report as json here")
     parser.add_argument("--onnx", metavar="MODEL.onnx",
@@ -39,13 +39,27 @@ def run(args: argparse.Namespace) -> int:
         return net
 
     fnet, qnet = load(args.float_json), load(args.quant_json)
+    if "quantization" in fnet.tags and "quantization" not in qnet.tags:
+        raise XrtError(f"{args.float_json} is the quantized network and {args.quant_json} the "
+                       f"float one: give the float network first (xrt quant-report FLOAT "
+                       f"QUANTIZED)")
+    if "quantization" not in qnet.tags:
+        raise XrtError(f"{args.quant_json} is not a quantized network (no quantization tag): "
+                       f"give the *_quantized.json of a compile")
+    origin = fnet.tags.get("zoo") if isinstance(fnet.tags.get("zoo"), dict) else {}
     if args.calib:
         samples = load_calibration(args.calib, fnet)
-    elif fnet.name in zoo.names():
-        samples = zoo.calibration_set(fnet.name, count=args.count)
+    elif origin.get("name") in zoo.names():
+        size = origin.get("input_size")
+        samples = zoo.calibration_set(origin["name"], count=args.count,
+                                      **({"input_size": int(size)} if size else {}))
     else:
-        raise XrtError("quant-report: give --calib DIR for a network outside the zoo")
+        raise XrtError(f"quant-report: {fnet.name} is not a zoo network (an imported or "
+                       f"renamed model): give --calib DIR with its samples")
     report = accuracy_report(fnet, qnet, samples)
+    if not report.rows:
+        print("warning: no quantized layer matches a float value: are these two networks "
+              "the float and the quantized stage of one compile?")
     if args.onnx:
         from xcompile.quant.onnxruntime_int8 import attach
 

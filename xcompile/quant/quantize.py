@@ -181,6 +181,8 @@ def _resolve_op_bits(net: Network, op_bits: Any, bits: int, int_ops: set[int]
     out: dict[int, int] = {}
     for key, b in (op_bits or {}).items():
         op = by_id.get(key) if isinstance(key, int) else by_name.get(str(key))
+        if op is None and isinstance(key, str) and key.isdigit():
+            op = by_id.get(int(key))  # an unnamed op, by its op id (--op-bits 12=16)
         if op is None:
             raise QuantizationError(f"op_bits names op {key!r}, which the optimized network "
                                     f"does not have (folded activations and BatchNorms are "

@@ -90,8 +90,9 @@ class Report:
 
     def suggest_op_bits(self, n: int = 3) -> dict[str, int]:
         """`{op name: 16}` for the `n` 8-bit ops with the lowest `alone` cosine, ready for
-        `quantize_network(op_bits=...)`."""
-        return {r.name: 16 for r in self.raisable()[:max(n, 0)]}
+        `quantize_network(op_bits=...)`; an op without a name goes by its op id (`"12"`),
+        which `op_bits` and `--op-bits 12=16` accept as well."""
+        return {r.name or str(r.op_id): 16 for r in self.raisable()[:max(n, 0)]}
 
     def print(self, console: Any = None) -> None:
         """A rich table: one row per quantized layer, then the outputs."""

@@ -53,7 +53,11 @@ def build(name: str, *, seed: int = 0, input_size: int | None = None,
     mod = _module(name)
     if batch < 1:
         raise ValueError(f"batch must be >= 1, not {batch}")
-    return mod.build(seed=seed, input_size=input_size, batch=batch)
+    net = mod.build(seed=seed, input_size=input_size, batch=batch)
+    # kept by every compile stage: tools (quant-report) find the zoo samples from it, never
+    # from the network's name (an imported model may be called tiny_cnn too)
+    net.tags["zoo"] = {"name": name, "seed": seed, "input_size": input_size}
+    return net
 
 
 def default_input_size(name: str) -> int:

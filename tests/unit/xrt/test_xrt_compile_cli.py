@@ -124,6 +124,39 @@ def test_quant_report_command(tmp_path, capsys):
     assert "cos" in flat and "max" in flat
 
 
+def test_quant_report_never_guesses_samples_by_name_and_refuses_swapped_files(tmp_path,
+                                                                             capsys):
+    """A network merely called tiny_cnn (an imported model) gets no zoo samples; the two
+    files given the wrong way round are named as such; unnamed ops are suggested by op id,
+    which the compile accepts back."""
+    out = tmp_path / "out"
+    assert main(["compile", "tiny_cnn", "-o", str(out), "--method", "minmax"]) == 0
+    capsys.readouterr()
+    fl, qu = str(out / "tiny_cnn_optimized.json"), str(out / "tiny_cnn_quantized.json")
+    assert main(["quant-report", qu, fl]) == 2
+    assert "give the float network first" in capsys.readouterr().err
+    import xir
+
+    net = xir.Network.CreateFromJsonFile(fl)
+    net.loadParamsFromFile(fl[:-5] + ".raw")
+    del net.tags["zoo"]  # what an imported model called tiny_cnn looks like
+    net.save(tmp_path / "imported.json")
+    assert main(["quant-report", str(tmp_path / "imported.json"), qu]) == 2
+    assert "not a zoo network" in capsys.readouterr().err
+    from xcompile.quant.report import LayerRow, Report
+
+    rep = Report("n", 8, "minmax")
+    rep.rows.append(LayerRow(12, "Conv2d", "", 3, 3, "@sint(8)", [1], 0.9, 0.1, 0.1, 0.1, 0.0,
+                             0.5))
+    assert rep.suggest_op_bits(1) == {"12": 16}
+    from xcompile.quant.quantize import _resolve_op_bits
+
+    opt = xir.Network.CreateFromJsonFile(fl)
+    conv = next(op for op in opt.ops if op.op_type == "Conv2d")
+    conv.name = ""
+    assert _resolve_op_bits(opt, {str(conv.op_id): 16}, 8, {conv.op_id}) == {conv.op_id: 16}
+
+
 def test_compile_takes_a_float_xir_network_and_refuses_a_compiled_one(tmp_path, capsys):
     """`xrt compile tiny.json` (a float network saved from Python) compiles like an ONNX model;
     an already compiled one is refused naming what compile takes."""
