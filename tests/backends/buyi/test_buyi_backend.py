@@ -271,16 +271,24 @@ def test_mmu_entries_limit_only_an_mmu_on_deployment():
         dev.close()
 
 
-@pytest.mark.parametrize("mmu", [True, False])
-def test_manual_backend_create_on_the_whole_view(bdev, mmu):
+@pytest.mark.parametrize("mmu,where", [(True, "sim"), (False, "sim"), (True, "socket"),
+                                       (False, "socket")])
+def test_manual_backend_create_on_the_whole_view(bdev, mmu, where):
     """The manual's direct construction, `Backend.Create(BuyiBackend, network.view(0),
     device)`, on a whole compiled network (Input/Cast/... included): the backend takes the
-    HardOps, a Session over it and a HostBackend runs them bit-exactly, MMU on or off."""
+    HardOps, a Session over it and a HostBackend runs them bit-exactly, MMU on or off, on
+    sim:// and through socket://."""
     from buyibackend import BuyiBackend
-    from xrt import Backend
+    from xrt import Backend, Device
+    from xrt.remote.server import DeviceServer
 
     q, z = compiled("tiny_cnn")
     x = rand_x(q)
+    srv = None
+    if where == "socket":
+        srv = DeviceServer(Device.Open("sim://buyi"), close_device=True).start()
+        host_, port = srv.address
+        bdev = Device.Open(f"socket://buyi@{host_}:{port}")
     bdev.mmuModeSwitch(mmu)
     try:
         backend = Backend.Create(BuyiBackend, z.view(0), bdev)
@@ -295,3 +303,6 @@ def test_manual_backend_create_on_the_whole_view(bdev, mmu):
         sess.close()
     finally:
         bdev.mmuModeSwitch(True)
+        if srv is not None:
+            bdev.close()
+            srv.shutdown()

@@ -39,6 +39,9 @@ def _check_buyi(net, rng, bits, dev):
         assert a.dtype == b.dtype and a.shape == b.shape
         np.testing.assert_array_equal(a, b)
     assert any(op.op_type == "HardOp" and op.compile_target == "@buyi" for op in z.ops)
+    # it ran on the chip: nothing but HardOps and the host/NPU edge glue is left
+    edge = {"Input", "Output", "HardOp", "Cast", "AlignAxis", "PruneAxis"}
+    assert {op.op_type for op in z.ops} <= edge, z.tags.get("buyi", {}).get("host_ops")
 
 
 @settings(max_examples=80, **SETTINGS)

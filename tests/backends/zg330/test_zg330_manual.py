@@ -16,6 +16,21 @@ from zg330backend import SegmentType, ZG330Backend
 
 
 @pytest.fixture(scope="module")
+def served():
+    """A device server on loopback: the manual's examples with a socket:// URL."""
+    from xrt.remote.server import DeviceServer
+
+    srv = DeviceServer(Device.Open("sim://zg330"), close_device=True).start()
+    host, port = srv.address
+    yield f"socket://zg330@{host}:{port}"
+    srv.shutdown()
+
+
+def _url(url, served):
+    return served if url == "socket" else url
+
+
+@pytest.fixture(scope="module")
 def saved(tmp_path_factory):
     q, z = compiled_zoo("tiny_cnn")
     d = tmp_path_factory.mktemp("manual")
@@ -40,9 +55,10 @@ def _run_with(network, backend, x):
     return [np.asarray(t).copy() for t in sess.forward([x])], sess
 
 
-def test_manual_2_2_2_backend_create_on_the_whole_view(saved):
+@pytest.mark.parametrize("url", ["sim://zg330", "socket"])
+def test_manual_2_2_2_backend_create_on_the_whole_view(saved, served, url):
     d, x = saved
-    device = Device.Open("sim://zg330")
+    device = Device.Open(_url(url, served))
     network = xir.Network.CreateFromJsonFile(str(d / "tiny_ZG.json"))
     network.loadParamsFromFile(str(d / "tiny_ZG.raw"))
     backend = Backend.Create(ZG330Backend, network.view(0), device)
@@ -57,10 +73,10 @@ def test_manual_2_2_2_backend_create_on_the_whole_view(saved):
     device.close()
 
 
-@pytest.mark.parametrize("url", ["sim://zg330", "mock://zg330"])
-def test_manual_2_3_1_user_reuse_segment(saved, url):
+@pytest.mark.parametrize("url", ["sim://zg330", "mock://zg330", "socket"])
+def test_manual_2_3_1_user_reuse_segment(saved, served, url):
     d, x = saved
-    device = Device.Open(url)
+    device = Device.Open(_url(url, served))
     network = xir.Network.CreateFromJsonFile(str(d / "tiny_ZG.json"))
     network.loadParamsFromFile(str(d / "tiny_ZG.raw"))
     backend1 = Backend.Create(ZG330Backend, network.view(0), device)
@@ -84,7 +100,7 @@ def test_manual_2_3_1_user_reuse_segment(saved, url):
     for b in (zg330_backend1, zg330_backend2):
         assert b.phy_segment_map[SegmentType.WEIGHT].single_chunk.memChunk.addr == \
             weight_chunk.addr
-    if url.startswith("sim"):
+    if not url.startswith("mock"):
         want = _reference(network, device, x)
         for backend in (backend1, backend2):
             got, sess = _run_with(network, backend, x)
