@@ -41,7 +41,7 @@ ALLOWED = {
     "npu_model": {"xir"},                           # the hardware knows no runtime
     "npu_runtime": {"xir", "xrt", "npu_model"},     # shared NPU code knows no chip
     "zg330backend": {"xir", "xrt", "npu_model", "npu_runtime"},
-    "buyibackend": {"xir", "xrt", "npu_model", "npu_runtime", "host_backend"},
+    "buyibackend": {"xir", "xrt", "npu_model", "npu_runtime"},
 }
 
 #: distribution folder -> (pyproject, packages it ships)

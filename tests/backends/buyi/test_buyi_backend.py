@@ -185,49 +185,52 @@ def test_only_buyi_hardops_and_devices_bind(bdev):
     Device.Close(zdev)
 
 
-def test_converter_cast_binds_to_buyi():
-    from buyibackend.backend import _is_converter_cast
-    from xir.ops.base import OP_REGISTRY
-    from xir.types import FP32, INT8, INT16, QuantizedType, TensorType
-    from xir.values import Value
-
-    def qv(i, storage, scale=0.05):
-        el = QuantizedType(storage, [scale], [0]) if storage is not FP32 else FP32
-        return Value(i, TensorType(el, (1, 4, 4, 8), "NHWC"), f"v{i}")
-
-    Cast = OP_REGISTRY["Cast"]
-    op = Cast([qv(1, INT8)], [qv(2, INT16, 0.001)], op_id=3, name="cvt")
-    assert _is_converter_cast(op) and BuyiBackend().isOpSupported(op)
-    assert BuyiBackend().getForwardFunc(op) is not None
-    to_float = Cast([qv(4, INT8)], [qv(5, FP32)], op_id=6, name="deq")
-    assert not BuyiBackend().isOpSupported(to_float)  # float casts stay on the host
-
-
-def test_converter_cast_runs_on_buyi_bit_exact(bdev):
-    """int8 -> int16 Cast bound to the Buyi (its data-type converter), float edges on the host;
-    the result equals the HostBackend's integer reference."""
+@pytest.mark.parametrize("chip", ["buyi", "zg330"])
+def test_converter_cast_is_lowered_and_runs_on_the_chip(bdev, chip):
+    """An int8 -> int16 Cast (the data-type converter at a mixed-precision edge) between two
+    layers is lowered into a HardOp: it runs through the hardware model, its cycles come from
+    the cycle model, and the result equals the HostBackend's integer reference. Only the
+    float <-> integer edge Casts stay on the host."""
     from xir.builder import NetworkBuilder
     from xir.types import INT8, INT16, QuantizedType, TensorType
+    from xrt import Device
 
     shape = (1, 4, 4, 8)
+
+    def q(storage, scale):
+        return TensorType(QuantizedType(storage, [scale], [0]), shape, "NHWC")
+
     b = NetworkBuilder("cvt")
     x = b.input(shape)
-    q8 = b.op("Cast", [x], out_types=[TensorType(QuantizedType(INT8, [0.05], [0]), shape,
-                                                 "NHWC")])
-    q16 = b.op("Cast", [q8], out_types=[TensorType(QuantizedType(INT16, [0.001], [0]), shape,
-                                                   "NHWC")])
-    y = b.op("Cast", [q16], out_types=[TensorType(x.dtype.element_dtype, shape, "NHWC")])
-    b.output(y)
+    q8 = b.op("Cast", [x], out_types=[q(INT8, 0.05)])
+    r8 = b.op("Relu", [q8], out_types=[q(INT8, 0.05)])
+    q16 = b.op("Cast", [r8], out_types=[q(INT16, 0.001)])
+    r16 = b.op("Relu", [q16], out_types=[q(INT16, 0.001)])
+    b.output(b.op("Cast", [r16], out_types=[TensorType(x.dtype.element_dtype, shape, "NHWC")]))
     net = b.build()
+    if chip == "buyi":
+        from buyibackend.lowering import adapt, lower
+        backend, dev = BuyiBackend, bdev
+    else:
+        from zg330backend import ZG330Backend
+        from zg330backend.lowering import adapt, lower
+        backend, dev = ZG330Backend, Device.Open("sim://zg330")
+    z = lower(adapt(net))
+    cast_id = q16.producer.op_id
+    hard = [op for op in z.ops if op.op_type == "HardOp" and cast_id in op.origin_ops_id]
+    assert hard and cast_id not in {op.op_id for op in z.ops if op.op_type == "Cast"}
+    assert str(cast_id) not in z.tags[chip]["host_ops"]
     xin = np.random.default_rng(1).normal(size=shape).astype(np.float32)
-    ref = host_ref(net, xin)
-    s = Session.Create([BuyiBackend, HostBackend], net.view(0), [bdev, HostDevice.Default()])
-    binds = s.backendBindings()
-    assert isinstance(binds[q16.producer.op_id], BuyiBackend)
-    assert isinstance(binds[q8.producer.op_id], HostBackend)
+    s = Session.Create([backend, HostBackend], z.view(0), [dev, HostDevice.Default()])
+    s.enableTimeProfile(True)
     s.apply()
     got = [np.asarray(t).copy() for t in s.forward([xin])]
-    np.testing.assert_array_equal(ref[0], got[0])
+    np.testing.assert_array_equal(host_ref(net, xin)[0], got[0])
+    prof = s.backends[0].profileInfo()
+    assert prof[hard[0].op_id]["cycles"] > 0  # counted by the cycle model
+    s.close()
+    if chip == "zg330":
+        dev.close()
 
 
 @pytest.mark.slow

@@ -9,18 +9,19 @@ differently (ZG330Backend user guide, "一 新增功能说明", read from the Bu
 - forward with caller-provided outputs is not supported;
 - `userConnectNetwork` requires the inputs / outputs in the network's order;
 - the device's MMU can be off (`BuyiDevice.mmuModeSwitch(False)`): the runtime then relocates
-  the instructions to the physical segments at apply;
-- a Cast between int8 and int16 runs on the NPU's data-type converter.
+  the instructions to the physical segments at apply.
+
+A Cast between int8 and int16 (the NPU's data-type converter) is lowered into a HardOp like any
+other layer (`npu_model.lowering.layers.lower_requant_cast`): it runs through the hardware model
+and its cycles come from the cycle model.
 """
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import numpy as np
 
-from npu_model.lowering.common import npu_dtype
 from npu_runtime.apply import Run
 from npu_runtime.backend import NpuBackend
 from npu_runtime.checks import check_network_tag
@@ -79,28 +80,9 @@ class BuyiBackend(NpuBackend):
         self.settings.ocm = OcmOpt.NONE
         self._connected: dict[SegmentType, list[int]] = {SegmentType.INPUT: [],
                                                          SegmentType.OUTPUT: []}
-        self._converter: Any = None
-
-    # --- binding -------------------------------------------------------------------------------
-    def isOpSupported(self, op: Any) -> bool:
-        if op.op_type == "Cast":
-            return _is_converter_cast(op)
-        return super().isOpSupported(op)
-
-    def getForwardFunc(self, op: Any) -> Any:
-        if op.op_type == "Cast" and _is_converter_cast(op):
-            return _forward_cast
-        return super().getForwardFunc(op)
 
     def init(self, network_view: Any, device: Any) -> None:
-        # a whole compiled network (the manual's direct construction): the backend takes its
-        # HardOps and converter Casts; the float adapt Casts and the rest are the host's
-        mine = [op for op in network_view.ops if op.op_type == "HardOp" or
-                _is_converter_cast(op)]
-        if mine and len(mine) != len(network_view.ops):
-            network_view = network_view.view([op.op_id for op in mine])
-        casts = [op for op in network_view.ops if op.op_type == "Cast"]
-        super().init(_HardOpView(network_view) if casts else network_view, device)
+        super().init(network_view, device)
         net = getattr(network_view, "network", network_view)
         file = getattr(net, "source_file", None)
         ocm = check_network_tag(getattr(net, "tags", {}), TAG, file).get("ocm", 0)
@@ -185,40 +167,3 @@ class BuyiBackend(NpuBackend):
                 "tensors (ZG330Backend user guide 1.4: the ZG330Backend does); call "
                 "forward(inputs) and copy the results")
         return super().forwardHardOp(op, inputs, outputs)
-
-
-class _HardOpView:
-    """The HardOps of a view (a Cast bound to the Buyi runs outside the deployment)."""
-
-    def __init__(self, view: Any) -> None:
-        self._inner = view
-        self.ops = [op for op in view.ops if op.op_type == "HardOp"]
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
-
-
-def _is_converter_cast(op: Any) -> bool:
-    """A Cast between per-tensor int8 and int16 quantized values (zero point 0)."""
-    if op.op_type != "Cast" or len(op.inputs) != 1 or len(op.outputs) != 1:
-        return False
-    a, b = npu_dtype(op.inputs[0]), npu_dtype(op.outputs[0])
-    return a is not None and b is not None and tuple(op.inputs[0].shape) == \
-        tuple(op.outputs[0].shape)
-
-
-def _forward_cast(op: Any, inputs: list[Tensor], outputs: list[Tensor], backend: Any
-                  ) -> list[Tensor]:
-    """The data-type converter: requantize between the two scales with the integer reference's
-    rounding (host_backend's Cast kernel, so the result is bit-identical)."""
-    from host_backend.backend import HostBackend
-
-    t0 = time.perf_counter()
-    if backend._converter is None:
-        backend._converter = HostBackend()
-    res = backend._converter.forwardOp(op, inputs, [])
-    backend.setTimeElapses(op.op_id, 0.0, (time.perf_counter() - t0) * 1e3)
-    return res
-
-
-BuyiBackend.FORWARDS = {"HardOp": NpuBackend.FORWARDS["HardOp"], "Cast": _forward_cast}

@@ -369,6 +369,31 @@ def lower_relu(op, cfg) -> OpLowering:
     return OpLowering("eltw", [], make)
 
 
+#: why a Cast at the host/NPU edge stays on the host (the network's host_ops tag)
+EDGE_REASON = "host/NPU edge: float <-> integer conversion and channel alignment"
+
+
+def lower_requant_cast(op, cfg) -> OpLowering:
+    """A Cast between per-tensor quantized types (int8 <-> int16 at a mixed-precision edge, or
+    a new scale): the requantization ``RM(s_in, 1, s_out)`` the host's Cast computes, as an
+    ELTW ADD of the map with itself at weights (1, 0) and the output dtype's full range -- the
+    NPU's data-type converter. Float <-> integer and re-tiling Casts are the host/NPU edge."""
+    x, y = op.inputs[0], op.outputs[0]
+    if npu_dtype(x) is None or npu_dtype(y) is None or x.dtype.layout.is_tiled() or \
+            y.dtype.layout.is_tiled():
+        raise NotLowerable(EDGE_REASON)
+    _feature_dtypes(op, rescales=True)
+    if map3(x.shape) != map3(y.shape):
+        raise NotLowerable("a Cast that changes the shape")
+    m, s = (int(v) for v in requant_multiplier(scale_of(x), 1.0, scale_of(y)))
+    kw = dict(op="add", ka=1, kb=0, mult=m, shift=s, clip=clip_bounds(y.dtype.numpy_dtype))
+
+    def make(R: Resolver) -> list[asm.Layer]:
+        return [asm.Eltw(R.fmap(x), R.fmap(x), R.fmap(y), tag=op.op_id, **kw)]
+
+    return OpLowering("eltw", [], make)
+
+
 def _pool_geometry(op, x3):
     h, w, _ = x3
     if op.op_type == "AvgPool2d" and _attr(op, "is_global", False):
@@ -511,6 +536,7 @@ RULES: dict[str, Callable[[Any, Any], OpLowering]] = {
     "Sigmoid": lower_lut, "Tanh": lower_lut, "Silu": lower_lut, "Hardswish": lower_lut,
     "Gelu": lower_lut,
     "Upsample": lower_upsample, "Resize": lower_resize, "ChannelShuffle": lower_channel_shuffle,
+    "Cast": lower_requant_cast,
 }
 
 

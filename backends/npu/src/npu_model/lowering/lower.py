@@ -35,7 +35,7 @@ from xir.types import UINT8, UINT64, TensorType
 from xir.values import MemType, Params, Value
 
 from .common import ETM_ALIGN, ETM_RESERVED, TargetConfig, align, clone_network, map3, npu_dtype
-from .layers import ALIAS_OPS, RULES, NotLowerable, OpLowering, alias_ok
+from .layers import ALIAS_OPS, EDGE_REASON, RULES, NotLowerable, OpLowering, alias_ok
 
 log = logging.getLogger(__name__)
 
@@ -143,7 +143,7 @@ class _Lowering:
         if op.op_id in self.why_host:
             return self.why_host[op.op_id]
         if op.op_type in ("Cast", "AlignAxis", "PruneAxis"):
-            return "host/NPU edge: float <-> integer conversion and channel alignment"
+            return EDGE_REASON
         if not op.is_quantized():
             return "float op: no integer form, computes in float32 on the host"
         if op.op_type in ALIAS_OPS:
