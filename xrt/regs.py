@@ -56,7 +56,8 @@ class RegRegion:
 
     def absolute(self, addr: int, relative: bool = False) -> int:
         """The checked absolute address of register `addr` (base-relative if `relative`)."""
-        if isinstance(addr, bool) or not isinstance(addr, numbers.Integral):
+        if type(addr) is not int and (isinstance(addr, bool)
+                                      or not isinstance(addr, numbers.Integral)):
             raise InvalidArgumentError(
                 f"register region {self.name!r}: address must be an int, got {type(addr).__name__}"
             )
@@ -75,6 +76,8 @@ class RegRegion:
         return a
 
     def _value(self, data: Any) -> int:
+        if type(data) is int:  # the common case, without the ABC checks below
+            return data & self.mask
         if isinstance(data, bool) or not isinstance(data, numbers.Integral):
             raise InvalidArgumentError(
                 f"register region {self.name!r}: data must be an int, got {type(data).__name__}"
@@ -150,6 +153,15 @@ class RegRegion:
     def poke(self, addr: int, data: int, relative: bool = False) -> None:
         """Store a value without write hooks (a device model updating its own status)."""
         self._store(self.absolute(addr, relative), self._value(data))
+
+    def poke_words(self, words: dict[int, int]) -> None:
+        """Store many base-relative values at once, without write hooks: a device model
+        updating its own status and counters after a run (offsets checked here, in one go)."""
+        for off in words:
+            self.absolute(off, relative=True)
+        base, mask = self.base, self.mask
+        for off, value in words.items():
+            self._store(base + off, int(value) & mask)
 
     def reset(self) -> None:
         """Set every register back to its power-on value (`power_on`, else 0); hooks stay

@@ -244,26 +244,25 @@ class NpuDevice(Device):
         except NpuFault as exc:
             self._fault(R.ERR_MMU if "MMU fault" in str(exc) else R.ERR_ILLEGAL, f"{self!r}: {exc}")
             return
-        self._poke(R.CYCLES_LO, res.cycles & 0xFFFF_FFFF)
-        self._poke(R.CYCLES_HI, res.cycles >> 32)
-        self._poke(R.LAYER_COUNT, base + res.syncs)
-        self._poke(R.RUN_COUNT, self._rd(R.RUN_COUNT) + 1)
+        words = {R.CYCLES_LO: res.cycles & 0xFFFF_FFFF, R.CYCLES_HI: res.cycles >> 32,
+                 R.LAYER_COUNT: base + res.syncs, R.RUN_COUNT: self._rd(R.RUN_COUNT) + 1}
         for cid in range(min(self.config.mpe_cols, R.MAX_CHANNELS)):
-            self._poke(R.RTILE_BASE + 4 * cid, self.sim.tiles.r(cid))
-            self._poke(R.WTILE_BASE + 4 * cid, self.sim.tiles.w(cid))
+            words[R.RTILE_BASE + 4 * cid] = self.sim.tiles.r(cid)
+            words[R.WTILE_BASE + 4 * cid] = self.sim.tiles.w(cid)
         macs = sum(int(r["macs"]) for r in res.layers)
         busy = sum(int(r["compute"]) for r in res.layers)
         n = max(rows * cols, 1)
+        peek = self._reg.peek
         for cid in range(cols):
             for rid in range(rows):
                 bank = R.mpe_bank(cid, rid, self.config.mpe_rows)
                 for lo, add in ((R.MPE_MACS_LO, macs // n), (R.MPE_BUSY_LO, busy)):
-                    v = self._reg.peek(bank + lo, relative=True) | \
-                        self._reg.peek(bank + lo + 4, relative=True) << 32
+                    v = peek(bank + lo, relative=True) | peek(bank + lo + 4, relative=True) << 32
                     v += add
-                    self._poke(bank + lo, v & 0xFFFF_FFFF)
-                    self._poke(bank + lo + 4, v >> 32 & 0xFFFF_FFFF)
-        self._poke(R.STATUS, R.STATUS_DONE)
+                    words[bank + lo] = v & 0xFFFF_FFFF
+                    words[bank + lo + 4] = v >> 32 & 0xFFFF_FFFF
+        words[R.STATUS] = R.STATUS_DONE
+        self._reg.poke_words(words)
         self._last_result = res
 
     def _fault(self, code: int, msg: str) -> None:
