@@ -44,17 +44,6 @@ def _files(target: str, tmp) -> tuple[bytes, bytes]:
     return (tmp / "m.json").read_bytes(), (tmp / "m.raw").read_bytes()
 
 
-@pytest.fixture(scope="module")
-def devices():
-    from xrt import Device
-
-    devs = {"zg330": Device.Open("sim://zg330"), "buyi": Device.Open("sim://buyi"),
-            "host": Device.Open("host://")}
-    yield devs
-    for d in devs.values():
-        d.close()
-
-
 def _fuzz(target: str, cases: int, seed: int, devices, tmp) -> Outcomes:
     from host_backend import HostBackend
     from xir.serialize import loads, read_raw_bytes

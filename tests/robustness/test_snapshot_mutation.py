@@ -51,17 +51,6 @@ def _snapshot(chip: str, tmp, devices) -> tuple[bytes, object]:
     return (tmp / "a.snap").read_bytes(), (backend, HostBackend)
 
 
-@pytest.fixture(scope="module")
-def devices():
-    from xrt import Device
-
-    devs = {"zg330": Device.Open("sim://zg330"), "buyi": Device.Open("sim://buyi"),
-            "host": Device.Open("host://")}
-    yield devs
-    for d in devs.values():
-        d.close()
-
-
 def _reseal_table(data: bytes, header: dict) -> bytes | None:
     """`data` with its header JSON replaced in place (padded with spaces) and the checksum
     recomputed; None when the new header does not fit before the first section."""

@@ -13,11 +13,11 @@ import hashlib
 import json
 import os
 import tempfile
-from typing import Any
 
 import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from mutation import at, paths
 
 import xir
 from xir import FP32, INT8, MemType, NetworkBuilder, QuantizedType, TensorType
@@ -77,26 +77,9 @@ JSON_BYTES, RAW_BYTES = _make_files()
 JSON_OBJ = json.loads(JSON_BYTES)
 
 
-def _paths(node: Any, prefix: tuple = ()) -> list[tuple]:
-    out = [prefix]
-    if isinstance(node, dict):
-        for k, v in node.items():
-            out += _paths(v, prefix + (k,))
-    elif isinstance(node, list):
-        for i, v in enumerate(node):
-            out += _paths(v, prefix + (i,))
-    return out
-
-
-def _at(obj: Any, path: tuple) -> Any:
-    for key in path:
-        obj = obj[key]
-    return obj
-
-
-ALL_PATHS = _paths(JSON_OBJ)
+ALL_PATHS = paths(JSON_OBJ)
 KEY_PATHS = [p for p in ALL_PATHS if p and isinstance(p[-1], str)]
-LIST_PATHS = [p for p in ALL_PATHS if isinstance(_at(JSON_OBJ, p), list) and _at(JSON_OBJ, p)]
+LIST_PATHS = [p for p in ALL_PATHS if isinstance(at(JSON_OBJ, p), list) and at(JSON_OBJ, p)]
 REPLACEMENTS = [
     None, True, False, 0, -1, 1, 7, 2**31, -(2**31) - 1, 2**64, 10**40, 0.5, -0.0, 1e308,
     "", "x", "inf", "-inf", "nan", "@fp(32)", "@sint(8)", "@layout(NHWC)", "@etm(0x40)",
@@ -142,17 +125,17 @@ def json_mutants(draw) -> bytes | str:
     obj = json.loads(JSON_BYTES)
     if kind == "delete":
         path = draw(st.sampled_from(KEY_PATHS))
-        del _at(obj, path[:-1])[path[-1]]
+        del at(obj, path[:-1])[path[-1]]
     elif kind == "swap":
         path = draw(st.sampled_from(ALL_PATHS))
         new = draw(st.sampled_from(REPLACEMENTS))
         if path:
-            _at(obj, path[:-1])[path[-1]] = new
+            at(obj, path[:-1])[path[-1]] = new
         else:
             obj = new
     else:
         path = draw(st.sampled_from(LIST_PATHS))
-        items = _at(obj, path)
+        items = at(obj, path)
         i = draw(st.integers(0, len(items) - 1))
         how = draw(st.sampled_from(["dup", "remove", "move"]))
         if how == "dup":
