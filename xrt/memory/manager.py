@@ -127,7 +127,7 @@ class MemManager:
                     f"region {region.name!r}: its device is closed; open the device again to "
                     "allocate memory"
                 )
-            n = max(1, byte_size)  # a 0-byte chunk still gets a unique address
+            n = region._footprint(byte_size, alignment)
             if begin is not None and begin.has_addr():
                 addr = self._alloc.reserve(begin.addr(), n)
             else:

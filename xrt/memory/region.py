@@ -15,7 +15,7 @@ import numpy as np
 
 from xrt.args import bool_arg
 from xrt.errors import InvalidArgumentError, InvalidPointerError, MemoryAccessError
-from xrt.memory.allocator import Allocator, check_alignment
+from xrt.memory.allocator import Allocator, align_up, check_alignment
 from xrt.memory.chunk import MemChunk
 from xrt.memory.manager import MemManager
 from xrt.memory.ptr import MemPtr, as_uint8_view
@@ -63,6 +63,11 @@ class MemRegion:
 
     def _make_storage(self) -> Storage:
         return ArenaStorage(self.base, self.size, f"region {self.name!r}")
+
+    def _footprint(self, byte_size: int, alignment: int) -> int:
+        """Address-space bytes a chunk of `byte_size` takes (a 0-byte chunk still gets a
+        unique address)."""
+        return max(1, byte_size)
 
     # --- vendor API ---------------------------------------------------------------------------
 
@@ -185,6 +190,11 @@ class HostMemRegion(MemRegion):
 
     def _make_storage(self) -> Storage:
         return HostBufferStorage(f"region {self.name!r}")
+
+    def _footprint(self, byte_size: int, alignment: int) -> int:
+        """Whole alignment units of the synthetic address space: no misaligned remainders pile
+        up for the best-fit scan to step over (every host op's output is a chunk here)."""
+        return align_up(max(1, byte_size), alignment)
 
     def _check_fixed(self, begin: MemPtr, byte_size: int) -> None:
         if begin.has_cptr():

@@ -349,3 +349,15 @@ def test_remote_storage_paths(host: HostMemRegion) -> None:
     assert out == b"89abcdef89ab!!!!"
     with pytest.raises(UnsupportedOpError, match="read\\(\\)"):
         c.numpy()
+
+
+def test_host_chunks_take_whole_alignment_units_of_the_synthetic_space() -> None:
+    """Every host op's output is a host chunk: 32-byte chunks at 64-byte alignment once left
+    a misaligned 32-byte remainder each, which every later best-fit scan stepped over (the
+    HostBackend's per-op cost grew with the live chunks)."""
+    from xrt.memory.region import HostMemRegion
+
+    region = HostMemRegion()
+    chunks = [region.malloc(32, True, 1) for _ in range(200)]
+    assert len(region.memManager().allocator.free_blocks()) == 1
+    assert all(c.addr % 64 == 0 for c in chunks) and chunks[0].byte_size == 32
