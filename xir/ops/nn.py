@@ -21,7 +21,7 @@ _CONV_ATTRS = {
     **FUSED_ACT_ATTRS,
 }
 #: the padding modes a convolution may name (torch's padding_mode)
-_CONV_CHOICES = {"act": ("none", "relu"),
+_CONV_CHOICES = {**Operation.CHOICES,
                  "padding_mode": ("zeros", "reflect", "replicate", "circular")}
 
 

@@ -106,7 +106,8 @@ class MemRegion:
             )
         self._check_fixed(begin, byte_size)
         return self._manager._new_chunk(
-            byte_size, bool(auto_free), self.default_alignment, begin, deleter
+            byte_size, bool_arg(auto_free, "malloc auto_free"), self.default_alignment, begin,
+            deleter
         )
 
     def _check_fixed(self, begin: MemPtr, byte_size: int) -> None:

@@ -58,8 +58,8 @@ class ClientGuard:
         return None
 
     def reg_reset(self, scope: dict) -> None:
-        """A client's register reset: its own MMU entries and run registers, never the shared
-        device's (which would stop every other client's runs)."""
+        """Forget a client's shadow MMU entries and run registers (its register reset; the
+        device's own registers go back to their power-on values beside it)."""
         self._mmu(scope).clear()
         self._regs(scope).clear()
 
