@@ -7,6 +7,8 @@ quantize -> adapt -> generate).
    either association) becomes one Hardswish op and GELU (``x * (1 + erf(x / sqrt 2)) / 2``)
    one Gelu op: a lookup table each once quantized; LayerNorm written out (ReduceMean, Sub,
    Pow 2, ReduceMean, Add eps, Sqrt, Div, then Mul gamma and Add beta) becomes one LayerNorm;
+   an LRN becomes ops the NPUs run (`x * x`, the channel window's sum as a 1x1 Conv2d with a
+   band of ones, the denominator's power as a Power table, `x * d`);
 1. per-channel affines: a Multiply or Add of a 4-D map by a constant that varies along C only
    (exporters write BatchNorm so, and Caffe2's scale layers) becomes a BatchNorm2d, and a
    BatchNorm2d read only by another composes with it into one (`y = x * a + b`, in float64);
@@ -343,6 +345,39 @@ def _fold_layernorm(net: Network, mean: Operation, outputs: set[int]) -> bool:
     return True
 
 
+def _lrn_as_chip_ops(net: Network, lrn: Operation) -> bool:
+    """LRN as four ops the NPUs run: ``sq = x * x``, the channel window's sum of squares as a
+    1x1 Conv2d with a band of ones (one MPE pass), ``d = (bias + alpha / size * sum) ** -beta``
+    as a Power table, and ``y = x * d`` (the LRN's op_id and output value kept)."""
+    from xir.ops.elementwise import Multiply, Power
+    from xir.ops.nn import Conv2d
+
+    x = lrn.inputs[0]
+    if len(x.shape) != 4 or x.dtype.numpy_dtype != np.float32:
+        return False
+    c = int(x.shape[3])
+    size = int(lrn.attrs["size"])
+    lo, hi = (size - 1) // 2, size // 2
+    ci, co = np.arange(c)[:, None], np.arange(c)[None, :]
+    band = ((ci >= co - lo) & (ci <= co + hi)).astype(np.float32).reshape(1, 1, c, c)
+    name = lrn.name or f"lrn{lrn.op_id}"
+    sq, s, d = (Value(net.newVId(), x.dtype, f"{name}.{n}")
+                for n in ("square", "window_sum", "inv_denominator"))
+    w = net.newParams(band, f"{name}.window", layout="HWIO")
+    ops = [Multiply([x, x], [sq], op_id=net.newOpId(), name=f"{name}.square"),
+           Conv2d([sq, w], [s], op_id=net.newOpId(), name=f"{name}.window_sum"),
+           Power([s], [d], op_id=net.newOpId(), name=f"{name}.inv_denominator",
+                 power=-float(lrn.attrs["beta"]), scale=float(lrn.attrs["alpha"]) / size,
+                 shift=float(lrn.attrs["bias"])),
+           Multiply([x, d], list(lrn.outputs), op_id=lrn.op_id, name=lrn.name)]
+    for op in ops:
+        op.tags = dict(lrn.tags, decomposed="LRN")
+    i = net.ops.index(lrn)
+    net.ops[i:i + 1] = ops
+    net.relink()
+    return True
+
+
 def _fold_relu(net: Network, host: Operation, relu: Operation) -> bool:
     if float(relu.attrs.get("threshold", 0.0)) != 0.0 or host.attrs.get("act", "none") != "none":
         return False
@@ -471,6 +506,8 @@ def optimize(net: Network) -> Network:
         elif op in out.ops and op.op_type == "Erf" and _fold_gelu(out, op, outputs):
             n_act += 1
         elif op in out.ops and op.op_type == "ReduceMean" and _fold_layernorm(out, op, outputs):
+            n_act += 1
+        elif op in out.ops and op.op_type == "LRN" and _lrn_as_chip_ops(out, op):
             n_act += 1
     for op in list(out.ops):  # channel shuffles written as Reshape -> Transpose -> Reshape
         if op in out.ops and op.op_type == "Reshape" and _fold_channel_shuffle(out, op, outputs):

@@ -188,6 +188,17 @@ def silu(rng):
     return g.model([1, 4, 16, 16], g.conv(y, 8, 8, k=1))
 
 
+@_net("caffe_lrn_pow", (1, 3, 16, 16))
+def lrn_pow(rng):
+    """AlexNet's local response normalization (a strong one: alpha 0.5, so it matters), then a
+    Pow with a constant fractional exponent on a rectified map."""
+    g = _G(rng)
+    y = g.op("Relu", [g.conv("x", 3, 12)])
+    y = g.op("LRN", [y], size=5, alpha=0.5, beta=0.75, bias=1.0)
+    y = g.op("Pow", [g.op("Relu", [g.conv(y, 12, 8)]), g.const(np.array(0.5))])
+    return g.model([1, 3, 16, 16], g.conv(y, 8, 8, k=1))
+
+
 @_net("torch_channel_shuffle", (1, 8, 8, 8))
 def shuffle(rng):
     g = _G(rng)

@@ -18,9 +18,10 @@ works on quantized element types:
   AlignAxis, PruneAxis: input and outputs) put their values in one group (union-find over the
   whole network). A group takes the largest `amax` of its members, so no member saturates
   earlier than its own calibration says; this rule is order-independent (deterministic);
-- ReLU/ReLU6/LeakyReLU stay folded in the producing op's requantization; SiLU, Sigmoid, Tanh
-  and Hardswish keep their op type and run as tables (`xir.quant.lut`) derived from their scales;
-- ops with no exact integer form (Softmax, LayerNorm, LRN, Relu with a threshold, ...) stay
+- ReLU/ReLU6/LeakyReLU stay folded in the producing op's requantization; SiLU, Sigmoid, Tanh,
+  Hardswish, GELU and Power keep their op type and run as tables (`xir.quant.lut`) derived from
+  their scales;
+- ops with no exact integer form (Softmax, LayerNorm, Relu with a threshold, ...) stay
   float, with Cast ops converting around them; the ops that only move codes (Reshape,
   Transpose, Concat, ...) stay float after them too when every input is float, so a
   probability output is never re-quantized on its way to the network output.

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import math
+
+from ..errors import FieldTypeError
 from ..types import TensorType
-from .base import Operation, broadcast, norm_axis, register_op
+from .base import REQUIRED, Operation, broadcast, norm_axis, register_op
 
 
 class _Binary(Operation):
@@ -41,6 +44,23 @@ class Sqrt(Operation):
     """The square root, elementwise (float)."""
 
     op_type = "Sqrt"
+
+
+@register_op
+class Power(Operation):
+    """Caffe's Power layer, elementwise: ``y = (shift + scale * x) ** power``. ONNX Pow with a
+    constant exponent imports as one, and LRN's denominator is one; once quantized it runs as
+    a lookup table, so any exponent costs the same."""
+
+    op_type = "Power"
+    ATTRS = {"power": (float, REQUIRED), "scale": (float, 1.0), "shift": (float, 0.0)}
+
+    def check_attr_values(self) -> None:
+        super().check_attr_values()
+        for key in ("power", "scale", "shift"):
+            if not math.isfinite(self.attrs[key]):
+                raise FieldTypeError(f"{key} must be a finite number, not {self.attrs[key]}",
+                                     op_id=self.op_id, field=key)
 
 
 @register_op

@@ -19,7 +19,7 @@ import numpy as np
 
 from xir.quant.fixed_point import qrange, quantize
 
-__all__ = ["LUT_FUNCTIONS", "build_lut", "apply_lut", "lut_function"]
+__all__ = ["LUT_FUNCTIONS", "LUT_OPS", "build_lut", "apply_lut", "lut_function", "lut_params"]
 
 
 def _sigmoid(x: np.ndarray) -> np.ndarray:
@@ -51,7 +51,17 @@ def _gelu(x: np.ndarray) -> np.ndarray:
     return 0.5 * x * (1.0 + _erf(x / math.sqrt(2.0)).astype(np.float64))
 
 
-#: Float64 definitions of the table functions, by the name used in ``build_lut``.
+def _power(x: np.ndarray, power: float, scale: float = 1.0, shift: float = 0.0) -> np.ndarray:
+    # a negative base to a fractional power has no real value: 0 there; a zero base to a
+    # negative power saturates the table
+    with np.errstate(divide="ignore", invalid="ignore"):
+        y = np.power(shift + scale * x, power)
+    return np.nan_to_num(y, nan=0.0, posinf=np.finfo(np.float64).max,
+                         neginf=np.finfo(np.float64).min)
+
+
+#: Float64 definitions of the table functions, by the name used in ``build_lut``; the ones
+#: with parameters take them after ``x`` (``lut_params`` reads them from an op's attributes).
 LUT_FUNCTIONS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "sigmoid": _sigmoid,
     "silu": _silu,
@@ -60,22 +70,34 @@ LUT_FUNCTIONS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "tanh": np.tanh,
     "exp": _exp,
     "gelu": _gelu,
+    "power": _power,
 }
 
 
 #: Ops that compute as a lookup table once quantized: op type -> table function name.
 LUT_OPS = {"Sigmoid": "sigmoid", "Tanh": "tanh", "Silu": "silu", "Hardswish": "hardswish",
-           "Gelu": "gelu"}
+           "Gelu": "gelu", "Power": "power"}
+
+#: The attributes a table op's function takes after ``x``, in order.
+_LUT_PARAMS = {"Power": ("power", "scale", "shift")}
 
 
-def lut_function(fn_name: str) -> Callable[[np.ndarray], np.ndarray]:
-    """The float64 function behind a table name (``ValueError`` for an unknown name)."""
+def lut_params(op_type: str, attrs: dict) -> tuple[float, ...]:
+    """The parameters of `op_type`'s table function, read from the op's attributes."""
+    return tuple(float(attrs[k]) for k in _LUT_PARAMS.get(op_type, ()))
+
+
+def lut_function(fn_name: str, params: tuple[float, ...] = ()
+                 ) -> Callable[[np.ndarray], np.ndarray]:
+    """The float64 function behind a table name with its parameters bound (``ValueError`` for
+    an unknown name)."""
     try:
-        return LUT_FUNCTIONS[fn_name.lower()]
+        fn = LUT_FUNCTIONS[fn_name.lower()]
     except KeyError:
         raise ValueError(
             f"no lookup-table function {fn_name!r}; known: {', '.join(sorted(LUT_FUNCTIONS))}"
         ) from None
+    return (lambda x: fn(x, *params)) if params else fn
 
 
 def build_lut(
@@ -84,15 +106,17 @@ def build_lut(
     out_scale: float,
     in_dtype: Any = np.int8,
     out_dtype: Any = None,
+    params: tuple[float, ...] = (),
 ) -> np.ndarray:
     """Table of ``saturate(round_half_away(fn(q_in * in_scale) / out_scale))`` for every input code.
 
     ``fn_name`` is one of :data:`LUT_FUNCTIONS` (sigmoid, silu, hardswish, hardsigmoid, tanh,
-    exp, gelu). ``out_dtype`` defaults to ``in_dtype``. Entry ``i`` holds the output for
-    ``q_in = i + qmin`` (see the module docstring for the hardware addressing). All arithmetic
-    is float64; the result is an array of ``out_dtype`` with ``2**bits(in_dtype)`` entries.
+    exp, gelu, power), ``params`` its parameters (`lut_params`). ``out_dtype`` defaults to
+    ``in_dtype``. Entry ``i`` holds the output for ``q_in = i + qmin`` (see the module
+    docstring for the hardware addressing). All arithmetic is float64; the result is an array
+    of ``out_dtype`` with ``2**bits(in_dtype)`` entries.
     """
-    fn = lut_function(fn_name)
+    fn = lut_function(fn_name, params)
     in_dt = np.dtype(in_dtype)
     if in_dt not in (np.dtype(np.int8), np.dtype(np.int16)):
         raise TypeError(f"lookup tables take int8 or int16 inputs, not {in_dt}")

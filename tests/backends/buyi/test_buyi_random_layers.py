@@ -79,3 +79,20 @@ def test_buyi_eltw_and_pool_bit_exact(buyi_dev, op, hwc, bits, seed):
                                                    float(rng.uniform(0.01, 0.2)))])
     b.output(y)
     _check_buyi(b.build(), rng, bits, buyi_dev)
+
+
+@settings(max_examples=30, **SETTINGS)
+@given(st.sampled_from(["Sigmoid", "Tanh", "Power"]), small_map(), st.sampled_from([8, 16]),
+       st.integers(0, 2 ** 31))
+def test_buyi_tables_bit_exact(buyi_dev, kind, hwc, bits, seed):
+    """The lookup-table ops, Power (LRN's denominator, ONNX Pow) with drawn parameters."""
+    rng = np.random.default_rng(seed)
+    h, w, c = hwc
+    b = NetworkBuilder(kind)
+    s_in = float(rng.uniform(0.01, 0.1))
+    attrs = {} if kind != "Power" else {
+        "power": float(rng.choice([-0.75, -1.0, 0.5, 2.5])),
+        "scale": float(rng.uniform(1e-3, 1.0)), "shift": float(rng.uniform(0.5, 2.0))}
+    x = qin(b, (1, h, w, c), bits, s_in, "a")
+    b.output(b.op(kind, [x], out_types=[out_type((1, h, w, c), bits, s_in * 0.7)], **attrs))
+    _check_buyi(b.build(), rng, bits, buyi_dev)

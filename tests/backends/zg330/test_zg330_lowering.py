@@ -225,8 +225,8 @@ def test_pool_bit_exact(zdev, kind, hwc, k, s, p, ceil, incl, bits, out_bits, se
 
 
 @settings(max_examples=40, **SETTINGS)
-@given(st.sampled_from(["Sigmoid", "Tanh", "Silu", "Hardswish", "Gelu", "Upsample", "Matmul",
-                        "MatmulT"]),
+@given(st.sampled_from(["Sigmoid", "Tanh", "Silu", "Hardswish", "Gelu", "Power", "Upsample",
+                        "Matmul", "MatmulT"]),
        small_map(), st.sampled_from([8, 16]), st.integers(0, 2 ** 31))
 def test_lut_upsample_matmul_bit_exact(zdev, kind, hwc, bits, seed):  # noqa: F811
     rng = np.random.default_rng(seed)
@@ -248,9 +248,12 @@ def test_lut_upsample_matmul_bit_exact(zdev, kind, hwc, bits, seed):  # noqa: F8
         x = qin(b, (1, h, w, c), bits, s_in)
         y = b.op("Upsample", [x], out_types=[out_type((1, 2 * h, 3 * w, c), bits, s_in)],
                  scale_height=2, scale_width=3)
-    else:
+    else:  # a table; Power's (LRN's denominator, an ONNX Pow) with drawn parameters
+        attrs = {} if kind != "Power" else {
+            "power": float(rng.choice([-0.75, -1.0, 0.5, 3.0])),
+            "scale": float(rng.uniform(1e-3, 1.0)), "shift": float(rng.uniform(0.5, 2.0))}
         x = qin(b, (1, h, w, c), bits, s_in)
-        y = b.op(kind, [x], out_types=[out_type((1, h, w, c), bits, s_in * 0.7)])
+        y = b.op(kind, [x], out_types=[out_type((1, h, w, c), bits, s_in * 0.7)], **attrs)
     b.output(y)
     z = _check(b.build(), rng, bits, zdev)
     # it ran on the chip: inside a HardOp, not left on the host

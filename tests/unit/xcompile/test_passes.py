@@ -237,3 +237,35 @@ def test_attention_transpose_and_linear_bias_fold_into_the_matmuls(rng):
     assert opt.ops[3].attrs["transpose_b"] is True
     x = rng.normal(0, 1, (1, 5, d)).astype(np.float32)
     np.testing.assert_allclose(_run(opt, x)[0], _ort(model, x), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("size", [1, 4, 5])
+def test_lrn_becomes_ops_the_chips_run(rng, size):
+    """LRN as x*x, a 1x1 Conv2d with a band of ones (the channel window), a Power table and
+    x*d: the LRN's op_id and output value kept, float results those of the LRN kernel (even and
+    odd windows, the window clipped at both channel ends)."""
+    b = xir.NetworkBuilder("lrn")
+    x = b.input([1, 5, 4, 7], layout="NHWC")
+    y = b.op("LRN", [x], size=size, alpha=0.6, beta=0.75, bias=1.5)
+    b.output(y)
+    net = b.build()
+    lrn = net.ops[1]
+    opt = optimize(net)
+    assert _types(opt) == ["Multiply", "Conv2d", "Power", "Multiply"]
+    last = opt.ops[-2]
+    assert last.op_id == lrn.op_id and last.outputs[0].v_id == lrn.outputs[0].v_id
+    power = opt.ops[3]
+    assert power.attrs == {"power": -0.75, "scale": pytest.approx(0.6 / size), "shift": 1.5}
+    band = np.asarray(opt.ops[2].inputs[1].data)[0, 0]
+    assert band.sum(axis=0).max() == size  # channels c - (size-1)//2 .. c + size//2
+    x = rng.normal(0, 2, (1, 5, 4, 7)).astype(np.float32)
+    np.testing.assert_allclose(_run(opt, x)[0], _run(net, x)[0], rtol=1e-5, atol=1e-6)
+
+
+def test_power_refuses_non_finite_parameters():
+    from xir.errors import FieldTypeError
+
+    b = xir.NetworkBuilder("pow")
+    x = b.input([1, 2, 2, 3], layout="NHWC")
+    with pytest.raises(FieldTypeError, match="power must be a finite number"):
+        b.op("Power", [x], power=float("nan"))

@@ -97,7 +97,16 @@ def _neg(im: _Importer, node, a, ins):
 @_handles("Pow")
 def _pow(im: _Importer, node, a, ins):
     x, e = ins
-    if e.is_const and e.const.size == 1 and float(e.const.reshape(-1)[0]) in (1.0, 2.0) \
-            and np.broadcast_shapes(x.shape, e.shape) == x.shape:
-        return [x] if float(e.const.reshape(-1)[0]) == 1.0 else [_binary(im, "Multiply", [x, x])]
-    raise _Unsupported("only constant exponents 1 and 2")
+    if not (e.is_const and e.const.size == 1
+            and np.broadcast_shapes(x.shape, e.shape) == x.shape):
+        raise _Unsupported("only a constant scalar exponent")
+    p = float(e.const.reshape(-1)[0])
+    if not np.issubdtype(x.dtype, np.floating):
+        raise _Unsupported("an integer base")
+    if x.is_const:
+        return [_T.constant(np.power(x.const, x.const.dtype.type(p)))]
+    if p in (1.0, 2.0):
+        return [x] if p == 1.0 else [_binary(im, "Multiply", [x, x])]
+    perm = x.base
+    layout = "NHWC" if perm == NHWC else None
+    return [im.result(im.emit1("Power", [im.value(x, perm)], layout, power=p), perm)]

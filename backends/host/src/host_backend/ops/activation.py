@@ -1,5 +1,5 @@
-"""Relu (with alpha / max_value / threshold), Sigmoid, Silu, Hardswish, Gelu, Erf, Softmax,
-float32; the integer forms of the lookup-table activations."""
+"""Relu (with alpha / max_value / threshold), Sigmoid, Silu, Hardswish, Gelu, Erf, Power,
+Softmax, float32; the integer forms of the lookup-table activations."""
 
 from __future__ import annotations
 
@@ -100,35 +100,47 @@ def relu_int(inputs, attrs, in_types, out_types, *, fake=False):
                    fake=fake, **act)]
 
 
+def power(inputs: list[np.ndarray], attrs: dict) -> list[np.ndarray]:
+    """y = (shift + scale * x) ** power (Caffe's Power layer; NaN/inf where numpy gives them)."""
+    base = np.float32(attrs.get("shift", 0.0)) + np.float32(attrs.get("scale", 1.0)) * f32(
+        inputs[0])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return [out32(np.power(base, np.float32(attrs["power"])))]
+
+
 @lru_cache(maxsize=256)
-def _table(fn: str, s_in: float, s_out: float, in_dt: str, out_dt: str) -> np.ndarray:
+def _table(fn: str, s_in: float, s_out: float, in_dt: str, out_dt: str,
+           params: tuple[float, ...]) -> np.ndarray:
     from xir.quant.lut import build_lut
 
-    return build_lut(fn, s_in, s_out, np.dtype(in_dt), np.dtype(out_dt))
+    return build_lut(fn, s_in, s_out, np.dtype(in_dt), np.dtype(out_dt), params)
 
 
-def _lut_kernel(fn_name: str):
+def _lut_kernel(op_type: str, fn_name: str):
     def kernel(inputs, attrs, in_types, out_types, *, fake=False):
-        from xir.quant.lut import apply_lut, lut_function
+        from xir.quant.lut import apply_lut, lut_function, lut_params
 
         from ._common import scale1
 
         s_in, s_out = scale1(in_types[0]), scale1(out_types[0])
+        params = lut_params(op_type, attrs)
         if fake:
             x = np.asarray(inputs[0], dtype=np.float64) * s_in
-            return [lut_function(fn_name)(x) / s_out]
+            return [lut_function(fn_name, params)(x) / s_out]
         in_dt, out_dt = in_types[0].numpy_dtype, out_types[0].numpy_dtype
         return [apply_lut(np.asarray(inputs[0]), _table(fn_name, s_in, s_out, in_dt.str,
-                                                        out_dt.str), in_dt)]
+                                                        out_dt.str, params), in_dt)]
 
     kernel.__name__ = f"{fn_name}_int"
     kernel.__doc__ = (f"{fn_name} as a table over every input code: "
-                      f"xir.quant.build_lut('{fn_name}', s_in, s_out, in_dtype, out_dtype).")
+                      f"xir.quant.build_lut('{fn_name}', s_in, s_out, in_dtype, out_dtype, "
+                      f"lut_params('{op_type}', attrs)).")
     return kernel
 
 
-sigmoid_int = _lut_kernel("sigmoid")
-tanh_int = _lut_kernel("tanh")
-silu_int = _lut_kernel("silu")
-hardswish_int = _lut_kernel("hardswish")
-gelu_int = _lut_kernel("gelu")
+sigmoid_int = _lut_kernel("Sigmoid", "sigmoid")
+tanh_int = _lut_kernel("Tanh", "tanh")
+silu_int = _lut_kernel("Silu", "silu")
+hardswish_int = _lut_kernel("Hardswish", "hardswish")
+gelu_int = _lut_kernel("Gelu", "gelu")
+power_int = _lut_kernel("Power", "power")

@@ -24,7 +24,7 @@ from xir.quant.fixed_point import (
     quantize_multiplier,
     requant_multiplier,
 )
-from xir.quant.lut import LUT_OPS, build_lut
+from xir.quant.lut import LUT_OPS, build_lut, lut_params
 from xir.types import QuantizedType, TensorType
 from xir.values import Value
 
@@ -461,7 +461,7 @@ def lower_lut(op, cfg) -> OpLowering:
     _feature_dtypes(op, rescales=True)
     x, y = op.inputs[0], op.outputs[0]
     table = build_lut(LUT_OPS[op.op_type], scale_of(x), scale_of(y), x.dtype.numpy_dtype,
-                      y.dtype.numpy_dtype)
+                      y.dtype.numpy_dtype, lut_params(op.op_type, op.attrs))
 
     def make(R: Resolver) -> list[asm.Layer]:
         return [asm.Lut(R.fmap(x), R.fmap(y), R.const(0), tag=op.op_id)]
@@ -534,7 +534,7 @@ RULES: dict[str, Callable[[Any, Any], OpLowering]] = {
     "Add": lower_eltw, "Sub": lower_eltw,
     "Multiply": lower_eltw, "Relu": lower_relu, "MaxPool2d": lower_pool, "AvgPool2d": lower_pool,
     "Sigmoid": lower_lut, "Tanh": lower_lut, "Silu": lower_lut, "Hardswish": lower_lut,
-    "Gelu": lower_lut,
+    "Gelu": lower_lut, "Power": lower_lut,
     "Upsample": lower_upsample, "Resize": lower_resize, "ChannelShuffle": lower_channel_shuffle,
     "Cast": lower_requant_cast,
 }
