@@ -97,8 +97,8 @@ def test_registry_covers_every_kernel_op() -> None:
         "ReduceMean", "Concat", "Split",
         "Slice", "Reshape", "Transpose", "ChannelShuffle", "Squeeze", "Unsqueeze", "Pad",
         "MaxPool2d",
-        "AvgPool2d", "Relu", "Sigmoid", "Tanh", "Silu", "Hardswish", "Gelu", "Erf", "Softmax",
-        "Resize",
+        "AvgPool2d", "Relu", "Sigmoid", "Tanh", "Silu", "Hardswish", "Gelu", "Erf", "Power",
+        "Softmax", "Resize",
         "Upsample",
         "BatchNorm2d", "LayerNorm", "GroupNorm", "LRN", "AlignAxis", "PruneAxis",
     }  # fmt: skip
@@ -414,6 +414,18 @@ def test_pointwise_activations(rng, op) -> None:
     else:
         nodes = [helper.make_node("HardSwish" if op == "Hardswish" else op, ["x"], ["y"])]
     (ref,) = run_onnx(nodes, {"x": x}, ["y"])
+    assert_close(got, ref)
+
+
+@pytest.mark.parametrize("power", [-0.75, 0.5, 3.0])
+def test_power(rng, power) -> None:
+    """Caffe's Power layer against onnxruntime's Pow of the affine (a positive base)."""
+    x = np.abs(randn(rng, 2, 3, 4, 5)) + np.float32(0.1)
+    got = run_kernel("Power", [x], {"power": power, "scale": 0.5, "shift": 0.25})[0]
+    nodes = [helper.make_node("Mul", ["x", "a"], ["m"]), helper.make_node("Add", ["m", "b"], ["t"]),
+             helper.make_node("Pow", ["t", "p"], ["y"])]
+    consts = {"a": np.float32(0.5), "b": np.float32(0.25), "p": np.float32(power)}
+    (ref,) = run_onnx(nodes, {"x": x}, ["y"], consts)
     assert_close(got, ref)
 
 

@@ -237,15 +237,20 @@ def test_maxpool_int_pads_with_qmin(rng):
 
 @pytest.mark.parametrize("bits", [8, 16])
 @pytest.mark.parametrize("op,fn", [("Silu", "silu"), ("Sigmoid", "sigmoid"), ("Tanh", "tanh"),
-                                   ("Hardswish", "hardswish")])
+                                   ("Hardswish", "hardswish"), ("Power", "power")])
 def test_lut_ops(rng, bits, op, fn):
+    """Every input code through the table; Power's parameters from its attributes (a base
+    that crosses zero: 0 where a negative base has no real power, saturated at 0**-0.5)."""
     dt = DT[bits][1]
     info = np.iinfo(dt)
     q = np.arange(info.min, info.max + 1, dtype=dt).reshape(1, 1, -1, 1)
     s_x, s_y = 8.0 / info.max, 6.0 / info.max
-    v = LUT_FUNCTIONS[fn](q.astype(np.float64) * s_x) / s_y
+    attrs = {"power": -0.5, "scale": 0.5, "shift": 1.0} if op == "Power" else {}
+    v = LUT_FUNCTIONS[fn](q.astype(np.float64) * s_x, *attrs.values()) / s_y
+    if op == "Power":
+        assert (1.0 + 0.5 * q.astype(np.float64) * s_x < 0).any()
     want = np.clip(round_half_away(v), info.min, info.max).astype(dt)
-    got = INT_KERNELS[op]([q], {}, [qt(bits, s_x, q.shape)], [qt(bits, s_y, q.shape)])[0]
+    got = INT_KERNELS[op]([q], attrs, [qt(bits, s_x, q.shape)], [qt(bits, s_y, q.shape)])[0]
     np.testing.assert_array_equal(got, want)
 
 

@@ -60,7 +60,7 @@ def build_all_ops() -> xir.Network:
     mul = b.multiply(sub, np.array([True, False, True, True]))
     sg = b.sigmoid(mul)
     si = b.silu(sg)
-    hs = b.hardswish(b.tanh(b.gelu(b.erf(si))))
+    hs = b.hardswish(b.tanh(b.gelu(b.erf(b.power(si, power=-0.5, scale=2.0, shift=1.0)))))
     up = b.upsample(hs, scale_height=2, scale_width=2)
     rs = b.resize(up, out_height=5, out_width=7, mode="bilinear", coordinate_mode="align_corners")
     pd = b.pad(rs, pad_before=[0, 1, 0, 0], pad_after=[0, 0, 1, 0], mode="edge")

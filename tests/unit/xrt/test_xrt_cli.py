@@ -144,6 +144,7 @@ def test_progress_in_a_log_is_plain_lines(capsys, monkeypatch):
     few seconds and at its end; XRT_PROGRESS=0 silences both."""
     from xrt.console import progress_bar, stage
 
+    monkeypatch.delenv("XRT_PROGRESS", raising=False)
     with stage("parse model"):
         pass
     monkeypatch.setattr(progress_bar, "LOG_EVERY", 0.0)
