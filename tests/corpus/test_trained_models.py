@@ -24,16 +24,16 @@ pytest.importorskip("onnxruntime")
 
 WHEEL = "rapidocr_onnxruntime==1.4.4"
 IMAGENET = dict(mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225))
-#: model file -> (input shape, PaddleOCR's input normalisation, int8 cosine floor). The
-#: recognizer's floor below 0.99 records where the default compile stands, not the goal: all
-#: int8 it measured 0.853 (onnxruntime's int8 0.808); automatic mixed precision (0.997 lowest
-#: per-sample cosine on the calibration images) brings it to 0.984 on the held-out one
-#: (docs/quantization.md section 10 says what is left).
+#: model file -> (input shape, PaddleOCR's input normalisation). All int8 the recognizer
+#: measured 0.853 (onnxruntime's int8 0.808); automatic mixed precision raises what it needs
+#: (docs/quantization.md section 10).
 MODELS = {
-    "ch_ppocr_mobile_v2.0_cls_infer.onnx": ((1, 3, 48, 192), {}, 0.99),
-    "ch_PP-OCRv4_det_infer.onnx": ((1, 3, 128, 256), IMAGENET, 0.99),
-    "ch_PP-OCRv4_rec_infer.onnx": ((1, 3, 48, 160), {}, 0.98),
+    "ch_ppocr_mobile_v2.0_cls_infer.onnx": ((1, 3, 48, 192), {}),
+    "ch_PP-OCRv4_det_infer.onnx": ((1, 3, 128, 256), IMAGENET),
+    "ch_PP-OCRv4_rec_infer.onnx": ((1, 3, 48, 160), {}),
 }
+#: held-out images (seeds the calibration images do not use): cosine >= 0.99 on every one
+HELD_OUT = (11, 12, 13, 14)
 CHIPS = {"zg330": ("ZG330", "ZG"), "buyi": ("Buyi", "BY")}
 
 
@@ -63,7 +63,7 @@ def test_trained_model_runs_on_the_chip(ocr_models, model, target, tmp_path):
     from xcompile.quant.onnxruntime_int8 import quantize_static_int8
 
     path = ocr_models / model
-    shape, norm, floor = MODELS[model]
+    shape, norm = MODELS[model]
     cal = tmp_path / "cal"
     cal.mkdir()
     for k, im in enumerate(text_images(shape, 8, **norm)):
@@ -77,17 +77,20 @@ def test_trained_model_runs_on_the_chip(ocr_models, model, target, tmp_path):
     net = load_stage(written[suffix])
     host = {op.op_type for op in net.ops if op.op_type not in ("HardOp", "Input", "Output")}
     assert not {"Conv2d", "ConvTranspose2d", "Add", "Multiply", "Hardswish", "Sigmoid"} & host
-    x = text_images(shape, 1, seed=11, **norm)[0]
-    got, bound, npu = run_on_chip(net, backend_name, target, x)
-    assert all(isinstance(bound[op.op_id], npu) for op in net.ops if op.op_type == "HardOp")
-    assert got.tobytes() == run_reference(written["adapted"], x).tobytes()
-    want = sess.run(None, {name: x})[0]
     qdq = quantize_static_int8(str(path), [[np.load(cal / f"{k}.npy")] for k in range(8)],
                                str(tmp_path / "int8.onnx"))
     qs = ort.InferenceSession(qdq, providers=["CPUExecutionProvider"])
-    theirs = cosine(qs.run(None, {name: x})[0], want)
-    ours = cosine(got, want)
-    print(f"{model} {target}: int8 cosine {ours:.4f}, onnxruntime int8 {theirs:.4f}, "
-          f"host ops {sorted(host)}")
-    assert ours >= floor
-    assert ours >= theirs - 0.005, f"int8 cosine {ours:.4f}, onnxruntime's {theirs:.4f}"
+    for seed in HELD_OUT:
+        x = text_images(shape, 1, seed=seed, **norm)[0]
+        got, bound, npu = run_on_chip(net, backend_name, target, x)
+        assert all(isinstance(bound[op.op_id], npu) for op in net.ops
+                   if op.op_type == "HardOp")
+        if seed == HELD_OUT[0]:
+            assert got.tobytes() == run_reference(written["adapted"], x).tobytes()
+        want = sess.run(None, {name: x})[0]
+        theirs = cosine(qs.run(None, {name: x})[0], want)
+        ours = cosine(got, want)
+        print(f"{model} {target} image {seed}: int8 cosine {ours:.4f}, onnxruntime int8 "
+              f"{theirs:.4f}, host ops {sorted(host)}")
+        assert ours >= 0.99
+        assert ours >= theirs - 0.005, f"int8 cosine {ours:.4f}, onnxruntime's {theirs:.4f}"

@@ -61,6 +61,8 @@ class LayerRow:
     rel_err: float
     sat_rate: float
     alone: float | None = None
+    #: the bits the op computes at: its widest quantized feature input's (None: no such input)
+    in_bits: int | None = None
 
 
 @dataclass
@@ -82,10 +84,13 @@ class Report:
         return sorted(self.rows, key=lambda r: r.cosine)[:n]
 
     def raisable(self, skip: Any = ()) -> list[LayerRow]:
-        """The 8-bit layers (op ids not in `skip`) by their `alone` cosine, lowest first: the
-        ones whose own rounding costs most come first."""
-        rows = [r for r in self.rows if r.alone is not None and r.dtype.endswith("(8)")
-                and r.op_type != "Cast" and r.op_id not in skip]
+        """The layers computing at 8 bits (op ids not in `skip`) by their `alone` cosine, lowest
+        first: the ones whose own rounding costs most come first. An op reading 8-bit codes
+        computes at 8 bits whatever it writes (a 16-bit reader widens its output), and raising
+        it is what widens the 8-bit value it reads."""
+        rows = [r for r in self.rows if r.alone is not None and r.op_type != "Cast"
+                and (r.in_bits == 8 if r.in_bits is not None else r.dtype.endswith("(8)"))
+                and r.op_id not in skip]
         return sorted(rows, key=lambda r: r.alone)
 
     def suggest_op_bits(self, n: int = 3) -> dict[str, int]:
@@ -199,6 +204,8 @@ def accuracy_report(float_net: Any, quant_net: Any, samples: Any,
     for op in quant_net.ops:
         if op.op_type in ("Input", "Output"):
             continue
+        in_bits = max((8 * v.dtype.numpy_dtype.itemsize for v in op.feature_inputs()
+                       if getattr(v.dtype.element_dtype, "is_quantized", False)), default=None)
         for v in op.outputs:
             el = v.dtype.element_dtype
             if not getattr(el, "is_quantized", False) or v.v_id not in qvals:
@@ -223,7 +230,7 @@ def accuracy_report(float_net: Any, quant_net: Any, samples: Any,
                 list(v.shape), cosine(real, f), float(err.max(initial=0.0)),
                 float(err.mean()) if err.size else 0.0,
                 float(err.max(initial=0.0) / fmax) if fmax > 0 else 0.0, sat,
-                alone.cosine(op, v, f)))
+                alone.cosine(op, v, f), in_bits))
     names = [v.name for v in quant_net.outputs()]
     for k, name in enumerate(names):
         f = np.concatenate([o[k].ravel() for o in fouts]).astype(np.float64)

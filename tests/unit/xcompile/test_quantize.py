@@ -432,3 +432,51 @@ def test_quant_report_shows_onnxruntime_int8_beside_ours(tmp_path):
                  "--onnx", str(path), "--json", str(report)]) == 0
     outs = json.loads(report.read_text())["outputs"]
     assert 0.9 < outs[0]["onnxruntime_int8"] <= 1.0 and outs[0]["cosine"] > 0.99
+
+
+def test_raisable_layers_are_the_ones_reading_8_bit_codes(tiny):
+    """Raising pw.conv widens the value it reads, so dw.conv (which writes it) computes at 8 bits
+    and writes 16: it is raisable, pw.conv (16-bit in, 8-bit out for its 8-bit reader) is not."""
+    net, cal = tiny
+    q = quantize_network(net, cal[:2], bits=8, method="minmax", weight_rounding="nearest",
+                         op_bits={"pw.conv": 16})
+    rows = {r.name: r for r in accuracy_report(net, q, cal[:1]).rows}
+    assert rows["dw.conv"].dtype.endswith("(16)") and rows["dw.conv"].in_bits == 8
+    assert rows["pw.conv"].dtype.endswith("(8)") and rows["pw.conv"].in_bits == 16
+    names = {r.name for r in accuracy_report(net, q, cal[:1]).raisable()}
+    assert "dw.conv" in names and "pw.conv" not in names and "stem.conv" in names
+
+
+def test_probe_samples_vary_image_inputs_only():
+    from xcompile.quant.mixed import probe_samples
+
+    img = np.arange(2 * 3 * 4 * 5, dtype=np.float32).reshape(2, 3, 4, 5)
+    vec = np.arange(6, dtype=np.float32)
+    probe = probe_samples([[img, vec]] * 3)
+    assert len(probe) == 6
+    np.testing.assert_array_equal(probe[3][0], img[..., ::-1])
+    np.testing.assert_array_equal(probe[4][0], img[..., ::-1, :])
+    np.testing.assert_array_equal(probe[5][0], np.roll(img, 2, -1))
+    assert all(p[1] is vec for p in probe)
+    assert len(probe_samples([[vec]] * 3)) == 3  # nothing to vary
+
+
+def test_mixed_precision_ends_with_every_layer_raised_when_the_rounds_fall_short(tiny):
+    """No round left (max_rounds=0) and an aim the 8-bit network misses: the last round raises
+    every layer still computing at 8 bits."""
+    from xcompile.quant.mixed import raise_until
+
+    net, cal = tiny
+    opt = optimize(net)
+
+    def quantize(op_bits):
+        return quantize_network(opt, cal[:2], bits=8, method="minmax",
+                                weight_rounding="nearest", op_bits=op_bits)
+
+    q8 = quantize(None)
+    best, mp = raise_until(opt, q8, quantize, cal[:2], 0.999999, max_rounds=0)
+    assert len(mp.cosines) == 2 and mp.cosines[1] > mp.cosines[0]
+    computing = [op for op in best.ops if op.op_type not in ("Input", "Output", "Cast")
+                 and any(v.dtype.is_quantized() for v in op.feature_inputs())]
+    assert computing and all(v.dtype.numpy_dtype == np.int16 for op in computing
+                             for v in op.feature_inputs())
