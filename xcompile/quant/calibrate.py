@@ -238,7 +238,8 @@ def run_float(net: Any, samples: Iterable[list[np.ndarray]], on_value: Any,
 
 def calibrate(net: Any, samples: Any, method: str = "minmax", *,
               skip_zeros: bool | None = None, per_value: dict[int, dict] | None = None,
-              runner: Runner | None = None, **kw: Any) -> dict[int, float]:
+              runner: Runner | None = None, means: dict[int, np.ndarray] | None = None,
+              **kw: Any) -> dict[int, float]:
     """`{v_id: amax}` of every float value of `net` over `samples` (anything
     `load_calibration` accepts), with one `make_observer(method, **kw)` per value
     (`per_value[v_id]`, when given, replaces `kw` for that value -- mixed-precision networks
@@ -249,8 +250,12 @@ def calibrate(net: Any, samples: Any, method: str = "minmax", *,
     ReLU half of a map is 0, and that spike in bin 0 drives the entropy search to thresholds far
     below the real range (measured on the zoo: amax 1.2 instead of 8 on tiny_cnn's first conv).
     A value whose batches are all zero keeps amax 0 (its scale becomes MIN_SCALE).
+
+    `means`, when given, is filled with every value's mean per channel (its last axis) over
+    the samples, in the same pass (bias correction's input means).
     """
     data = load_calibration(samples, net)
+    sums: dict[int, list] = {}
     observers: dict[int, Any] = {}
     skip = (method == "kl") if skip_zeros is None else bool(skip_zeros)
     per_value = per_value or {}
@@ -258,6 +263,10 @@ def calibrate(net: Any, samples: Any, method: str = "minmax", *,
     def feed(v, arr):
         if arr.dtype.kind != "f":
             return
+        if means is not None and arr.size:
+            acc = sums.setdefault(v.v_id, [0.0, 0])
+            acc[0] = acc[0] + arr.reshape(-1, arr.shape[-1]).sum(axis=0, dtype=np.float64)
+            acc[1] += arr.size // max(arr.shape[-1], 1)
         obs = observers.get(v.v_id)
         if obs is None:
             own = dict(per_value.get(v.v_id, kw))
@@ -269,4 +278,6 @@ def calibrate(net: Any, samples: Any, method: str = "minmax", *,
         obs.update(arr)
 
     run_float(net, data, feed, runner, what="calibration")
+    if means is not None:
+        means.update({vid: s / max(n, 1) for vid, (s, n) in sums.items()})
     return {vid: float(obs.amax()) for vid, obs in observers.items()}

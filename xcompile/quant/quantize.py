@@ -45,7 +45,9 @@ from typing import Any
 import numpy as np
 
 from xcompile.passes import optimize
+from xcompile.quant.bias_correction import weight_error_shift
 from xcompile.quant.calibrate import calibrate, load_calibration
+from xcompile.quant.equalize import equalize as equalize_pairs
 from xcompile.quant.gptq import collect_hessians, gptq_weights
 from xcompile.quant.observers import scale_from_amax, weight_scales
 from xcompile.runner import Runner
@@ -277,6 +279,7 @@ def quantize_network(net: Network, samples: Any, *, bits: int = 8, method: str =
                      per_channel: bool = True, weight_rounding: str = "gptq",
                      headroom: float | None = None, op_bits: Any = None,
                      input_bits: int | None = None, runner: Runner | None = None,
+                     equalize: bool | None = None, bias_correction: bool | None = None,
                      **kw: Any) -> Network:
     """Quantize `net` (float) into a new network of integer ops; see the module docstring.
 
@@ -292,6 +295,10 @@ def quantize_network(net: Network, samples: Any, *, bits: int = 8, method: str =
     requantize between precisions, so an int16 stem writes int8 for the next layer.
     `runner` executes the float network for calibration and GPTQ (`xcompile.runner`;
     default: the HostBackend). The input network is not modified.
+    `equalize`: cross-layer equalisation of convolution pairs (`xcompile.quant.equalize`;
+    default: with per-tensor weights only). `bias_correction`: subtract each layer's mean
+    weight-rounding error (`xcompile.quant.bias_correction`; default: the layers GPTQ did not
+    round). Where they pay is measured in docs/quantization.md.
     """
     if bits not in (8, 16):
         raise QuantizationError(f"bits must be 8 or 16, not {bits}", field="bits")
@@ -299,6 +306,7 @@ def quantize_network(net: Network, samples: Any, *, bits: int = 8, method: str =
         raise QuantizationError(f"input_bits must be 16 (or equal to bits={bits}), not "
                                 f"{input_bits}", field="input_bits")
     opt = optimize(net)
+    n_eq = equalize_pairs(opt) if (not per_channel if equalize is None else equalize) else 0
     data = load_calibration(samples, opt)
     if weight_rounding not in ("gptq", "nearest"):
         raise QuantizationError(f"weight_rounding must be 'gptq' or 'nearest', not "
@@ -321,7 +329,8 @@ def quantize_network(net: Network, samples: Any, *, bits: int = 8, method: str =
         if op.op_type in PROBABILITY_OPS:
             for v in op.feature_inputs() + op.outputs:
                 per_value[v.v_id] = {"method": "minmax"}
-    amax = calibrate(opt, data, method, per_value=per_value, runner=runner,
+    means: dict[int, np.ndarray] | None = {} if bias_correction is not False else None
+    amax = calibrate(opt, data, method, per_value=per_value, runner=runner, means=means,
                      **_observer_kw(method, bits, kw))
     amax = {vid: a * (headroom if headroom is not None else
                       1.0 if bits_of(vid) == 8 else INT16_HEADROOM) for vid, a in amax.items()}
@@ -331,6 +340,10 @@ def quantize_network(net: Network, samples: Any, *, bits: int = 8, method: str =
     codes: dict[int, tuple[np.ndarray, np.ndarray]] = {}
     if weight_rounding == "gptq" and per_channel:
         codes = _gptq_codes(opt, data, int_ops, op_el, runner)
+    n_bc = 0
+    if means is not None:
+        todo = [op for op in opt.ops if op.op_id in int_ops and op.op_id not in codes]
+        n_bc = _correct_biases(opt, todo, means, op_el, bits, per_channel)
 
     q = Network(opt.name, framework_kind=opt.framework_kind,
                 framework_version=opt.framework_version, icraft_version=opt.icraft_version,
@@ -339,7 +352,8 @@ def quantize_network(net: Network, samples: Any, *, bits: int = 8, method: str =
                               "weight_rounding": weight_rounding if per_channel else "nearest",
                               "headroom": float(headroom if headroom is not None else
                                                  1.0 if bits == 8 else INT16_HEADROOM),
-                              "input_bits": input_bits,
+                              "input_bits": input_bits, "equalized_pairs": n_eq,
+                              "bias_corrected": n_bc,
                               "op_bits": {str(oid): 16 for oid, el in op_el.items()
                                           if el.storage.bits > bits},
                               "float_ops": sorted(op.op_id for op in opt.ops
@@ -476,6 +490,40 @@ def _gptq_codes(opt: Network, data: list, int_ops: set[int], op_el: dict[int, Sc
             groups = int(op.attrs.get("groups", 1)) if op.op_type == "Conv2d" else 1
             out[op.op_id] = (gptq_weights(w, s, hess[op.op_id], groups, dt, qmax), s)
     return out
+
+
+def _correct_biases(opt: Network, ops: list[Operation], means: dict[int, np.ndarray],
+                    op_el: dict[int, ScalarType], bits: int, per_channel: bool) -> int:
+    """Bias correction of `ops` (Conv2d / Matmul with constant weights) in place: each bias
+    less the mean shift its nearest-rounded weights cause (`weight_error_shift`); returns how
+    many were corrected."""
+    n = 0
+    for op in ops:
+        w = op.inputs[1] if len(op.inputs) > 1 else None
+        x = op.inputs[0]
+        if op.op_type not in ("Conv2d", "Matmul") or w is None or not w.is_params \
+                or w.data is None or x.v_id not in means:
+            continue
+        wd = np.asarray(w.data, np.float32)
+        el = op_el.get(op.op_id, INT8 if bits == 8 else INT16)
+        wq, s, qaxis = _weight_q(wd, _weight_axis(op, wd.ndim), el, per_channel)
+        shape = [1] * wd.ndim
+        if qaxis is not None:
+            shape[qaxis] = -1
+        dw = wq.astype(np.float64) * np.asarray(s, np.float64).reshape(shape) - wd
+        shift = weight_error_shift(op.op_type, op.attrs, dw, means[x.v_id])
+        if shift is None:
+            continue
+        if len(op.inputs) > 2:
+            b = op.inputs[2]
+            op.inputs[2] = Params(b.v_id, b.dtype, (np.asarray(b.data, np.float64) - shift)
+                                  .astype(np.float32), b.name, b.mtype, dict(b.tags))
+        else:
+            op.inputs.append(opt.newParams((-shift).astype(np.float32),
+                                           f"{op.name or op.op_type}.bias", layout="C"))
+        n += 1
+    opt.relink()
+    return n
 
 
 def _weight_q(w: np.ndarray, axis: int | None, el, per_channel: bool
