@@ -31,6 +31,7 @@ _NUMPY_OF = {
     ("uint", 64): np.uint64,
     ("bool", 8): np.bool_,
 }
+_DTYPE_OF = {key: np.dtype(t) for key, t in _NUMPY_OF.items()}
 
 
 class ScalarType:
@@ -66,7 +67,7 @@ class ScalarType:
 
     @property
     def numpy_dtype(self) -> np.dtype:
-        return np.dtype(_NUMPY_OF[(self.kind, self.bits)])
+        return _DTYPE_OF[(self.kind, self.bits)]
 
     @property
     def byte_size(self) -> int:

@@ -48,7 +48,15 @@ def dequantize(array: np.ndarray, element: QuantizedType) -> np.ndarray:
 
 class Tensor:
     """A tensor: TensorType + MemChunk + offset (the xrt Python reference, class
-    `xrt.Tensor`)."""
+    `xrt.Tensor`).
+
+    A tensor made from a host array takes its host chunk only when something asks for it
+    (`chunk()`, `data()`, a copy to or from another memory): a HostBackend op's output is read
+    as the array it is, so the chunk, its allocation and its finalizer are not paid per op."""
+
+    #: (array, host region) of a host tensor whose chunk is not made yet
+    _lazy: tuple[np.ndarray, Any] | None = None
+    _chunk_: MemChunk | None = None
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self._dtype: TensorType | None = None
@@ -60,7 +68,8 @@ class Tensor:
             return
         first = args[0] if args else kwargs.pop("b", kwargs.pop("dtype", None))
         rest = list(args[1:])
-        if isinstance(first, Tensor):  # cast / share
+        if isinstance(first, Tensor):  # cast / share: one chunk for both
+            first._chunk  # noqa: B018 -- made now, so both tensors hold the same one
             self.__dict__.update(first.__dict__)
             return
         if isinstance(first, xir.Value):
@@ -98,6 +107,15 @@ class Tensor:
             dtype = TensorType(xir.ScalarType.from_numpy(arr.dtype), arr.shape, layout)
         self._wrap(arr, dtype)
 
+    @classmethod
+    def _host(cls, arr: np.ndarray, dtype: TensorType, region: Any) -> Tensor:
+        """A tensor over `arr` (C-contiguous, writeable, of `dtype`'s numpy dtype and size) on
+        the host `region`, unchecked: a host kernel's fresh result."""
+        t = cls.__new__(cls)
+        t._dtype, t._offset, t._check, t._ready = dtype, 0, None, True
+        t._lazy, t._keep = (arr, region), arr
+        return t
+
     def _wrap(self, arr: np.ndarray, dtype: TensorType) -> None:
         from .device import HostDevice
 
@@ -110,11 +128,24 @@ class Tensor:
         if not (arr.flags.c_contiguous and arr.flags.writeable):
             arr = np.ascontiguousarray(arr).copy()
         self._dtype = dtype
-        region = HostDevice.MemRegion()
-        raw = arr.reshape(-1).view(np.uint8)
-        self._chunk = region.malloc(MemPtr(raw), raw.nbytes)
+        self._chunk = None
+        self._lazy = (arr, HostDevice.MemRegion())
         self._offset = 0
         self._keep = arr  # the chunk views this array's memory
+
+    @property
+    def _chunk(self) -> MemChunk | None:
+        lazy = self._lazy
+        if lazy is not None:
+            self._lazy = None
+            raw = lazy[0].reshape(-1).view(np.uint8)
+            self._chunk_ = lazy[1].malloc(MemPtr(raw), raw.nbytes)
+        return self._chunk_
+
+    @_chunk.setter
+    def _chunk(self, chunk: MemChunk | None) -> None:
+        self._lazy = None
+        self._chunk_ = chunk
 
     # --- construction helpers -----------------------------------------------------------
     @staticmethod
@@ -161,7 +192,7 @@ class Tensor:
         return MemPtr(addr)
 
     def hasData(self) -> bool:
-        return self._chunk is not None
+        return self._lazy is not None or self._chunk_ is not None
 
     def setData(self, chunk: MemChunk, offset: int = 0) -> Tensor:
         self._require_type("setData")
@@ -184,6 +215,8 @@ class Tensor:
         return self.chunk().region
 
     def isOn(self, mregion: Any) -> bool:
+        if self._lazy is not None:
+            return self._lazy[1] is mregion
         return self._chunk is not None and self._chunk.isOn(mregion)
 
     def to(self, mregion: Any) -> Tensor:
@@ -301,6 +334,11 @@ class Tensor:
     # --- numpy interop ------------------------------------------------------------------
     def numpy(self) -> np.ndarray:
         """The data as a numpy array; a zero-copy view wherever the memory is local."""
+        lazy = self._lazy
+        if lazy is not None:  # a host array as it came: itself, when the type still fits it
+            arr, dtype = lazy[0], self._dtype
+            if arr.dtype == dtype.numpy_dtype and arr.shape == dtype.shape:
+                return arr
         dtype = self.dtype()
         raw = self._bytes()
         return raw.view(dtype.numpy_dtype).reshape(dtype.shape)
@@ -316,6 +354,8 @@ class Tensor:
     def _bytes(self) -> np.ndarray:
         self._require_data("numpy")
         n = self._dtype.storageBytes()  # type: ignore[union-attr]
+        if self._lazy is not None:
+            return self._lazy[0].reshape(-1).view(np.uint8)[self._offset:self._offset + n]
         view = self._chunk.view(self._offset, n)  # type: ignore[union-attr]
         if view is None:  # remote memory: read a copy
             view = np.empty(n, dtype=np.uint8)
@@ -341,7 +381,7 @@ class Tensor:
 
     def _require_data(self, what: str) -> None:
         self._require_type(what)
-        if self._chunk is None:
+        if not self.hasData():
             raise TensorError(f"Tensor.{what}: the tensor has no data; mallocOn(region) or "
                               f"setData(chunk) first")
 

@@ -34,40 +34,63 @@ def _uses_types(op) -> bool:
     return op.op_type == "Cast" or op.is_quantized()
 
 
+class _Plan:
+    """What forwarding one op needs that does not change between forwards (the op's kernel,
+    whether it takes types, its output types and numpy dtypes), made on its first forward."""
+
+    __slots__ = ("kernel", "typed", "fake", "in_types", "out_types", "params", "outs")
+
+    def __init__(self, op, backend: HostBackend) -> None:
+        self.kernel = backend.kernelFor(op)
+        self.typed = _uses_types(op)
+        self.fake = self.typed and backend.fakeQf
+        self.in_types = [v.dtype for v in op.inputs]
+        self.out_types = [v.dtype for v in op.outputs]
+        self.params = [v.is_params for v in op.inputs]
+        outs = []
+        for value in op.outputs:
+            vtype = value.dtype
+            quantized = vtype.is_quantized()
+            if self.fake and quantized:
+                # fakeQf: quantized values travel as float64 in integer units
+                vtype = vtype.with_element(FP64)
+            outs.append((vtype, vtype.numpy_dtype, tuple(vtype.shape),
+                         self.fake and quantized))
+        self.outs = outs
+
+
 def _forward_kernel(op, inputs, outputs, backend: HostBackend):
-    kernel = backend.kernelFor(op)
-    typed = _uses_types(op)
-    fake = typed and backend.fakeQf
+    plan = backend._plans.get(op.op_id)
+    if plan is None:
+        plan = backend._plans[op.op_id] = _Plan(op, backend)
     arrays: list[np.ndarray] = []
     feed = iter(inputs)
-    for v in op.inputs:
-        if v.is_params:
+    for v, is_params in zip(op.inputs, plan.params):
+        if is_params:
             if v.data is None:
                 raise TensorError(f"op {op.op_id} ({op.op_type}) params v_id {v.v_id} have no "
                                   f"data: call network.loadParamsFromFile(raw) first")
             arrays.append(v.data)
         else:
-            arrays.append(np.asarray(next(feed)))
-    if typed:
-        results = kernel(arrays, op.attrs, [v.dtype for v in op.inputs],
-                         [v.dtype for v in op.outputs], fake=fake)
+            arrays.append(next(feed).numpy())
+    if plan.typed:
+        results = plan.kernel(arrays, op.attrs, plan.in_types, plan.out_types, fake=plan.fake)
     else:
-        results = kernel(arrays, op.attrs)
+        results = plan.kernel(arrays, op.attrs)
     tensors = []
-    for i, (value, arr) in enumerate(zip(op.outputs, results)):
+    region = backend.memRegion()
+    for i, ((vtype, npdt, shape, fake_q), arr) in enumerate(zip(plan.outs, results)):
         arr = np.asarray(arr)
-        vtype = value.dtype
-        if fake and vtype.is_quantized():
-            # fakeQf: quantized values travel as float64 in integer units
-            vtype = vtype.with_element(FP64)
-        if arr.dtype != vtype.numpy_dtype:
-            arr = arr.astype(vtype.numpy_dtype)
-        if i < len(outputs) and not (fake and value.dtype.is_quantized()):
+        if arr.dtype != npdt:
+            arr = arr.astype(npdt)
+        if i < len(outputs) and not fake_q:
             dst = outputs[i]
-            np.copyto(np.asarray(dst), arr.reshape(value.dtype.shape))
+            np.copyto(dst.numpy(), arr.reshape(shape))
             tensors.append(dst)
         else:
-            tensors.append(Tensor(np.ascontiguousarray(arr).reshape(vtype.shape), vtype))
+            if not (arr.flags.c_contiguous and arr.flags.writeable):
+                arr = np.array(arr, order="C")
+            tensors.append(Tensor._host(arr.reshape(shape), vtype, region))
     return tensors
 
 
@@ -86,6 +109,8 @@ class HostBackend(Backend):
 
     def __init__(self, other: Any = None) -> None:
         super().__init__(other)
+        self._plans: dict[int, _Plan] = {}
+        self._region = None
         if not isinstance(other, Backend):
             self._fake_qf = False
 
@@ -94,6 +119,7 @@ class HostBackend(Backend):
         to tell rounding loss from saturation loss. Set it before apply()."""
         self._require_not_applied("setFakeQf")
         self._fake_qf = bool(enable)
+        self._plans.clear()
 
     @property
     def fakeQf(self) -> bool:
@@ -117,6 +143,8 @@ class HostBackend(Backend):
         return kernel
 
     def memRegion(self):
-        from xrt.device import HostDevice
+        if self._region is None:
+            from xrt.device import HostDevice
 
-        return HostDevice.MemRegion()
+            self._region = HostDevice.MemRegion()
+        return self._region
