@@ -18,7 +18,7 @@ N = 200
 
 def test_host_dispatch_per_op(benchmark):
     b = NetworkBuilder("relu_chain")
-    y = x = b.input([1, 1, 1, 8], layout="NHWC")
+    y = b.input([1, 1, 1, 8], layout="NHWC")
     for _ in range(N):
         y = b.relu(y)
     b.output(y)
