@@ -4,9 +4,10 @@ quantize -> adapt -> generate).
 `optimize(net)` returns a new network and leaves its input untouched:
 
 0. decomposed activations: HardSwish as exporters write it (``x * relu6(x + 3) / 6``, in
-   either association) becomes one Hardswish op and GELU (``x * (1 + erf(x / sqrt 2)) / 2``)
-   one Gelu op: a lookup table each once quantized; LayerNorm written out (ReduceMean, Sub,
-   Pow 2, ReduceMean, Add eps, Sqrt, Div, then Mul gamma and Add beta) becomes one LayerNorm;
+   either association) becomes one Hardswish op and GELU (``x * (1 + erf(x / sqrt 2)) / 2``,
+   or its tanh form ``x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x**3))) / 2``) one Gelu op:
+   a lookup table each once quantized; LayerNorm written out (ReduceMean, Sub, Pow 2,
+   ReduceMean, Add eps, Sqrt, Div, then Mul gamma and Add beta) becomes one LayerNorm;
    an LRN becomes ops the NPUs run (`x * x`, the channel window's sum as a 1x1 Conv2d with a
    band of ones, the denominator's power as a Power table, `x * d`);
 1. per-channel affines: a Multiply or Add of a 4-D map by a constant that varies along C only
@@ -257,41 +258,99 @@ def _near(v: Value | None, want: float) -> bool:
     return got is not None and abs(got - want) <= 1e-5 * abs(want)
 
 
-def _fold_gelu(net: Network, erf: Operation, outputs: set[int]) -> bool:
-    """``x * (1 + erf(x * 1/sqrt 2)) * 0.5`` around `erf` (either order of the two final
-    products, as torch.onnx writes it): one Gelu op (the last output and Erf's op_id kept)."""
+def _gelu_tail(x: Value, inner: Value, outputs: set[int], head: list[Operation]
+               ) -> tuple[list[Operation], Operation] | None:
+    """``x * (1 + inner) * 0.5`` after `inner` (erf or tanh of the scaled `x`), either order of
+    the two final products, as torch.onnx writes it: (the ops it takes, the last one)."""
+    add = _reader(inner, outputs, "Add")
+    if add is None or add.attrs.get("act", "none") != "none" or not _near(_other(add, inner), 1.0):
+        return None
+    m1 = _reader(add.outputs[0], outputs, "Multiply")
+    if m1 is None:
+        return None
+    o = _other(m1, add.outputs[0])
+    half = next((c for c in x.consumers if c.op_type == "Multiply" and c not in [m1, *head]
+                 and _near(_other(c, x), 0.5)), None)
+    if o is x:  # (x * (1 + inner)) * 0.5
+        m2 = _reader(m1.outputs[0], outputs, "Multiply")
+        if m2 is None or not _near(_other(m2, m1.outputs[0]), 0.5):
+            return None
+        return [add, m1, m2], m2
+    if o is not None and half is not None and o is half.outputs[0] and \
+            len(o.consumers) == 1:  # (x * 0.5) * (1 + inner)
+        return [add, half, m1], m1
+    return None
+
+
+def _make_gelu(net: Network, at: Operation, x: Value, gone: list[Operation], last: Operation,
+               approximate: str) -> bool:
     from xir.ops.elementwise import Gelu
 
+    g = Gelu([x], list(last.outputs), op_id=at.op_id, name=last.name or at.name,
+             approximate=approximate)
+    g.tags = {"fused_op_ids": [op.op_id for op in gone]}
+    _replace(net, at, g, gone)
+    return True
+
+
+def _fold_gelu(net: Network, erf: Operation, outputs: set[int]) -> bool:
+    """``x * (1 + erf(x * 1/sqrt 2)) * 0.5`` around `erf`: one Gelu op (the last output and
+    Erf's op_id kept)."""
     scale = erf.inputs[0].producer
     if scale is None or scale.op_type != "Multiply" or len(erf.inputs[0].consumers) != 1:
         return False
     x = next((v for v in scale.inputs if not v.is_params), None)
     if x is None or not _near(_other(scale, x), 2 ** -0.5):
         return False
-    add = _reader(erf.outputs[0], outputs, "Add")
-    if add is None or add.attrs.get("act", "none") != "none" or \
-            not _near(_other(add, erf.outputs[0]), 1.0):
+    tail = _gelu_tail(x, erf.outputs[0], outputs, [scale])
+    return tail is not None and _make_gelu(net, erf, x, [scale, *tail[0]], tail[1], "none")
+
+
+def _cube_of(v: Value, outputs: set[int]) -> tuple[Value, list[Operation]] | None:
+    """(x, the ops) when `v` is ``x ** 3``: a Power 3 or ``x * x * x`` in either grouping."""
+    p = v.producer
+    if p is None or v.v_id in outputs or len(v.consumers) != 1:
+        return None
+    if p.op_type == "Power" and float(p.attrs["power"]) == 3.0 and \
+            float(p.attrs["scale"]) == 1.0 and float(p.attrs["shift"]) == 0.0:
+        return p.inputs[0], [p]
+    if p.op_type == "Multiply" and len(p.inputs) == 2 and not any(i.is_params for i in p.inputs):
+        for sq, x in (p.inputs, p.inputs[::-1]):
+            q = sq.producer
+            if q is not None and q.op_type == "Multiply" and len(sq.consumers) == 1 and \
+                    q.inputs[0] is x and q.inputs[1] is x:
+                return x, [q, p]
+    return None
+
+
+def _fold_gelu_tanh(net: Network, tanh: Operation, outputs: set[int]) -> bool:
+    """GELU's tanh form, ``x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x**3))) * 0.5``
+    (torch's approximate="tanh"), around `tanh`: one Gelu(approximate="tanh")."""
+    u = tanh.inputs[0]
+    scale = u.producer
+    if scale is None or scale.op_type != "Multiply" or len(u.consumers) != 1:
         return False
-    m1 = _reader(add.outputs[0], outputs, "Multiply")
-    if m1 is None:
+    v = next((i for i in scale.inputs if not i.is_params), None)
+    if v is None or not _near(_other(scale, v), (2 / np.pi) ** 0.5) or len(v.consumers) != 1:
         return False
-    o = _other(m1, add.outputs[0])
-    half = next((c for c in x.consumers if c.op_type == "Multiply" and c not in (m1, scale)
-                 and _near(_other(c, x), 0.5)), None)
-    if o is x:  # (x * (1 + erf)) * 0.5
-        m2 = _reader(m1.outputs[0], outputs, "Multiply")
-        if m2 is None or not _near(_other(m2, m1.outputs[0]), 0.5):
-            return False
-        gone, last = [scale, add, m1, m2], m2
-    elif o is not None and half is not None and o is half.outputs[0] and \
-            len(o.consumers) == 1:  # (x * 0.5) * (1 + erf)
-        gone, last = [scale, add, half, m1], m1
-    else:
+    add = v.producer
+    if add is None or add.op_type != "Add" or len(add.inputs) != 2:
         return False
-    g = Gelu([x], list(last.outputs), op_id=erf.op_id, name=last.name or erf.name)
-    g.tags = {"fused_op_ids": [op.op_id for op in gone]}
-    _replace(net, erf, g, gone)
-    return True
+    for x, w in (add.inputs, add.inputs[::-1]):
+        mul = w.producer
+        if w.is_params or mul is None or mul.op_type != "Multiply" or len(w.consumers) != 1:
+            continue
+        cube = next((i for i in mul.inputs if not i.is_params), None)
+        if cube is None or not _near(_other(mul, cube), 0.044715):
+            continue
+        found = _cube_of(cube, outputs)
+        if found is None or found[0] is not x:
+            continue
+        head = [*found[1], mul, add, scale]
+        tail = _gelu_tail(x, tanh.outputs[0], outputs, head)
+        if tail is not None:
+            return _make_gelu(net, tanh, x, [*head, *tail[0]], tail[1], "tanh")
+    return False
 
 
 def _fold_layernorm(net: Network, mean: Operation, outputs: set[int]) -> bool:
@@ -504,6 +563,8 @@ def optimize(net: Network) -> Network:
         if op in out.ops and op.op_type == "Add" and _fold_hardswish(out, op, outputs):
             n_act += 1
         elif op in out.ops and op.op_type == "Erf" and _fold_gelu(out, op, outputs):
+            n_act += 1
+        elif op in out.ops and op.op_type == "Tanh" and _fold_gelu_tanh(out, op, outputs):
             n_act += 1
         elif op in out.ops and op.op_type == "ReduceMean" and _fold_layernorm(out, op, outputs):
             n_act += 1

@@ -157,6 +157,20 @@ def gelu_mlp(rng):
     return g.model([1, 16, 32], g.op("MatMul", [y, g.const(rng.normal(0, 0.2, (64, 32)))]))
 
 
+@_net("torch_gelu_tanh_mlp", (1, 16, 32))
+def gelu_tanh_mlp(rng):
+    """nn.GELU(approximate="tanh") as torch.onnx writes it below opset 20 (x**3 as Pow 3)."""
+    g = _G(rng)
+    h = g.op("Add", [g.op("MatMul", ["x", g.const(rng.normal(0, 0.2, (32, 64)))]),
+                     g.const(rng.normal(0, 0.1, 64))])
+    inner = g.op("Add", [h, g.op("Mul", [g.op("Pow", [h, g.const(np.array(3.0))]),
+                                         g.const(np.array(0.044715))])])
+    t = g.op("Tanh", [g.op("Mul", [inner, g.const(np.array((2 / np.pi) ** 0.5))])])
+    y = g.op("Mul", [g.op("Mul", [h, g.const(np.array(0.5))]),
+                     g.op("Add", [t, g.const(np.array(1.0))])])
+    return g.model([1, 16, 32], g.op("MatMul", [y, g.const(rng.normal(0, 0.2, (64, 32)))]))
+
+
 @_net("torch_layernorm_decomposed", (1, 16, 32))
 def layernorm(rng):
     g = _G(rng)

@@ -287,11 +287,22 @@ class _Exporter:
         """Gelu (opset 20), or below it the exporters' own decomposition."""
         form, x = self._unary(op)
         if self.opset >= 20:
-            self.put(op.outputs[0], form, self.node("Gelu", [x], base)[0])
+            self.put(op.outputs[0], form, self.node("Gelu", [x], base,
+                                                    approximate=a.get("approximate", "none"))[0])
             return
-        d = self.node("Mul", [x, self.const(np.float32(2 ** -0.5), f"{base}_isq2")],
-                      f"{base}_d")[0]
-        e = self.node("Erf", [d], f"{base}_erf")[0]
+        if a.get("approximate", "none") == "tanh":
+            x3 = self.node("Mul", [x, self.node("Mul", [x, x], f"{base}_sq")[0]],
+                           f"{base}_cube")[0]
+            k = self.node("Mul", [x3, self.const(np.float32(0.044715), f"{base}_k")],
+                          f"{base}_kx3")[0]
+            s = self.node("Mul", [self.node("Add", [x, k], f"{base}_in")[0],
+                                  self.const(np.float32((2 / np.pi) ** 0.5), f"{base}_c")],
+                          f"{base}_s")[0]
+            e = self.node("Tanh", [s], f"{base}_tanh")[0]
+        else:
+            d = self.node("Mul", [x, self.const(np.float32(2 ** -0.5), f"{base}_isq2")],
+                          f"{base}_d")[0]
+            e = self.node("Erf", [d], f"{base}_erf")[0]
         a1 = self.node("Add", [e, self.const(np.float32(1.0), f"{base}_one")], f"{base}_a")[0]
         m = self.node("Mul", [x, a1], f"{base}_m")[0]
         self.put(op.outputs[0], form,

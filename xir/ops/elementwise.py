@@ -101,9 +101,12 @@ class Silu(Operation):
 
 @register_op
 class Gelu(Operation):
-    """0.5 * x * (1 + erf(x / sqrt(2))), the exact GELU (ONNX Gelu, approximate="none")."""
+    """0.5 * x * (1 + erf(x / sqrt(2))), the exact GELU, or with approximate="tanh"
+    0.5 * x * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 * x**3))) (ONNX Gelu's two forms)."""
 
     op_type = "Gelu"
+    ATTRS = {"approximate": (str, "none")}
+    CHOICES = {**Operation.CHOICES, "approximate": ("none", "tanh")}
 
 
 @register_op

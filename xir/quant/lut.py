@@ -47,7 +47,9 @@ def _exp(x: np.ndarray) -> np.ndarray:
 _erf = np.frompyfunc(math.erf, 1, 1)
 
 
-def _gelu(x: np.ndarray) -> np.ndarray:
+def _gelu(x: np.ndarray, tanh: float = 0.0) -> np.ndarray:
+    if tanh:  # the tanh form (approximate="tanh")
+        return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
     return 0.5 * x * (1.0 + _erf(x / math.sqrt(2.0)).astype(np.float64))
 
 
@@ -78,13 +80,14 @@ LUT_FUNCTIONS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
 LUT_OPS = {"Sigmoid": "sigmoid", "Tanh": "tanh", "Silu": "silu", "Hardswish": "hardswish",
            "Gelu": "gelu", "Power": "power"}
 
-#: The attributes a table op's function takes after ``x``, in order.
-_LUT_PARAMS = {"Power": ("power", "scale", "shift")}
-
-
 def lut_params(op_type: str, attrs: dict) -> tuple[float, ...]:
-    """The parameters of `op_type`'s table function, read from the op's attributes."""
-    return tuple(float(attrs[k]) for k in _LUT_PARAMS.get(op_type, ()))
+    """The parameters of `op_type`'s table function after ``x``, read from the op's attributes:
+    Power's (power, scale, shift), GELU's tanh-form flag."""
+    if op_type == "Power":
+        return tuple(float(attrs[k]) for k in ("power", "scale", "shift"))
+    if op_type == "Gelu" and attrs.get("approximate", "none") == "tanh":
+        return (1.0,)
+    return ()
 
 
 def lut_function(fn_name: str, params: tuple[float, ...] = ()

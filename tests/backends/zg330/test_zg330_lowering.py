@@ -252,6 +252,8 @@ def test_lut_upsample_matmul_bit_exact(zdev, kind, hwc, bits, seed):  # noqa: F8
         attrs = {} if kind != "Power" else {
             "power": float(rng.choice([-0.75, -1.0, 0.5, 3.0])),
             "scale": float(rng.uniform(1e-3, 1.0)), "shift": float(rng.uniform(0.5, 2.0))}
+        if kind == "Gelu":
+            attrs = {"approximate": str(rng.choice(["none", "tanh"]))}
         x = qin(b, (1, h, w, c), bits, s_in)
         y = b.op(kind, [x], out_types=[out_type((1, h, w, c), bits, s_in * 0.7)], **attrs)
     b.output(y)

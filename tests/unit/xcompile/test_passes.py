@@ -269,3 +269,41 @@ def test_power_refuses_non_finite_parameters():
     x = b.input([1, 2, 2, 3], layout="NHWC")
     with pytest.raises(FieldTypeError, match="power must be a finite number"):
         b.op("Power", [x], power=float("nan"))
+
+
+@pytest.mark.parametrize("cube", ["pow", "mul"])
+@pytest.mark.parametrize("order", ["(x*a)*0.5", "(x*0.5)*a"])
+def test_decomposed_gelu_tanh_form_becomes_one_op(rng, cube, order):
+    """GELU's tanh form as torch.onnx writes approximate="tanh" below opset 20 (x**3 as Pow 3 or
+    x*x*x): one Gelu(approximate="tanh") with onnxruntime's results, and the ONNX Gelu op of
+    opset 20 with approximate="tanh" imports as the same op."""
+    from onnx import helper
+
+    from xcompile.frontend import import_onnx
+
+    c = {"three": np.array(3.0, np.float32), "k": np.array(0.044715, np.float32),
+         "c": np.array((2 / np.pi) ** 0.5, np.float32), "one": np.array(1.0, np.float32),
+         "half": np.array(0.5, np.float32)}
+    nodes = [helper.make_node("Pow", ["x", "three"], ["x3"])] if cube == "pow" else \
+        [helper.make_node("Mul", ["x", "x"], ["sq"]), helper.make_node("Mul", ["sq", "x"], ["x3"])]
+    nodes += [helper.make_node("Mul", ["x3", "k"], ["kx3"]),
+              helper.make_node("Add", ["x", "kx3"], ["inner"]),
+              helper.make_node("Mul", ["c", "inner"], ["s"]),
+              helper.make_node("Tanh", ["s"], ["t"]),
+              helper.make_node("Add", ["t", "one"], ["a"])]
+    if order == "(x*a)*0.5":
+        nodes += [helper.make_node("Mul", ["x", "a"], ["m"]),
+                  helper.make_node("Mul", ["m", "half"], ["y"])]
+    else:
+        nodes += [helper.make_node("Mul", ["x", "half"], ["h"]),
+                  helper.make_node("Mul", ["h", "a"], ["y"])]
+    model = _onnx_model(nodes, c, (2, 7, 16), opset=17)
+    opt = optimize(import_onnx(model))
+    assert _types(opt) == ["Gelu"] and opt.ops[1].attrs["approximate"] == "tanh"
+    x = rng.normal(0, 2, (2, 7, 16)).astype(np.float32)
+    np.testing.assert_allclose(_run(opt, x)[0], _ort(model, x), rtol=1e-4, atol=1e-5)
+    gelu = _onnx_model([helper.make_node("Gelu", ["x"], ["y"], approximate="tanh")], {},
+                       (2, 7, 16), opset=20)
+    net = import_onnx(gelu)
+    assert _types(net) == ["Gelu"] and net.ops[1].attrs["approximate"] == "tanh"
+    np.testing.assert_allclose(_run(net, x)[0], _run(opt, x)[0], rtol=1e-6, atol=1e-6)

@@ -74,9 +74,7 @@ def _erf(im, node, a, ins):
 
 @_handles("Gelu")
 def _gelu(im, node, a, ins):
-    if a.get("approximate", "none") != "none":
-        raise _Unsupported("the tanh approximation (approximate='tanh')")
-    return [_unary(im, ins[0], "Gelu")]
+    return [_unary(im, ins[0], "Gelu", approximate=str(a.get("approximate", "none")))]
 
 
 @_handles("Tanh")

@@ -52,9 +52,11 @@ def silu(inputs: list[np.ndarray], attrs: dict) -> list[np.ndarray]:
 
 
 def gelu(inputs: list[np.ndarray], attrs: dict) -> list[np.ndarray]:
-    from xir.quant.lut import lut_function
+    """GELU, exact (erf) or its tanh form (approximate="tanh"), in float64."""
+    from xir.quant.lut import lut_function, lut_params
 
-    return [out32(lut_function("gelu")(np.asarray(inputs[0], np.float64)))]
+    fn = lut_function("gelu", lut_params("Gelu", attrs))
+    return [out32(fn(np.asarray(inputs[0], np.float64)))]
 
 
 def erf(inputs: list[np.ndarray], attrs: dict) -> list[np.ndarray]:
