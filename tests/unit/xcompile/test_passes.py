@@ -129,6 +129,17 @@ def _ort(model, x):
     return sess.run(None, {"x": x})[0]
 
 
+def _gelu_products(order: str) -> list:
+    """GELU's final products, ``x * a * 0.5`` in either grouping (a = 1 + erf or 1 + tanh)."""
+    from onnx import helper
+
+    if order == "(x*a)*0.5":
+        return [helper.make_node("Mul", ["x", "a"], ["m"]),
+                helper.make_node("Mul", ["m", "half"], ["y"])]
+    return [helper.make_node("Mul", ["x", "half"], ["h"]),
+            helper.make_node("Mul", ["h", "a"], ["y"])]
+
+
 @pytest.mark.parametrize("order", ["(x*a)*0.5", "(x*0.5)*a"])
 def test_decomposed_gelu_from_onnx_becomes_one_op(rng, order):
     """GELU as torch.onnx writes it below opset 20: Div(x, sqrt 2) -> Erf -> Add(1) ->
@@ -142,12 +153,7 @@ def test_decomposed_gelu_from_onnx_becomes_one_op(rng, order):
     nodes = [helper.make_node("Div", ["x", "sq2"], ["d"]),
              helper.make_node("Erf", ["d"], ["e"]),
              helper.make_node("Add", ["e", "one"], ["a"])]
-    if order == "(x*a)*0.5":
-        nodes += [helper.make_node("Mul", ["x", "a"], ["m"]),
-                  helper.make_node("Mul", ["m", "half"], ["y"])]
-    else:
-        nodes += [helper.make_node("Mul", ["x", "half"], ["h"]),
-                  helper.make_node("Mul", ["h", "a"], ["y"])]
+    nodes += _gelu_products(order)
     net = import_onnx(_onnx_model(nodes, c, (2, 7, 16), opset=17))
     opt = optimize(net)
     assert _types(opt) == ["Gelu"]
@@ -291,12 +297,7 @@ def test_decomposed_gelu_tanh_form_becomes_one_op(rng, cube, order):
               helper.make_node("Mul", ["c", "inner"], ["s"]),
               helper.make_node("Tanh", ["s"], ["t"]),
               helper.make_node("Add", ["t", "one"], ["a"])]
-    if order == "(x*a)*0.5":
-        nodes += [helper.make_node("Mul", ["x", "a"], ["m"]),
-                  helper.make_node("Mul", ["m", "half"], ["y"])]
-    else:
-        nodes += [helper.make_node("Mul", ["x", "half"], ["h"]),
-                  helper.make_node("Mul", ["h", "a"], ["y"])]
+    nodes += _gelu_products(order)
     model = _onnx_model(nodes, c, (2, 7, 16), opset=17)
     opt = optimize(import_onnx(model))
     assert _types(opt) == ["Gelu"] and opt.ops[1].attrs["approximate"] == "tanh"
