@@ -251,8 +251,8 @@ def calibrate(net: Any, samples: Any, method: str = "minmax", *,
     below the real range (measured on the zoo: amax 1.2 instead of 8 on tiny_cnn's first conv).
     A value whose batches are all zero keeps amax 0 (its scale becomes MIN_SCALE).
 
-    `means`, when given, is filled with every value's mean per channel (its last axis) over
-    the samples, in the same pass (bias correction's input means).
+    `means`, when given, maps v_ids to fill with their value's mean per channel (its last
+    axis) over the samples, taken in the same pass (bias correction's input means).
     """
     data = load_calibration(samples, net)
     sums: dict[int, list] = {}
@@ -263,7 +263,7 @@ def calibrate(net: Any, samples: Any, method: str = "minmax", *,
     def feed(v, arr):
         if arr.dtype.kind != "f":
             return
-        if means is not None and arr.size:
+        if means is not None and v.v_id in means and arr.size:
             acc = sums.setdefault(v.v_id, [0.0, 0])
             acc[0] = acc[0] + arr.reshape(-1, arr.shape[-1]).sum(axis=0, dtype=np.float64)
             acc[1] += arr.size // max(arr.shape[-1], 1)

@@ -329,7 +329,11 @@ def quantize_network(net: Network, samples: Any, *, bits: int = 8, method: str =
         if op.op_type in PROBABILITY_OPS:
             for v in op.feature_inputs() + op.outputs:
                 per_value[v.v_id] = {"method": "minmax"}
-    means: dict[int, np.ndarray] | None = {} if bias_correction is not False else None
+    gptq_ops = _gptq_ops(opt, int_ops) if weight_rounding == "gptq" and per_channel else []
+    nearest = [op for op in opt.ops if op.op_id in int_ops and op.op_type in ("Conv2d", "Matmul")
+               and op not in gptq_ops] if bias_correction is not False else []
+    # bias correction's input means, taken in the calibration pass for the layers it corrects
+    means = {op.inputs[0].v_id: None for op in nearest} or None
     amax = calibrate(opt, data, method, per_value=per_value, runner=runner, means=means,
                      **_observer_kw(method, bits, kw))
     amax = {vid: a * (headroom if headroom is not None else
@@ -338,12 +342,9 @@ def quantize_network(net: Network, samples: Any, *, bits: int = 8, method: str =
     op_el = {op.op_id: el_of(op.feature_inputs()[0].v_id) for op in opt.ops
              if op.op_id in int_ops and op.feature_inputs()}
     codes: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-    if weight_rounding == "gptq" and per_channel:
-        codes = _gptq_codes(opt, data, int_ops, op_el, runner)
-    n_bc = 0
-    if means is not None:
-        todo = [op for op in opt.ops if op.op_id in int_ops and op.op_id not in codes]
-        n_bc = _correct_biases(opt, todo, means, op_el, bits, per_channel)
+    if gptq_ops:
+        codes = _gptq_codes(opt, data, gptq_ops, op_el, runner)
+    n_bc = _correct_biases(opt, nearest, means, op_el, bits, per_channel) if means else 0
 
     q = Network(opt.name, framework_kind=opt.framework_kind,
                 framework_version=opt.framework_version, icraft_version=opt.icraft_version,
@@ -462,18 +463,20 @@ def _weight_axis(op: Operation, ndim: int) -> int | None:
     return None
 
 
-def _gptq_codes(opt: Network, data: list, int_ops: set[int], op_el: dict[int, ScalarType],
+def _gptq_ops(opt: Network, int_ops: set[int]) -> list[Operation]:
+    """The integer Conv2d / Matmul ops whose constant weights GPTQ rounds."""
+    return [op for op in opt.ops if op.op_id in int_ops and op.op_type in ("Conv2d", "Matmul")
+            and op.inputs[1].is_params
+            and ((op.op_type == "Conv2d" and op.inputs[1].data.ndim == 4)
+                 or (op.op_type == "Matmul" and op.inputs[1].data.ndim == 2
+                     and not op.attrs.get("transpose_a", False)
+                     and not op.attrs.get("transpose_b", False)))]
+
+
+def _gptq_codes(opt: Network, data: list, ops: list[Operation], op_el: dict[int, ScalarType],
                 runner: Runner | None) -> dict[int, tuple[np.ndarray, np.ndarray]]:
-    """`{op_id: (codes, scales)}` for the integer Conv2d / Matmul ops with constant weights,
-    rounded by GPTQ (`xcompile.quant.gptq`) on the calibration samples."""
-    ops = [op for op in opt.ops if op.op_id in int_ops and op.op_type in ("Conv2d", "Matmul")
-           and op.inputs[1].is_params
-           and ((op.op_type == "Conv2d" and op.inputs[1].data.ndim == 4)
-                or (op.op_type == "Matmul" and op.inputs[1].data.ndim == 2
-                    and not op.attrs.get("transpose_a", False)
-                    and not op.attrs.get("transpose_b", False)))]
-    if not ops:
-        return {}
+    """`{op_id: (codes, scales)}` for `ops` (`_gptq_ops`), rounded by GPTQ
+    (`xcompile.quant.gptq`) on the calibration samples."""
     from xrt.console import progress_bar
 
     hess = collect_hessians(opt, data, ops, runner=runner)
@@ -502,7 +505,7 @@ def _correct_biases(opt: Network, ops: list[Operation], means: dict[int, np.ndar
         w = op.inputs[1] if len(op.inputs) > 1 else None
         x = op.inputs[0]
         if op.op_type not in ("Conv2d", "Matmul") or w is None or not w.is_params \
-                or w.data is None or x.v_id not in means:
+                or w.data is None or means.get(x.v_id) is None:
             continue
         wd = np.asarray(w.data, np.float32)
         el = op_el.get(op.op_id, INT8 if bits == 8 else INT16)
