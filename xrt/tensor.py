@@ -128,7 +128,6 @@ class Tensor:
         if not (arr.flags.c_contiguous and arr.flags.writeable):
             arr = np.ascontiguousarray(arr).copy()
         self._dtype = dtype
-        self._chunk = None
         self._lazy = (arr, HostDevice.MemRegion())
         self._offset = 0
         self._keep = arr  # the chunk views this array's memory

@@ -266,7 +266,7 @@ def calibrate(net: Any, samples: Any, method: str = "minmax", *,
         if means is not None and v.v_id in means and arr.size:
             acc = sums.setdefault(v.v_id, [0.0, 0])
             acc[0] = acc[0] + arr.reshape(-1, arr.shape[-1]).sum(axis=0, dtype=np.float64)
-            acc[1] += arr.size // max(arr.shape[-1], 1)
+            acc[1] += arr.size // arr.shape[-1]
         obs = observers.get(v.v_id)
         if obs is None:
             own = dict(per_value.get(v.v_id, kw))

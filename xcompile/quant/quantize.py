@@ -504,8 +504,7 @@ def _correct_biases(opt: Network, ops: list[Operation], means: dict[int, np.ndar
     for op in ops:
         w = op.inputs[1] if len(op.inputs) > 1 else None
         x = op.inputs[0]
-        if op.op_type not in ("Conv2d", "Matmul") or w is None or not w.is_params \
-                or w.data is None or means.get(x.v_id) is None:
+        if w is None or not w.is_params or w.data is None or means.get(x.v_id) is None:
             continue
         wd = np.asarray(w.data, np.float32)
         el = op_el.get(op.op_id, INT8 if bits == 8 else INT16)
