@@ -165,6 +165,11 @@ class Backend:
         self._require_init("memRegion")
         return self._device.defaultMemRegion()
 
+    def holds(self, tensor: Tensor) -> bool:
+        """Whether this backend's ops take `tensor` where it lies; the session copies any other
+        input into `memRegion()` first."""
+        return tensor.isOn(self.memRegion())
+
     # --- timing -------------------------------------------------------------------------
     def enableTimeProfile(self, enable: bool) -> None:
         self._time_profile = bool(enable)

@@ -493,7 +493,6 @@ class Session:
 
     def _gather(self, op: Any, backend: Backend) -> tuple[list[Tensor], float]:
         """The op's input tensors, moved to the backend's memory; returns the memcpy ms."""
-        region = backend.memRegion()
         ins, memcpy_ms = [], 0.0
         # An Input op is fed the tensors given for its outputs; it passes them on.
         sources = op.outputs if op.op_type == "Input" else op.inputs
@@ -505,9 +504,9 @@ class Session:
             if t is None:
                 raise XrtError(f"op {op.op_id} ({op.op_type}) input {k} (v_id {v.v_id}) has no "
                                f"tensor: feed it in inputs or run its producer first")
-            if not t.isOn(region):
+            if not backend.holds(t):
                 t0 = time.perf_counter()
-                t = t.to(region)
+                t = t.to(backend.memRegion())
                 memcpy_ms += (time.perf_counter() - t0) * 1e3
             ins.append(t)
         return [t for t in ins if t is not None], memcpy_ms

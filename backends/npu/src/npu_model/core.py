@@ -38,6 +38,7 @@ from .isa import (
 )
 from .kernels import mpe, vector
 from .mmu import MEM_ETM, MEM_OCM, MmuFault, MmuTable
+from .program import MAX_PROGRAMS, Program, Recording
 
 log = logging.getLogger(__name__)
 
@@ -121,6 +122,9 @@ class Icore:
         self.tiles = TileCounters(cfg.mpe_cols)
         self._stats = dict.fromkeys(_STAT_KEYS, 0)
         self._res = cy.new_result_vector()
+        #: decoded runs by (address, size, MPE/clock settings, record areas, layer base)
+        self._programs: dict[tuple, Program] = {}
+        self._rec = Recording()  # the run being interpreted records into this
 
     # --- counters -----------------------------------------------------------------------------
 
@@ -156,12 +160,44 @@ class Icore:
             raise NpuFault(f"instruction fetch: {exc}") from None
         if mem != MEM_ETM:
             raise NpuFault(f"instruction fetch at {instr_addr:#x}: instructions are read from ETM")
-        raw = np.array(self.bus.view(mem, instr_addr, nbytes), copy=True).view("<u8")
-        ops, fids, payloads = decode_arrays(raw)
+        code = self.bus.view(mem, instr_addr, nbytes)
         rows = cfg.mpe_rows if rows_en is None else int(rows_en)
         cols = cfg.mpe_cols if cols_en is None else int(cols_en)
         hw = cfg.hw_vector(rows, cols, icore_clk_hz, ddr_clk_hz)
-        etm_bw = hw[cy.HW_ETM_BW1024] / 1024.0
+        key = (instr_addr, nbytes, rows, cols, hw.tobytes(), timer, profiler, int(layer_base))
+        prog = self._programs.get(key)
+        if prog is not None and prog.bind(code, mmu, self.bus.view):
+            return self._replay(prog)
+        stats0 = dict(self._stats)
+        tiles0 = self.tiles.read.copy(), self.tiles.write.copy()
+        code = code.copy()
+        self._rec = rec = Recording()
+        res = self._interpret(code, instr_addr, mmu, rows, cols, hw, timer, profiler, layer_base)
+        if len(self._programs) >= MAX_PROGRAMS:
+            self._programs.clear()
+        self._programs[key] = Program(
+            code, mmu, tuple(mmu.segments), rec, res,
+            {k: v - stats0[k] for k, v in self._stats.items()},
+            self.tiles.read - tiles0[0], self.tiles.write - tiles0[1])
+        return res
+
+    def _replay(self, prog: Program) -> RunResult:
+        """Run a recorded program again: its kernels on today's feature maps, its records and
+        counters as the interpreter would write them."""
+        prog.replay()
+        for k, v in prog.stats.items():
+            self._stats[k] += v
+        self.tiles.read += prog.rtiles
+        self.tiles.write += prog.wtiles
+        r = prog.result
+        return RunResult(r.cycles, r.syncs, r.words, list(r.layers), self.stats())
+
+    def _interpret(self, code: np.ndarray, instr_addr: int, mmu: MmuTable, rows: int, cols: int,
+                   hw: np.ndarray, timer, profiler, layer_base: int) -> RunResult:
+        """Decode and execute the words in `code` one by one (recording into ``self._rec``)."""
+        cfg = self.cfg
+        raw = code.view("<u8")
+        ops, fids, payloads = decode_arrays(raw)
         d: dict[int, int] = {}
         res = RunResult()
         cur = np.zeros(cy.R_SIZE, dtype=np.int64)
@@ -171,7 +207,6 @@ class Icore:
         layer_idx = int(layer_base)
         n = len(ops)
         i = 0
-        ended = False
         opl = ops.tolist()
         fidl = fids.tolist()
         payl = payloads.tolist()
@@ -206,7 +241,6 @@ class Icore:
                 cur[:] = 0
                 words_in_layer = 0
             elif op == Op.END:
-                ended = True
                 break
             elif op in (Op.CONV, Op.MATMUL, Op.ELTW, Op.POOL, Op.LUT, Op.UPSAMPLE, Op.COPY):
                 try:
@@ -224,7 +258,6 @@ class Icore:
         t = layer_start + tail
         self._stats["cycles"] += tail
         self._stats["macs"] += int(cur[cy.R_MACS])
-        del ended, etm_bw
         res.cycles = int(t)
         res.syncs = layer_idx - int(layer_base)
         res.words = i
@@ -256,14 +289,14 @@ class Icore:
             if off + TIMER_RECORD.itemsize <= size:
                 tr = np.zeros(1, dtype=TIMER_RECORD)
                 tr["tag"], tr["layer"], tr["start"], tr["end"] = tag, idx, start, end
-                self.bus.write(self.bus.mem_of(addr + off, tr.nbytes), addr + off,
-                               tr.view(np.uint8))
+                self._rec.call(self.bus.write, self.bus.mem_of(addr + off, tr.nbytes),
+                               addr + off, tr.view(np.uint8))
         if profiler is not None:
             addr, size = profiler
             off = idx * PROFILE_RECORD.itemsize
             if off + PROFILE_RECORD.itemsize <= size:
-                self.bus.write(self.bus.mem_of(addr + off, rec.nbytes), addr + off,
-                               rec.view(np.uint8))
+                self._rec.call(self.bus.write, self.bus.mem_of(addr + off, rec.nbytes),
+                               addr + off, rec.view(np.uint8))
 
     # --- operands -----------------------------------------------------------------------------
 
@@ -292,12 +325,14 @@ class Icore:
         mem, phys = mmu.translate(addr, nbytes, f"{which} operand")
         if phys % esz:
             raise NpuFault(f"{which}: physical address {phys:#x} is not {esz}-byte aligned")
-        arr = self.bus.view(mem, phys, nbytes).view(npdt.newbyteorder("="))
+        arr = self._rec.operand(self.bus.view(mem, phys, nbytes).view(npdt.newbyteorder("=")),
+                                addr, nbytes, mem)
         return Operand(arr, rs // esz, pitch, coff, h, w, c, mem, dtype, nbytes)
 
     def _const(self, d: dict, mmu: MmuTable, fid: F, nbytes: int, what: str):
-        mem, phys = mmu.translate(d.get(fid, 0), nbytes, what)
-        return mem, self.bus.view(mem, phys, nbytes)
+        logical = d.get(fid, 0)
+        mem, phys = mmu.translate(logical, nbytes, what)
+        return mem, self._rec.const(self.bus.view(mem, phys, nbytes), logical, mem)
 
     def _params(self, d: dict, mmu: MmuTable, n: int):
         _, raw = self._const(d, mmu, F.PRM_ADDR, n * PARAM_RECORD.itemsize, "requant params")
@@ -350,10 +385,10 @@ class Icore:
             lv[cy.L_KIND] = cy.K_ELTW
             lv[cy.L_IN1_BYTES], lv[cy.L_IN1_MEM] = b.h * b.w * b.c * lv[cy.L_ESZ_IN], b.mem
             if compute:
-                vector.eltw(x.arr, x.rs, x.pitch, x.coff, b.arr, b.rs, b.pitch, b.coff,
-                            (b.h, b.w) == (1, 1) and (x.h, x.w) != (1, 1),
-                            y.arr, y.rs, y.pitch, y.coff, y.h, y.w, y.c, mode, ka, kb,
-                            rq["mult"], rq["shift"], rn["mult"], rn["shift"], lo, hi)
+                self._rec.call(vector.eltw, x.arr, x.rs, x.pitch, x.coff, b.arr, b.rs, b.pitch,
+                               b.coff, (b.h, b.w) == (1, 1) and (x.h, x.w) != (1, 1), y.arr, y.rs,
+                               y.pitch, y.coff, y.h, y.w, y.c, mode, ka, kb, rq["mult"],
+                               rq["shift"], rn["mult"], rn["shift"], lo, hi)
         elif op == Op.POOL:
             self._pool(mode, d, mmu, x, y, lv, lo, hi, compute)
         elif op == Op.LUT:
@@ -367,8 +402,8 @@ class Icore:
                 table = np.frombuffer(raw.tobytes(), dtype=NP_DTYPES[y.dtype].newbyteorder("<"))
                 table = table.astype(NP_DTYPES[y.dtype])
                 qmin = int(np.iinfo(NP_DTYPES[x.dtype]).min)
-                vector.lut(x.arr, x.rs, x.pitch, x.coff, table, qmin, y.arr, y.rs, y.pitch, y.coff,
-                           y.h, y.w, y.c)
+                self._rec.call(vector.lut, x.arr, x.rs, x.pitch, x.coff, table, qmin, y.arr, y.rs,
+                               y.pitch, y.coff, y.h, y.w, y.c)
         elif op == Op.UPSAMPLE:
             if mode == UpsampleMode.TABLE:
                 self._resize(d, mmu, x, y, lv, lo, hi, compute)
@@ -384,11 +419,11 @@ class Icore:
                 raise NpuFault("UPSAMPLE shapes do not match the scale")
             lv[cy.L_KIND], lv[cy.L_SH] = cy.K_UPSAMPLE, sh
             if compute and zeros:
-                vector.upsample_zeros(x.arr, x.rs, x.pitch, x.coff, y.arr, y.rs, y.pitch, y.coff,
-                                      y.h, y.w, y.c, sh, sw)
+                self._rec.call(vector.upsample_zeros, x.arr, x.rs, x.pitch, x.coff, y.arr, y.rs,
+                               y.pitch, y.coff, y.h, y.w, y.c, sh, sw)
             elif compute:
-                vector.upsample_nearest(x.arr, x.rs, x.pitch, x.coff, y.arr, y.rs, y.pitch,
-                                        y.coff, y.h, y.w, y.c, sh, sw)
+                self._rec.call(vector.upsample_nearest, x.arr, x.rs, x.pitch, x.coff, y.arr, y.rs,
+                               y.pitch, y.coff, y.h, y.w, y.c, sh, sw)
         elif op == Op.COPY:
             if mode not in (CopyMode.DENSE, CopyMode.STRIDED_OUT):
                 raise NpuFault(f"COPY mode {mode} unknown")
@@ -398,8 +433,8 @@ class Icore:
                 raise NpuFault("COPY in and out shapes differ")
             lv[cy.L_KIND], lv[cy.L_OUT_C] = cy.K_COPY, x.c  # the channels written
             if compute:
-                vector.copy(x.arr, x.rs, x.pitch, x.coff, y.arr, y.rs, y.pitch, y.coff,
-                            x.h, x.w, x.c, step)
+                self._rec.call(vector.copy, x.arr, x.rs, x.pitch, x.coff, y.arr, y.rs, y.pitch,
+                               y.coff, x.h, x.w, x.c, step)
         return lv
 
     def _resize(self, d, mmu, x: Operand, y: Operand, lv, lo, hi, compute):
@@ -420,8 +455,8 @@ class Icore:
         lv[cy.L_KIND], lv[cy.L_TAPS] = cy.K_RESIZE, 4
         lv[cy.L_PRM_BYTES] = raw.size
         if compute:
-            vector.resize_taps(x.arr, x.rs, x.pitch, x.coff, y.arr, y.rs, y.pitch, y.coff,
-                               y.h, y.w, y.c, taps, one, rq["mult"], rq["shift"], lo, hi)
+            self._rec.call(vector.resize_taps, x.arr, x.rs, x.pitch, x.coff, y.arr, y.rs, y.pitch,
+                           y.coff, y.h, y.w, y.c, taps, one, rq["mult"], rq["shift"], lo, hi)
 
     def _geometry(self, d: dict) -> tuple[int, ...]:
         k = unpack_payload(F.KERNEL, d.get(F.KERNEL, 0))
@@ -464,19 +499,19 @@ class Icore:
         if not compute:
             return
         npdt = NP_DTYPES[dtype]
-        packed = wraw.view(npdt.newbyteorder("<")).astype(npdt, copy=False)
-        if dwise:
-            mpe.conv_depthwise(x.arr, x.rs, x.pitch, x.coff, x.h, x.w, packed, cu, bias, mult,
-                               shift, mneg, sneg, lo, hi, y.arr, y.rs, y.pitch, y.coff, y.h, y.w,
-                               y.c, kh, kw, sh, sw, dh, dw, pt, pl)
+        packed = wraw.view(npdt.newbyteorder("<")).astype(npdt, copy=dwise)
+        if dwise:  # its own copy: a replay reads the weights it checked, wherever they moved
+            self._rec.call(mpe.conv_depthwise, x.arr, x.rs, x.pitch, x.coff, x.h, x.w, packed, cu,
+                           bias, mult, shift, mneg, sneg, lo, hi, y.arr, y.rs, y.pitch, y.coff,
+                           y.h, y.w, y.c, kh, kw, sh, sw, dh, dw, pt, pl)
             return
         fdt, kc = (np.float32, mpe.KC_INT8_F32) if dtype == "int8" else \
             (np.float64, mpe.KC_INT16_F64)
         wf = self._unpacked_weights(wmem, d.get(F.WGT_ADDR, 0), packed, fdt, g, kh, kw, cin_g,
                                     cout_g, cu, ocb)
-        mpe.conv_dense(x.arr, x.rs, x.pitch, x.coff, x.h, x.w, wf, bias, mult, shift, mneg, sneg,
-                       lo, hi, y.arr, y.rs, y.pitch, y.coff, y.h, y.w, kh, kw, sh, sw, dh, dw,
-                       pt, pl, g, cin_g, cout_g, kc)
+        self._rec.call(mpe.conv_dense, x.arr, x.rs, x.pitch, x.coff, x.h, x.w, wf, bias, mult,
+                       shift, mneg, sneg, lo, hi, y.arr, y.rs, y.pitch, y.coff, y.h, y.w, kh, kw,
+                       sh, sw, dh, dw, pt, pl, g, cin_g, cout_g, kc)
 
     def _unpacked_weights(self, wmem, waddr, packed, fdt, g, kh, kw, cin_g, cout_g, cu, ocb):
         """Dense float weights for the GEMM, cached per weight location; a cached entry is used
@@ -517,9 +552,9 @@ class Icore:
             return
         fdt, kc = (np.float32, mpe.KC_INT8_F32) if dtype == "int8" else \
             (np.float64, mpe.KC_INT16_F64)
-        mpe.matmul_dynamic(a.arr, a.rs, a.pitch, a.coff, b.arr, b.rs, b.pitch, b.coff,
-                           a.h, a.w, a.c, y.c, bt, np.zeros(1, dtype=fdt), kc,
-                           bias, mult, shift, mneg, sneg, lo, hi, y.arr, y.rs, y.pitch, y.coff)
+        self._rec.call(mpe.matmul_dynamic, a.arr, a.rs, a.pitch, a.coff, b.arr, b.rs, b.pitch,
+                       b.coff, a.h, a.w, a.c, y.c, bt, np.zeros(1, dtype=fdt), kc, bias, mult,
+                       shift, mneg, sneg, lo, hi, y.arr, y.rs, y.pitch, y.coff)
 
     def _pool(self, mode, d, mmu, x: Operand, y: Operand, lv, lo, hi, compute):
         kh, kw, sh, sw, dh, dw, pt, pb, pl, pr = self._geometry(d)
@@ -534,8 +569,9 @@ class Icore:
         if mode == PoolMode.MAX:
             lv[cy.L_KIND] = cy.K_MAXPOOL
             if compute:
-                vector.maxpool(x.arr, x.rs, x.pitch, x.coff, x.h, x.w, y.arr, y.rs, y.pitch,
-                               y.coff, y.h, y.w, y.c, kh, kw, sh, sw, dh, dw, pt, pl, lo, hi)
+                self._rec.call(vector.maxpool, x.arr, x.rs, x.pitch, x.coff, x.h, x.w, y.arr, y.rs,
+                               y.pitch, y.coff, y.h, y.w, y.c, kh, kw, sh, sw, dh, dw, pt, pl, lo,
+                               hi)
             return
         if mode not in (PoolMode.AVG, PoolMode.AVG_INCLUDE_PAD):
             raise NpuFault(f"POOL mode {mode} unknown")
@@ -545,7 +581,7 @@ class Icore:
         lv[cy.L_PRM_BYTES] = raw.size
         if compute:
             tab = np.frombuffer(raw.tobytes(), dtype=AVG_RECORD)
-            vector.avgpool(x.arr, x.rs, x.pitch, x.coff, x.h, x.w, y.arr, y.rs, y.pitch, y.coff,
-                           y.h, y.w, y.c, kh, kw, sh, sw, pt, pl, mode == PoolMode.AVG_INCLUDE_PAD,
-                           x.h + pb, x.w + pr, tab["mult"].astype(np.int64),
-                           tab["shift"].astype(np.int64), lo, hi)
+            self._rec.call(vector.avgpool, x.arr, x.rs, x.pitch, x.coff, x.h, x.w, y.arr, y.rs,
+                           y.pitch, y.coff, y.h, y.w, y.c, kh, kw, sh, sw, pt, pl, mode ==
+                           PoolMode.AVG_INCLUDE_PAD, x.h + pb, x.w + pr,
+                           tab["mult"].astype(np.int64), tab["shift"].astype(np.int64), lo, hi)

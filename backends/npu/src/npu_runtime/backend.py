@@ -87,9 +87,15 @@ class NpuBackend(ChipSteps, Backend):
     def getForwardFunc(self, op: Any) -> Any:
         return _forward_hardop if op.op_type == "HardOp" else None
 
-    def memRegion(self) -> Any:
-        self._require_init("memRegion")
-        return self._device.defaultMemRegion()
+    def holds(self, tensor: Tensor) -> bool:
+        """ETM or the device's OCM: a value one HardOp left in OCM is the next one's input
+        where it lies (the run reads it there), never copied out to ETM between them."""
+        self._require_init("holds")
+        dev = self._device
+        if tensor.isOn(dev.defaultMemRegion()):
+            return True
+        ocm = dev.mem_regions.get("ocm")
+        return ocm is not None and tensor.isOn(ocm)
 
     # --- init --------------------------------------------------------------------------------
     def init(self, network_view: Any, device: Any) -> None:

@@ -1,0 +1,144 @@
+"""A decoded instruction stream, replayed while the memory it was decoded from is unchanged.
+
+Decoding a run (unpacking every SET payload, translating every operand through the MMU,
+checking shapes, evaluating the cycle model) costs tens of microseconds per layer in Python,
+as much as the arithmetic of a small network. `Icore.run` therefore records, while it
+interprets a stream, what the stream did: the kernel calls with their operands (views of the
+simulated memory), the profiler/timer record writes, and the counters it added. The next run
+of the same stream replays that record instead of decoding again -- but only after checking,
+byte for byte, that everything the decode read is still what it was: the instruction words in
+ETM and every constant block (weights, requant parameters, lookup tables, resize taps, pooling
+tables). When the MMU table changed (the runtime points an INPUT entry at the caller's tensor),
+the recorded logical addresses are translated again and the program replays on the new
+mapping, or, if any address no longer translates into the same kind of memory, the stream is
+interpreted again and faults as it would. A corrupted instruction word or weight therefore
+changes the result exactly as it would without the cache; the feature maps are read by the
+kernels at replay time, as on the chip.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .mmu import MmuFault, MmuTable
+
+#: Programs kept per icore (a network deploys a few runs; a sweep may deploy many)
+MAX_PROGRAMS = 64
+
+
+@dataclass
+class Const:
+    """A constant block the decode read through the MMU, and the bytes it saw."""
+
+    logical: int
+    nbytes: int
+    mem: int
+    view: np.ndarray
+    seen: np.ndarray
+
+
+@dataclass
+class Slot:
+    """A kernel argument that is a feature map operand: where it came from."""
+
+    step: int
+    arg: int
+    logical: int
+    nbytes: int
+    mem: int
+    dtype: np.dtype
+
+
+@dataclass
+class Recording:
+    """What one interpreted run did, gathered while it ran."""
+
+    steps: list[tuple[Callable[..., Any], tuple]] = field(default_factory=list)
+    consts: list[Const] = field(default_factory=list)
+    slots: list[Slot] = field(default_factory=list)
+    _operands: dict[int, tuple[np.ndarray, Slot]] = field(default_factory=dict)
+
+    def call(self, fn: Callable[..., Any], *args: Any) -> None:
+        """Run a kernel (or memory write) now and keep it for the replay."""
+        fn(*args)
+        step = len(self.steps)
+        for k, a in enumerate(args):
+            hit = self._operands.get(id(a)) if isinstance(a, np.ndarray) else None
+            if hit is not None and hit[0] is a:
+                s = hit[1]
+                self.slots.append(Slot(step, k, s.logical, s.nbytes, s.mem, s.dtype))
+        self.steps.append((fn, args))
+
+    def operand(self, arr: np.ndarray, logical: int, nbytes: int, mem: int) -> np.ndarray:
+        """A feature map view made from logical address `logical` (re-made on a new MMU)."""
+        self._operands[id(arr)] = (arr, Slot(-1, -1, logical, nbytes, mem, arr.dtype))
+        return arr
+
+    def const(self, view: np.ndarray, logical: int, mem: int) -> np.ndarray:
+        """A constant block the decode read: replayed only while its bytes are these."""
+        self.consts.append(Const(logical, view.size, mem, view, view.copy()))
+        return view
+
+    def consts_unchanged(self) -> bool:
+        return all(np.array_equal(c.view, c.seen) for c in self.consts)
+
+    def rebind(self, mmu: MmuTable, view: Callable[[int, int, int], np.ndarray]) -> bool:
+        """Re-resolve every constant and operand through `mmu` (`view(mem, phys, n)` reads
+        physical memory); False, changing nothing, when one no longer translates into the
+        same memory, misaligned, or a constant's bytes differ."""
+        try:
+            consts = []
+            for c in self.consts:
+                mem, phys = mmu.translate(c.logical, c.nbytes)
+                v = view(mem, phys, c.nbytes)
+                if mem != c.mem or not np.array_equal(v, c.seen):
+                    return False
+                consts.append((c, v))
+            args = [list(a) for _, a in self.steps]
+            for s in self.slots:
+                mem, phys = mmu.translate(s.logical, s.nbytes)
+                if mem != s.mem or phys % s.dtype.itemsize:
+                    return False
+                args[s.step][s.arg] = view(mem, phys, s.nbytes).view(s.dtype)
+        except MmuFault:
+            return False
+        for c, v in consts:
+            c.view = v
+        self.steps = [(fn, tuple(a)) for (fn, _), a in zip(self.steps, args)]
+        return True
+
+
+@dataclass
+class Program:
+    """A recorded run: replayable while its code and constants are unchanged."""
+
+    code: np.ndarray  # the instruction bytes (uint8) it was decoded from
+    mmu: MmuTable
+    segments: tuple
+    rec: Recording
+    result: Any  # the RunResult of the recorded run
+    stats: dict[str, int]  # counters the run added
+    rtiles: np.ndarray  # DMA tiles the run added per channel
+    wtiles: np.ndarray
+
+    def bind(self, code: np.ndarray, mmu: MmuTable,
+             view: Callable[[int, int, int], np.ndarray]) -> bool:
+        """Whether replaying gives what decoding `code` under `mmu` would (re-resolving the
+        operands when the MMU table changed)."""
+        if not np.array_equal(self.code, code):
+            return False
+        if mmu is self.mmu or tuple(mmu.segments) == self.segments:
+            self.mmu = mmu
+            return self.rec.consts_unchanged()
+        if not self.rec.rebind(mmu, view):
+            return False
+        self.mmu, self.segments = mmu, tuple(mmu.segments)
+        return True
+
+    def replay(self) -> None:
+        for fn, args in self.rec.steps:
+            fn(*args)

@@ -1,0 +1,123 @@
+"""The icore replays a decoded run only while the memory it was decoded from is unchanged:
+the same results, records and counters as decoding again, a new decode after any byte of the
+instructions or weights changed, and a replay on the new mapping when the MMU moved an input."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from test_zg330_lowering_lib import (
+    compiled_zoo,
+    zdev,  # noqa: F401  (fixture)
+)
+
+from host_backend import HostBackend
+from npu_model.core import Icore
+from xrt import HostDevice, Session
+from xrt.errors import DeviceError
+from zg330backend import SegmentType, ZG330Backend
+
+
+@pytest.fixture
+def decodes(monkeypatch):
+    """How many runs the icore interpreted word by word (the rest were replays)."""
+    count = [0]
+    interpret = Icore._interpret
+
+    def counted(self, *a, **k):
+        count[0] += 1
+        return interpret(self, *a, **k)
+
+    monkeypatch.setattr(Icore, "_interpret", counted)
+    return count
+
+
+def _session(z, dev):
+    s = Session.Create([ZG330Backend, HostBackend], z.view(0), [dev, HostDevice.Default()])
+    s.enableTimeProfile(True)
+    s.apply()
+    return s
+
+
+def _host(q, x):
+    s = Session.Create([HostBackend], q.view(0), [HostDevice.Default()])
+    s.apply()
+    return np.asarray(s.forward([x])[0]).copy()
+
+
+def _x(q, seed):
+    return np.random.default_rng(seed).normal(size=q.inputs()[0].shape).astype(np.float32)
+
+
+def _counters(s, dev):
+    zb = s.backends[0]
+    return (dev.calcCycles(), dev.layerCount(), dev.tile_counts(0),
+            {k: dict(v) for k, v in zb.profileInfo().items()})
+
+
+def test_replay_is_the_decode(zdev, decodes):  # noqa: F811
+    """Later forwards replay (no word-by-word decode) and give the integer reference's result
+    for every input, with the cycles, layer count, tile counters and profile of the decode."""
+    q, z = compiled_zoo("tiny_cnn")
+    s = _session(z, zdev)
+    first = np.asarray(s.forward([_x(q, 0)])[0]).copy()
+    runs = decodes[0]
+    assert runs >= 1
+    seen = _counters(s, zdev)
+    for seed in (1, 2, 0):
+        got = np.asarray(s.forward([_x(q, seed)])[0])
+        np.testing.assert_array_equal(got, _host(q, _x(q, seed)))
+        assert _counters(s, zdev) == seen
+    np.testing.assert_array_equal(got, first)
+    assert decodes[0] == runs  # every later run was a replay
+    s.close()
+
+
+def test_changed_bytes_are_decoded_again(zdev, decodes):  # noqa: F811
+    """One changed weight byte makes the run decode again; weights inverted change the result
+    and an illegal word faults, though the stream ran (and was replayed) before."""
+    q, z = compiled_zoo("tiny_cnn")
+    x = _x(q, 3)
+    s = _session(z, zdev)
+    good = np.asarray(s.forward([x])[0]).copy()
+    s.forward([x])
+    zb = s.backends[0]
+    wchunk = zb.phy_segment_map[SegmentType.WEIGHT].single_chunk.memChunk
+    w = wchunk.view(0, wchunk.byte_size)
+    saved = w.copy()
+    runs = decodes[0]
+    w[0] ^= 1
+    s.forward([x])
+    assert decodes[0] > runs
+    w[:] = ~saved
+    assert not np.array_equal(np.asarray(s.forward([x])[0]), good)
+    w[:] = saved
+    np.testing.assert_array_equal(np.asarray(s.forward([x])[0]), good)
+    instr = zb.phy_segment_map[SegmentType.INSTR].single_chunk.memChunk
+    hard = [op for op in z.ops if op.op_type == "HardOp" and op.params]
+    hi = zb.forward_info.hardop_map[hard[0].op_id]
+    off = hi.instr_logic_addr - zb.logic_segment_map[SegmentType.INSTR].logic_addr
+    instr.write(off, np.array([0x7F << 56], np.uint64).view(np.uint8))  # illegal opcode
+    with pytest.raises(DeviceError, match="illegal opcode"):
+        s.forward([x])
+    s.close()
+
+
+def test_moved_input_replays_on_the_new_mapping(zdev, decodes):  # noqa: F811
+    """The host's result feeding a HardOp is copied into a fresh ETM tensor that the MMU maps
+    (no second copy): when it lands at a new address the INPUT entry moves, and the run
+    replays on the new mapping -- no new decode, the reference's result."""
+    q, z = compiled_zoo("tiny_cnn")
+    s = _session(z, zdev)
+    s.forward([_x(q, 4)])
+    runs = decodes[0]
+    etm = zdev.defaultMemRegion()
+    maps, keep = [], []
+    for seed in (5, 6, 7):
+        keep.append(etm.malloc(1 << 16))  # the next input copy lands elsewhere
+        x = _x(q, seed)
+        np.testing.assert_array_equal(np.asarray(s.forward([x])[0]), _host(q, x))
+        maps.append(tuple(zdev.mmu_table().segments))
+    assert len(set(maps)) > 1  # the INPUT entry moved
+    assert decodes[0] == runs
+    s.close()
