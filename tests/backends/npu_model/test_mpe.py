@@ -48,6 +48,7 @@ CASES = [
     dict(h=9, w=8, cin=24, cout=24, groups=24, stride=(2, 2), dilation=(1, 2),
          pad=(1, 1, 2, 2)),  # depthwise, strided, dilated
     dict(h=6, w=6, cin=70, cout=36, k=(6, 6), stride=(2, 2), pad=(2, 2, 2, 2)),
+    dict(h=4, w=45, cin=24, cout=24, groups=24, leaky=True),  # a row longer than one run
     dict(h=7, w=6, cin=20, cout=24, dtype="int16"),
     dict(h=6, w=7, cin=10, cout=10, groups=10, dtype="int16"),
     dict(h=7, w=7, cin=18, cout=9, relu=True),
@@ -161,7 +162,7 @@ def test_long_reduction_is_exact(hw, rng):
     np.testing.assert_array_equal(hw.read(fo), ref)
 
 
-@settings(max_examples=25, deadline=None,
+@settings(max_examples=40, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(data=st.data())
 def test_random_conv_configs(hw, data):
@@ -182,8 +183,11 @@ def test_random_conv_configs(hw, data):
     h = d(st.integers(dh * (kh - 1) + 1, 12))
     w = d(st.integers(dw * (kw - 1) + 1, 12))
     rng = np.random.default_rng(d(st.integers(0, 2**32 - 1)))
-    relu = d(st.booleans())
+    relu, leaky = d(st.booleans()), d(st.booleans())
+    extra = d(st.sampled_from([0, 0, 3, 16]))  # a channel window inside a wider output map
+    c_off = d(st.integers(0, extra))
     got, ref, _ = _run_conv(hw, rng, h, w, cin, cout, (kh, kw), (sh, sw), pads, (dh, dw), g,
-                            dtype, relu=relu)
+                            dtype, relu=relu, leaky=leaky,
+                            out_pitch=cout + extra if extra else None, out_c_off=c_off)
     np.testing.assert_array_equal(got, ref)
     hw.off = 64  # reuse the scratch memory between examples

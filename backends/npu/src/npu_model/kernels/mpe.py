@@ -68,36 +68,77 @@ def _zero(dst):
 
 
 @njit(cache=True)
+def _requant_params(mult, shift, mult_neg, shift_neg, ch0, n):
+    """Rows (mult, rounding, shift) for ``a >= 0`` then for ``a < 0`` of channels ch0..ch0+n:
+    a non-positive shift means no shift (shift 0, rounding 0), as in `requantize_one`."""
+    prm = np.empty((6, n), dtype=np.int64)
+    for o in range(n):
+        c = ch0 + o
+        for k, m, s in ((0, mult[c], shift[c]), (3, mult_neg[c], shift_neg[c])):
+            prm[k, o] = m
+            prm[k + 1, o] = (np.int64(1) << np.int64(s - 1)) if s > 0 else 0
+            prm[k + 2, o] = s if s > 0 else 0
+    return prm
+
+
+@njit(cache=True)
+def _tiled(prm, reps):
+    """`prm` repeated `reps` times along its columns (parameters for `reps` pixels in a row)."""
+    n = prm.shape[1]
+    out = np.empty((prm.shape[0], reps * n), dtype=prm.dtype)
+    for r in range(reps):
+        out[:, r * n:(r + 1) * n] = prm
+    return out
+
+
+#: elements requantized per call where output pixels are contiguous (amortises the call)
+RQ_RUN = 512
+
+
+@njit(cache=True)
+def _requant_row(acc, prm, lo, hi, out):
+    """``out[o] = requantize_one(acc[o], ...)`` for one pixel's channels, branch-free over the
+    sign (both computed, one selected) so the channel loop vectorises."""
+    mp, rp, sp, mn, rn, sn = prm[0], prm[1], prm[2], prm[3], prm[4], prm[5]
+    lo64 = np.int64(lo)
+    hi64 = np.int64(hi)
+    for o in range(acc.shape[0]):
+        a = acc[o]
+        vp = (a * mp[o] + rp[o]) >> sp[o]
+        vn = (a * mn[o] + rn[o]) >> sn[o]
+        v = vn if a < 0 else vp
+        v = lo64 if v < lo64 else v
+        v = hi64 if v > hi64 else v
+        out[o] = v
+
+
+@njit(cache=True)
 def _requant_tile(src, first, bias, boff, p0, npix, ow_n, n, y, yrs, ypitch, ycoff, ch0,
                   mult, shift, mult_neg, shift_neg, lo, hi):
     """Requantize the float tile `src` plus ``first`` (int64 partial sums; empty when there is
-    one K-chunk, then the bias) for output pixels p0.. and channels ch0.. into y.
-
-    Same arithmetic as `requantize_one`, written branch-free over the sign of the sum: a
-    non-positive shift means no shift (``shift 0``, rounding term 0).
-    """
+    one K-chunk, then the bias) for output pixels p0.. and channels ch0.. into y."""
     use_first = first.shape[0] > 0
-    mp = np.empty(n, dtype=np.int64)
-    sp = np.empty(n, dtype=np.int64)
-    rp = np.empty(n, dtype=np.int64)
-    mn = np.empty(n, dtype=np.int64)
-    sn = np.empty(n, dtype=np.int64)
-    rn = np.empty(n, dtype=np.int64)
-    bv = np.empty(n, dtype=np.int64)
-    for o in range(n):
-        c = ch0 + o
-        mp[o] = mult[c]
-        mn[o] = mult_neg[c]
-        s = shift[c]
-        sp[o] = s if s > 0 else 0
-        rp[o] = (np.int64(1) << np.int64(s - 1)) if s > 0 else 0
-        s = shift_neg[c]
-        sn[o] = s if s > 0 else 0
-        rn[o] = (np.int64(1) << np.int64(s - 1)) if s > 0 else 0
-        bv[o] = bias[boff + o]
-    lo64 = np.int64(lo)
-    hi64 = np.int64(hi)
-    tmp = np.empty_like(y[:n])
+    prm = _requant_params(mult, shift, mult_neg, shift_neg, ch0, n)
+    bv = bias[boff:boff + n]
+    if ypitch == n and yrs == ow_n * n:
+        # the tile's output pixels are one run of y: requantize runs of whole pixels
+        run = max(1, RQ_RUN // n)
+        prm_r = _tiled(prm, run)
+        acc = np.empty(run * n, dtype=np.int64)
+        base = (p0 // ow_n) * yrs + (p0 % ow_n) * ypitch + ycoff + ch0
+        for r0 in range(0, npix, run):
+            r1 = min(npix, r0 + run)
+            for p in range(r0, r1):
+                add = first[p] if use_first else bv
+                sr = src[p]
+                k = (p - r0) * n
+                ac = acc[k:k + n]
+                for o in range(n):
+                    ac[o] = np.int64(sr[o]) + add[o]
+            m = (r1 - r0) * n
+            _requant_row(acc[:m], prm_r, lo, hi, y[base + r0 * n:base + r0 * n + m])
+        return
+    acc = np.empty(n, dtype=np.int64)
     for p in range(npix):
         q = p0 + p
         oh = q // ow_n
@@ -105,16 +146,9 @@ def _requant_tile(src, first, bias, boff, p0, npix, ow_n, n, y, yrs, ypitch, yco
         base = oh * yrs + ow * ypitch + ycoff + ch0
         add = first[p] if use_first else bv
         sr = src[p]
-        # both signs computed and selected (no gathers), so the channel loop vectorises
         for o in range(n):
-            a = np.int64(sr[o]) + add[o]
-            vp = (a * mp[o] + rp[o]) >> sp[o]
-            vn = (a * mn[o] + rn[o]) >> sn[o]
-            v = vn if a < 0 else vp
-            v = lo64 if v < lo64 else v
-            v = hi64 if v > hi64 else v
-            tmp[o] = v
-        y[base:base + n] = tmp
+            acc[o] = np.int64(sr[o]) + add[o]
+        _requant_row(acc, prm, lo, hi, y[base:base + n])
 
 
 @njit(cache=True)
@@ -186,8 +220,7 @@ def _pad_compact(x, xrs, xpitch, cbase, ih_n, iw_n, ncc, pt, pl, hp, wp, xp):
         src = ih * xrs + cbase
         for w in range(w0, w1):
             s0 = src + (w - pl) * xpitch
-            for c in range(ncc):
-                row[w * ncc + c] = x[s0 + c]
+            _cp(row[w * ncc:(w + 1) * ncc], x[s0:s0 + ncc])
 
 
 @njit(cache=True)
@@ -355,11 +388,33 @@ def _dw_weights(packed, cu, taps, c_n, like):
 
 
 @njit(cache=True)
+def _mac_run(acc, xs, ws):
+    """``acc += xs * ws`` elementwise (slices: no index wraparound test, so it vectorises)."""
+    for c in range(acc.shape[0]):
+        acc[c] += np.int32(xs[c]) * ws[c]
+
+
+@njit(cache=True)
 def _dw_rows(x, xrs, xpitch, xcoff, ih_n, iw_n, w2, acc, bias, mult, shift, mult_neg,
              shift_neg, lo, hi, y, yrs, ypitch, ycoff, oh_n, ow_n, c_n, kh, kw, sh, sw, dh, dw,
              pt, pl):
     """One output row at a time: every tap adds its weight row times the input pixels it
-    reaches (the columns inside the input, found once per tap, so no per-pixel bounds test)."""
+    reaches (the columns inside the input, found once per tap, so no per-pixel bounds test).
+    With unit column stride over a dense map a tap's pixels are one run of the input row,
+    multiplied by the tap's weights repeated along the row: one long loop, whatever the
+    channel count (16 channels would leave a per-pixel loop one vector long)."""
+    # a dense output row is one run: requantized in runs of pixels, parameters repeated
+    dense_out = ypitch == c_n
+    reps = max(1, min(ow_n, RQ_RUN // c_n)) if dense_out else 1
+    prm = _tiled(_requant_params(mult, shift, mult_neg, shift_neg, 0, c_n), reps)
+    brep = _tiled(bias[:c_n].reshape((1, c_n)), reps)[0]
+    tmp = np.empty(reps * c_n, dtype=np.int64)
+    flat = sw == 1 and xpitch == c_n
+    wrep = np.empty((kh * kw if flat else 0, ow_n * c_n), dtype=w2.dtype)
+    for t in range(wrep.shape[0]):
+        for ow in range(ow_n):
+            wrep[t, ow * c_n:(ow + 1) * c_n] = w2[t]
+    accf = acc.reshape(ow_n * c_n)
     for oh in range(oh_n):
         acc[:, :] = 0
         for ky in range(kh):
@@ -372,18 +427,34 @@ def _dw_rows(x, xrs, xpitch, xcoff, ih_n, iw_n, w2, acc, bias, mult, shift, mult
                 # 0 <= ow * sw + off <= iw_n - 1
                 ow0 = 0 if off >= 0 else (-off + sw - 1) // sw
                 ow1 = min(ow_n, (iw_n - 1 - off) // sw + 1) if iw_n - 1 - off >= 0 else 0
+                if ow1 <= ow0:
+                    continue
+                if flat:
+                    n = (ow1 - ow0) * c_n
+                    src = rb + (ow0 + off) * c_n
+                    _mac_run(accf[ow0 * c_n:ow0 * c_n + n], x[src:src + n],
+                             wrep[ky * kw + kx, ow0 * c_n:ow0 * c_n + n])
+                    continue
                 wt = w2[ky * kw + kx]
                 for ow in range(ow0, ow1):
                     src = rb + (ow * sw + off) * xpitch
-                    a = acc[ow]
-                    for c in range(c_n):
-                        a[c] += x[src + c] * wt[c]
+                    _mac_run(acc[ow], x[src:src + c_n], wt)
+        if dense_out:
+            for r0 in range(0, ow_n, reps):
+                m = (min(ow_n, r0 + reps) - r0) * c_n
+                a0 = r0 * c_n
+                av = accf[a0:a0 + m]
+                for i in range(m):
+                    tmp[i] = np.int64(av[i]) + brep[i]
+                base = oh * yrs + ycoff + a0
+                _requant_row(tmp[:m], prm, lo, hi, y[base:base + m])
+            continue
         for ow in range(ow_n):
             base = oh * yrs + ow * ypitch + ycoff
             a = acc[ow]
             for c in range(c_n):
-                y[base + c] = requantize_one(np.int64(a[c]) + bias[c], mult[c], shift[c],
-                                             mult_neg[c], shift_neg[c], lo, hi)
+                tmp[c] = np.int64(a[c]) + bias[c]
+            _requant_row(tmp, prm, lo, hi, y[base:base + c_n])
 
 
 @njit(cache=True)
