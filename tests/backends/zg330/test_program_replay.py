@@ -1,6 +1,7 @@
 """The icore replays a decoded run only while the memory it was decoded from is unchanged:
 the same results, records and counters as decoding again, a new decode after any byte of the
-instructions or weights changed, and a replay on the new mapping when the MMU moved an input."""
+instructions or weights changed (tests/backends/npu_model/test_program_cache.py: a replay on
+the new mapping when the MMU moved a segment)."""
 
 from __future__ import annotations
 
@@ -100,24 +101,4 @@ def test_changed_bytes_are_decoded_again(zdev, decodes):  # noqa: F811
     instr.write(off, np.array([0x7F << 56], np.uint64).view(np.uint8))  # illegal opcode
     with pytest.raises(DeviceError, match="illegal opcode"):
         s.forward([x])
-    s.close()
-
-
-def test_moved_input_replays_on_the_new_mapping(zdev, decodes):  # noqa: F811
-    """The host's result feeding a HardOp is copied into a fresh ETM tensor that the MMU maps
-    (no second copy): when it lands at a new address the INPUT entry moves, and the run
-    replays on the new mapping -- no new decode, the reference's result."""
-    q, z = compiled_zoo("tiny_cnn")
-    s = _session(z, zdev)
-    s.forward([_x(q, 4)])
-    runs = decodes[0]
-    etm = zdev.defaultMemRegion()
-    maps, keep = [], []
-    for seed in (5, 6, 7):
-        keep.append(etm.malloc(1 << 16))  # the next input copy lands elsewhere
-        x = _x(q, seed)
-        np.testing.assert_array_equal(np.asarray(s.forward([x])[0]), _host(q, x))
-        maps.append(tuple(zdev.mmu_table().segments))
-    assert len(set(maps)) > 1  # the INPUT entry moved
-    assert decodes[0] == runs
     s.close()
