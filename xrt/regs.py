@@ -51,6 +51,7 @@ class RegRegion:
         #: absolute address -> the value `reset()` restores (the others go back to 0)
         self.power_on: dict[int, int] = {}
         self._reset_hooks: list[Callable[[], None]] = []
+        self._checked_sets: set[tuple[int, ...]] = set()  # `poke_words` offsets known valid
 
     # --- addressing ---------------------------------------------------------------------------
 
@@ -150,6 +151,17 @@ class RegRegion:
         """The stored value, without read hooks."""
         return self._load(self.absolute(addr, relative))
 
+    def peek_words(self, offsets: tuple[int, ...]) -> list[int]:
+        """Stored values of many base-relative registers, without read hooks (checked once per
+        set of offsets, like `poke_words`)."""
+        if offsets not in self._checked_sets:
+            for off in offsets:
+                self.absolute(off, relative=True)
+            if len(self._checked_sets) < 64:
+                self._checked_sets.add(offsets)
+        base, load = self.base, self._load
+        return [load(base + off) for off in offsets]
+
     def poke(self, addr: int, data: int, relative: bool = False) -> None:
         """Store a value without write hooks (a device model updating its own status)."""
         self._store(self.absolute(addr, relative), self._value(data))
@@ -157,8 +169,12 @@ class RegRegion:
     def poke_words(self, words: dict[int, int]) -> None:
         """Store many base-relative values at once, without write hooks: a device model
         updating its own status and counters after a run (offsets checked here, in one go)."""
-        for off in words:
-            self.absolute(off, relative=True)
+        keys = tuple(words)
+        if keys not in self._checked_sets:  # a model pokes the same set after every run
+            for off in keys:
+                self.absolute(off, relative=True)
+            if len(self._checked_sets) < 64:
+                self._checked_sets.add(keys)
         base, mask = self.base, self.mask
         for off, value in words.items():
             self._store(base + off, int(value) & mask)

@@ -147,6 +147,7 @@ class NpuDevice(Device):
         #: bumped by every write to an MMU register and by a full reset: a backend that
         #: programmed the MMU at generation g need not program it again while it is still g
         self.mmu_generation = 0
+        self._mpe_offsets: dict[tuple[int, int], tuple[int, ...]] = {}
         self._mmu_cache: tuple[int, MmuTable] | None = None
         checker = R.write_checker(cfg, R.REG_BASE, repr(self))
         mmu_lo = R.REG_BASE + R.MMU_BASE
@@ -251,19 +252,29 @@ class NpuDevice(Device):
             words[R.WTILE_BASE + 4 * cid] = self.sim.tiles.w(cid)
         macs = sum(int(r["macs"]) for r in res.layers)
         busy = sum(int(r["compute"]) for r in res.layers)
-        n = max(rows * cols, 1)
-        peek = self._reg.peek
-        for cid in range(cols):
-            for rid in range(rows):
-                bank = R.mpe_bank(cid, rid, self.config.mpe_rows)
-                for lo, add in ((R.MPE_MACS_LO, macs // n), (R.MPE_BUSY_LO, busy)):
-                    v = peek(bank + lo, relative=True) | peek(bank + lo + 4, relative=True) << 32
-                    v += add
-                    words[bank + lo] = v & 0xFFFF_FFFF
-                    words[bank + lo + 4] = v >> 32 & 0xFFFF_FFFF
+        offs = self._mpe_counter_offsets(rows, cols)
+        old = self._reg.peek_words(offs)
+        adds = (macs // max(rows * cols, 1), busy)
+        for k in range(0, len(offs), 4):  # (MACS lo, hi, BUSY lo, hi) of one MPE
+            for j, add in ((0, adds[0]), (2, adds[1])):
+                v = (old[k + j] | old[k + j + 1] << 32) + add
+                words[offs[k + j]] = v & 0xFFFF_FFFF
+                words[offs[k + j + 1]] = v >> 32 & 0xFFFF_FFFF
         words[R.STATUS] = R.STATUS_DONE
         self._reg.poke_words(words)
         self._last_result = res
+
+    def _mpe_counter_offsets(self, rows: int, cols: int) -> tuple[int, ...]:
+        """Register offsets (MACS lo, hi, BUSY lo, hi) of every enabled MPE, cached per shape."""
+        key = (rows, cols)
+        offs = self._mpe_offsets.get(key)
+        if offs is None:
+            offs = tuple(R.mpe_bank(cid, rid, self.config.mpe_rows) + off
+                         for cid in range(cols) for rid in range(rows)
+                         for off in (R.MPE_MACS_LO, R.MPE_MACS_HI, R.MPE_BUSY_LO,
+                                     R.MPE_BUSY_HI))
+            self._mpe_offsets[key] = offs
+        return offs
 
     def _fault(self, code: int, msg: str) -> None:
         self._last_error = msg
@@ -503,16 +514,12 @@ class NpuDevice(Device):
         if level == 0:
             self._reg.reset()
         else:
-            for off in R.FAST_RESET_CLEARS:
-                self._poke(off, 0)
-            for cid in range(min(self.config.mpe_cols, R.MAX_CHANNELS)):
-                self._poke(R.RTILE_BASE + 4 * cid, 0)
-                self._poke(R.WTILE_BASE + 4 * cid, 0)
-            for cid in range(self.config.mpe_cols):
-                for rid in range(self.config.mpe_rows):
-                    bank = R.mpe_bank(cid, rid, self.config.mpe_rows)
-                    for off in (R.MPE_MACS_LO, R.MPE_MACS_HI, R.MPE_BUSY_LO, R.MPE_BUSY_HI):
-                        self._poke(bank + off, 0)
+            cfg = self.config
+            tiles = [R.RTILE_BASE + 4 * cid for cid in range(min(cfg.mpe_cols, R.MAX_CHANNELS))]
+            tiles += [R.WTILE_BASE + 4 * cid for cid in range(min(cfg.mpe_cols, R.MAX_CHANNELS))]
+            offs = (*R.FAST_RESET_CLEARS, *tiles,
+                    *self._mpe_counter_offsets(cfg.mpe_rows, cfg.mpe_cols))
+            self._reg.poke_words(dict.fromkeys(offs, 0))
         self.sim.reset()
 
     def check(self, level: int = 0) -> bool:
