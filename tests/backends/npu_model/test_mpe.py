@@ -49,6 +49,10 @@ CASES = [
          pad=(1, 1, 2, 2)),  # depthwise, strided, dilated
     dict(h=6, w=6, cin=70, cout=36, k=(6, 6), stride=(2, 2), pad=(2, 2, 2, 2)),
     dict(h=4, w=45, cin=24, cout=24, groups=24, leaky=True),  # a row longer than one run
+    dict(h=7, w=9, cin=24, cout=36, groups=3, k=(1, 1), pad=(0, 0, 0, 0)),  # grouped 1x1
+    dict(h=5, w=6, cin=12, cout=20, groups=4, k=(1, 1), pad=(0, 0, 0, 0), leaky=True,
+         out_pitch=48, out_c_off=7),
+    dict(h=5, w=5, cin=10, cout=6, groups=2, k=(1, 1), pad=(0, 0, 0, 0), dtype="int16"),
     dict(h=7, w=6, cin=20, cout=24, dtype="int16"),
     dict(h=6, w=7, cin=10, cout=10, groups=10, dtype="int16"),
     dict(h=7, w=7, cin=18, cout=9, relu=True),

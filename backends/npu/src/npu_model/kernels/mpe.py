@@ -192,12 +192,10 @@ def _im2col(x, xrs, xpitch, cbase, ih_n, iw_n, colbuf, p0, npix, ow_n, klen,
                 for j in range(nrow):
                     iw = iwb + (kx + j) * dw
                     if iw < 0 or iw >= iw_n:
-                        for c in range(ncc):
-                            colbuf[d + c] = 0
+                        _zero(colbuf[d:d + ncc])
                     else:
                         src = rowb + iw * xpitch
-                        for c in range(ncc):
-                            colbuf[d + c] = x[src + c]
+                        _cp(colbuf[d:d + ncc], x[src:src + ncc])
                     d += ncc
             t += nrow
 
@@ -250,6 +248,43 @@ def _im2col_padded(xp, wp, colbuf, p0, npix, ow_n, ldc, t0, t1, ncc, kw, sh, sw,
 
 
 @njit(cache=True)
+def _rows_1x1(x, xrs, xpitch, cbase, colbuf, p0, npix, ow_n, ldc, ncc):
+    """GEMM rows of a 1x1 convolution: pixel p's ``ncc`` channels from ``cbase``, rows ``ldc``
+    apart (columns past ``ncc`` zeroed: K padding)."""
+    for p in range(npix):
+        q = p0 + p
+        oh = q // ow_n
+        src = oh * xrs + (q - oh * ow_n) * xpitch + cbase
+        d = p * ldc
+        _cp(colbuf[d:d + ncc], x[src:src + ncc])
+        if ldc > ncc:
+            _zero(colbuf[d + ncc:d + ldc])
+
+
+@njit(cache=True)
+def _grouped_1x1(x, xrs, xpitch, xcoff, wf, bias, mult, shift, mult_neg, shift_neg, lo, hi,
+                 y, yrs, ypitch, ycoff, ow_n, npix_all, tile, groups, cin_g, cout_g, colbuf,
+                 partbuf):
+    """A grouped 1x1 convolution, pixel tile by tile: every group's GEMM into its columns of
+    one wide tile, requantized across all the channels at once (a pixel's output channels
+    are one run of the map, where group by group each would be a short one)."""
+    cout = groups * cout_g
+    wide = np.empty((tile, cout), dtype=wf.dtype)
+    none = np.empty((0, cout), dtype=np.int64)
+    for p0 in range(0, npix_all, tile):
+        npix = min(tile, npix_all - p0)
+        part = partbuf[:npix]
+        rows = colbuf[:npix * cin_g].reshape((npix, cin_g))
+        for g in range(groups):
+            _rows_1x1(x, xrs, xpitch, xcoff + g * cin_g, colbuf, p0, npix, ow_n, cin_g, cin_g)
+            np.dot(rows, wf[g], part)
+            for p in range(npix):
+                _cp(wide[p, g * cout_g:(g + 1) * cout_g], part[p])
+        _requant_tile(wide[:npix], none, bias, 0, p0, npix, ow_n, cout, y, yrs, ypitch, ycoff,
+                      0, mult, shift, mult_neg, shift_neg, lo, hi)
+
+
+@njit(cache=True)
 def conv_dense(x, xrs, xpitch, xcoff, ih_n, iw_n,
                wf, bias, mult, shift, mult_neg, shift_neg, lo, hi,
                y, yrs, ypitch, ycoff, oh_n, ow_n,
@@ -278,17 +313,20 @@ def conv_dense(x, xrs, xpitch, xcoff, ih_n, iw_n,
     tile = max(256, 32768 // max(kmax, 1))
     if tile > npix_all:
         tile = npix_all
+    pointwise = (kh == 1 and kw == 1 and sh == 1 and sw == 1 and pt == 0 and pl == 0
+                 and full and oh_n == ih_n and ow_n == iw_n)
     # 1x1 / stride 1 / unpadded over a dense map: the input tile is already the im2col matrix
-    direct = (kh == 1 and kw == 1 and sh == 1 and sw == 1 and pt == 0 and pl == 0
-              and groups == 1 and full and xcoff == 0 and xpitch == cin_g
-              and xrs == iw_n * xpitch and oh_n == ih_n and ow_n == iw_n)
+    direct = (pointwise and groups == 1 and xcoff == 0 and xpitch == cin_g
+              and xrs == iw_n * xpitch)
+    # 1x1 over a channel window (a group, a concat slice): each pixel's run is one GEMM row
+    gather = pointwise and not direct
     # narrow channel runs inside a wider pitch (e.g. an RGB input in a 32-channel buffer):
     # compact and zero-pad the group's input once so every tap row is one contiguous run
-    padded = (not direct and full and dw == 1 and cin_g != xpitch)
+    padded = (not direct and not gather and full and dw == 1 and cin_g != xpitch)
     # single-chunk K not a multiple of 16 (e.g. 6*6*3 = 108): pad K with zero columns and
     # zero weight rows (exact) so the GEMM rows are vector aligned
     ktot = taps * cin_g
-    padk = padded and nchunks == 1 and ktot % 16 != 0
+    padk = (padded or gather) and nchunks == 1 and ktot % 16 != 0
     kp = (ktot + 15) // 16 * 16 if padk else kmax
     wpad = np.zeros((kp if padk else 0, cout_g), dtype=wf.dtype)
     colbuf = np.empty(tile * kp, dtype=wf.dtype)
@@ -297,6 +335,11 @@ def conv_dense(x, xrs, xpitch, xcoff, ih_n, iw_n,
     hp = (oh_n - 1) * sh + (kh - 1) * dh + 1
     wp = (ow_n - 1) * sw + (kw - 1) * dw + 1
     xp = np.empty(hp * wp * cin_g if padded else 0, dtype=wf.dtype)
+    if gather and groups > 1 and nchunks == 1:
+        _grouped_1x1(x, xrs, xpitch, xcoff, wf, bias, mult, shift, mult_neg, shift_neg, lo, hi,
+                     y, yrs, ypitch, ycoff, ow_n, npix_all, tile, groups, cin_g, cout_g,
+                     colbuf, partbuf)
+        return y
     for g in range(groups):
         wg = wf[g]
         cin0 = xcoff + g * cin_g
@@ -320,6 +363,9 @@ def conv_dense(x, xrs, xpitch, xcoff, ih_n, iw_n,
                         s0 = p0 * cin_g
                         ntot = npix * cin_g
                         _cp(colbuf[:ntot], x[s0:s0 + ntot])
+                    elif gather:
+                        _rows_1x1(x, xrs, xpitch, cin0, colbuf, p0, npix, ow_n,
+                                  kp if padk else klen, ncc)
                     elif padded:
                         _im2col_padded(xp, wp, colbuf, p0, npix, ow_n, kp if padk else klen,
                                        t0, t1, ncc, kw, sh, sw, dh)
