@@ -73,6 +73,13 @@ def eltw(a, ars, apitch, acoff, b, brs, bpitch, bcoff, b_bcast,
 
 
 @njit(cache=True)
+def _run_copy(xs, ys):
+    """``ys[:] = xs`` over slices (no index wraparound test: the loop vectorises)."""
+    for c in range(ys.shape[0]):
+        ys[c] = xs[c]
+
+
+@njit(cache=True)
 def _max_run(xs, best):
     for c in range(best.shape[0]):
         v = np.int64(xs[c])
@@ -137,14 +144,16 @@ def avgpool(x, xrs, xpitch, xcoff, ih_n, iw_n, y, yrs, ypitch, ycoff, oh_n, ow_n
                         continue
                     cnt += 1
                     src = ih * xrs + iw * xpitch + xcoff
+                    xs = x[src:src + c_n]
                     for c in range(c_n):
-                        acc[c] += np.int64(x[src + c])
+                        acc[c] += np.int64(xs[c])
             n = cnt_pad if include_pad else cnt
             base = oh * yrs + ow * ypitch + ycoff
             m = mult_tab[n]
             s = shift_tab[n]
+            ys = y[base:base + c_n]
             for c in range(c_n):
-                y[base + c] = requantize_one(acc[c], m, s, m, s, lo, hi)
+                ys[c] = requantize_one(acc[c], m, s, m, s, lo, hi)
     return y
 
 
@@ -185,8 +194,7 @@ def upsample_nearest(x, xrs, xpitch, xcoff, y, yrs, ypitch, ycoff, oh_n, ow_n, c
         for ow in range(ow_n):
             src = ih * xrs + (ow // sw) * xpitch + xcoff
             dst = oh * yrs + ow * ypitch + ycoff
-            for c in range(c_n):
-                y[dst + c] = x[src + c]
+            _run_copy(x[src:src + c_n], y[dst:dst + c_n])
     return y
 
 
@@ -208,12 +216,16 @@ def resize_taps(x, xrs, xpitch, xcoff, y, yrs, ypitch, ycoff, oh_n, ow_n, c_n, t
             wx0 = one - wx1
             for k in range(2):
                 col = taps[t, k] * xpitch
+                xa = x[r0 + col:r0 + col + c_n]
+                xb = x[r1 + col:r1 + col + c_n]
+                rk = rows[k]
                 for c in range(c_n):
-                    rows[k, c] = np.int64(x[r0 + col + c]) * wy0 + np.int64(x[r1 + col + c]) * wy1
+                    rk[c] = np.int64(xa[c]) * wy0 + np.int64(xb[c]) * wy1
             dst = oh * yrs + ow * ypitch + ycoff
+            ys = y[dst:dst + c_n]
             for c in range(c_n):
                 acc = rows[0, c] * wx0 + rows[1, c] * wx1
-                y[dst + c] = requantize_one(acc, m, s, m, s, lo, hi)
+                ys[c] = requantize_one(acc, m, s, m, s, lo, hi)
     return y
 
 
@@ -225,11 +237,9 @@ def upsample_zeros(x, xrs, xpitch, xcoff, y, yrs, ypitch, ycoff, oh_n, ow_n, c_n
             dst = oh * yrs + ow * ypitch + ycoff
             if oh % sh == 0 and ow % sw == 0:
                 src = (oh // sh) * xrs + (ow // sw) * xpitch + xcoff
-                for c in range(c_n):
-                    y[dst + c] = x[src + c]
+                _run_copy(x[src:src + c_n], y[dst:dst + c_n])
             else:
-                for c in range(c_n):
-                    y[dst + c] = 0
+                y[dst:dst + c_n] = 0
     return y
 
 
@@ -237,10 +247,16 @@ def upsample_zeros(x, xrs, xpitch, xcoff, y, yrs, ypitch, ycoff, oh_n, ow_n, c_n
 def copy(x, xrs, xpitch, xcoff, y, yrs, ypitch, ycoff, h_n, w_n, c_n, step):
     """Copy an ``H x W x C`` block between layouts (re-pitch, channel offset, row stride);
     input channel c goes to output channel ``c * step``."""
+    span = (c_n - 1) * step + 1
     for h in range(h_n):
         for w in range(w_n):
             src = h * xrs + w * xpitch + xcoff
             dst = h * yrs + w * ypitch + ycoff
-            for c in range(c_n):
-                y[dst + c * step] = x[src + c]
+            if step == 1:
+                _run_copy(x[src:src + c_n], y[dst:dst + c_n])
+            else:
+                ys = y[dst:dst + span]
+                xs = x[src:src + c_n]
+                for c in range(c_n):
+                    ys[c * step] = xs[c]
     return y
