@@ -19,3 +19,20 @@ def dev():
 @pytest.fixture
 def hw(dev):
     return Harness(dev)
+
+
+@pytest.fixture
+def decodes(monkeypatch):
+    """How many runs the icore interpreted word by word (the others replayed a decoded
+    program, `npu_model.program`)."""
+    from npu_model.core import Icore
+
+    count = [0]
+    interpret = Icore._interpret
+
+    def counted(self, *a, **k):
+        count[0] += 1
+        return interpret(self, *a, **k)
+
+    monkeypatch.setattr(Icore, "_interpret", counted)
+    return count

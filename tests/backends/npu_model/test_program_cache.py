@@ -9,22 +9,7 @@ import pytest
 from npu_testlib import LOGICAL, rand_requant, ref_conv_acc, ref_requant
 
 from npu_model import asm
-from npu_model.core import Icore
 from xrt.errors import DeviceError
-
-
-@pytest.fixture
-def decodes(monkeypatch):
-    """How many runs the icore interpreted word by word (the rest were replays)."""
-    count = [0]
-    interpret = Icore._interpret
-
-    def counted(self, *a, **k):
-        count[0] += 1
-        return interpret(self, *a, **k)
-
-    monkeypatch.setattr(Icore, "_interpret", counted)
-    return count
 
 
 def test_moved_segment_replays_or_decodes_again(dev, hw, rng, decodes):

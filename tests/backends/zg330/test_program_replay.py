@@ -13,24 +13,9 @@ from test_zg330_lowering_lib import (
 )
 
 from host_backend import HostBackend
-from npu_model.core import Icore
 from xrt import HostDevice, Session
 from xrt.errors import DeviceError
 from zg330backend import SegmentType, ZG330Backend
-
-
-@pytest.fixture
-def decodes(monkeypatch):
-    """How many runs the icore interpreted word by word (the rest were replays)."""
-    count = [0]
-    interpret = Icore._interpret
-
-    def counted(self, *a, **k):
-        count[0] += 1
-        return interpret(self, *a, **k)
-
-    monkeypatch.setattr(Icore, "_interpret", counted)
-    return count
 
 
 def _session(z, dev):
