@@ -216,9 +216,18 @@ def _pad_compact(x, xrs, xpitch, cbase, ih_n, iw_n, ncc, pt, pl, hp, wp, xp):
         _zero(row[:w0 * ncc])
         _zero(row[w1 * ncc:])
         src = ih * xrs + cbase
-        for w in range(w0, w1):
-            s0 = src + (w - pl) * xpitch
-            _cp(row[w * ncc:(w + 1) * ncc], x[s0:s0 + ncc])
+        if ncc >= 16:
+            for w in range(w0, w1):
+                s0 = src + (w - pl) * xpitch
+                _cp(row[w * ncc:(w + 1) * ncc], x[s0:s0 + ncc])
+            continue
+        # a few channels (an RGB stem): one loop over the row, unsigned indices (no
+        # wraparound test) instead of a call per pixel
+        xr = x[src + (w0 - pl) * xpitch:]
+        dst = row[w0 * ncc:w1 * ncc]
+        for j in range(w1 - w0):
+            for c in range(ncc):
+                dst[np.uint64(j * ncc + c)] = xr[np.uint64(j * xpitch + c)]
 
 
 @njit(cache=True)
@@ -239,12 +248,16 @@ def _im2col_padded(xp, wp, colbuf, p0, npix, ow_n, ldc, t0, t1, ncc, kw, sh, sw,
             kx = t - ky * kw
             n = min(kw - kx, t1 - t) * ncc
             s0 = b + ky * dh * rs + kx * ncc
-            _cp(colbuf[d:d + n], xp[s0:s0 + n])
+            if n >= 16:
+                _cp(colbuf[d:d + n], xp[s0:s0 + n])
+            else:  # a short run (a stem's 3 x 3 channels): no call, no wraparound test
+                for i in range(n):
+                    colbuf[np.uint64(d + i)] = xp[np.uint64(s0 + i)]
             d += n
             t += n // ncc
         e = (p + 1) * ldc
-        if d < e:
-            _zero(colbuf[d:e])
+        for i in range(d, e):
+            colbuf[np.uint64(i)] = 0
 
 
 @njit(cache=True)
