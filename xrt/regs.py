@@ -51,7 +51,7 @@ class RegRegion:
         #: absolute address -> the value `reset()` restores (the others go back to 0)
         self.power_on: dict[int, int] = {}
         self._reset_hooks: list[Callable[[], None]] = []
-        self._checked_sets: set[tuple[int, ...]] = set()  # `poke_words` offsets known valid
+        self._checked_sets: set[tuple[int, ...]] = set()  # offset sets `_check_offsets` passed
 
     # --- addressing ---------------------------------------------------------------------------
 
@@ -151,14 +151,20 @@ class RegRegion:
         """The stored value, without read hooks."""
         return self._load(self.absolute(addr, relative))
 
+    def _check_offsets(self, offsets: tuple[int, ...]) -> None:
+        """Check base-relative `offsets`, once per set (a model touches the same set after every
+        run)."""
+        if offsets in self._checked_sets:
+            return
+        for off in offsets:
+            self.absolute(off, relative=True)
+        if len(self._checked_sets) < 64:
+            self._checked_sets.add(offsets)
+
     def peek_words(self, offsets: tuple[int, ...]) -> list[int]:
         """Stored values of many base-relative registers, without read hooks (checked once per
         set of offsets, like `poke_words`)."""
-        if offsets not in self._checked_sets:
-            for off in offsets:
-                self.absolute(off, relative=True)
-            if len(self._checked_sets) < 64:
-                self._checked_sets.add(offsets)
+        self._check_offsets(offsets)
         base, load = self.base, self._load
         return [load(base + off) for off in offsets]
 
@@ -169,12 +175,7 @@ class RegRegion:
     def poke_words(self, words: dict[int, int]) -> None:
         """Store many base-relative values at once, without write hooks: a device model
         updating its own status and counters after a run (offsets checked here, in one go)."""
-        keys = tuple(words)
-        if keys not in self._checked_sets:  # a model pokes the same set after every run
-            for off in keys:
-                self.absolute(off, relative=True)
-            if len(self._checked_sets) < 64:
-                self._checked_sets.add(keys)
+        self._check_offsets(tuple(words))
         base, mask = self.base, self.mask
         for off, value in words.items():
             self._store(base + off, int(value) & mask)

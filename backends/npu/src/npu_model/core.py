@@ -176,7 +176,7 @@ class Icore:
         if len(self._programs) >= MAX_PROGRAMS:
             self._programs.clear()
         self._programs[key] = Program(
-            code, mmu, tuple(mmu.segments), rec, res,
+            code, mmu, rec, res,
             {k: v - stats0[k] for k, v in self._stats.items()},
             self.tiles.read - tiles0[0], self.tiles.write - tiles0[1])
         return res

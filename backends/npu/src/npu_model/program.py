@@ -60,7 +60,8 @@ class Recording:
     steps: list[tuple[Callable[..., Any], tuple]] = field(default_factory=list)
     consts: list[Const] = field(default_factory=list)
     slots: list[Slot] = field(default_factory=list)
-    _operands: dict[int, tuple[np.ndarray, Slot]] = field(default_factory=dict)
+    #: id of a feature map view -> (the view, logical address, bytes, memory)
+    _operands: dict[int, tuple[np.ndarray, int, int, int]] = field(default_factory=dict)
 
     def call(self, fn: Callable[..., Any], *args: Any) -> None:
         """Run a kernel (or memory write) now and keep it for the replay."""
@@ -69,13 +70,12 @@ class Recording:
         for k, a in enumerate(args):
             hit = self._operands.get(id(a)) if isinstance(a, np.ndarray) else None
             if hit is not None and hit[0] is a:
-                s = hit[1]
-                self.slots.append(Slot(step, k, s.logical, s.nbytes, s.mem, s.dtype))
+                self.slots.append(Slot(step, k, hit[1], hit[2], hit[3], a.dtype))
         self.steps.append((fn, args))
 
     def operand(self, arr: np.ndarray, logical: int, nbytes: int, mem: int) -> np.ndarray:
         """A feature map view made from logical address `logical` (re-made on a new MMU)."""
-        self._operands[id(arr)] = (arr, Slot(-1, -1, logical, nbytes, mem, arr.dtype))
+        self._operands[id(arr)] = (arr, logical, nbytes, mem)
         return arr
 
     def const(self, view: np.ndarray, logical: int, mem: int) -> np.ndarray:
@@ -117,8 +117,7 @@ class Program:
     """A recorded run: replayable while its code and constants are unchanged."""
 
     code: np.ndarray  # the instruction bytes (uint8) it was decoded from
-    mmu: MmuTable
-    segments: tuple
+    mmu: MmuTable  # the table it replays under (replaced when an equal or rebound one comes)
     rec: Recording
     result: Any  # the RunResult of the recorded run
     stats: dict[str, int]  # counters the run added
@@ -131,12 +130,12 @@ class Program:
         operands when the MMU table changed)."""
         if not np.array_equal(self.code, code):
             return False
-        if mmu is self.mmu or tuple(mmu.segments) == self.segments:
+        if mmu is self.mmu or mmu.segments == self.mmu.segments:
             self.mmu = mmu
             return self.rec.consts_unchanged()
         if not self.rec.rebind(mmu, view):
             return False
-        self.mmu, self.segments = mmu, tuple(mmu.segments)
+        self.mmu = mmu
         return True
 
     def replay(self) -> None:

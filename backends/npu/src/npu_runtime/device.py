@@ -515,8 +515,8 @@ class NpuDevice(Device):
             self._reg.reset()
         else:
             cfg = self.config
-            tiles = [R.RTILE_BASE + 4 * cid for cid in range(min(cfg.mpe_cols, R.MAX_CHANNELS))]
-            tiles += [R.WTILE_BASE + 4 * cid for cid in range(min(cfg.mpe_cols, R.MAX_CHANNELS))]
+            tiles = [base + 4 * cid for base in (R.RTILE_BASE, R.WTILE_BASE)
+                     for cid in range(min(cfg.mpe_cols, R.MAX_CHANNELS))]
             offs = (*R.FAST_RESET_CLEARS, *tiles,
                     *self._mpe_counter_offsets(cfg.mpe_rows, cfg.mpe_cols))
             self._reg.poke_words(dict.fromkeys(offs, 0))

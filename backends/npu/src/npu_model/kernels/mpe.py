@@ -331,15 +331,17 @@ def conv_dense(x, xrs, xpitch, xcoff, ih_n, iw_n,
     # 1x1 / stride 1 / unpadded over a dense map: the input tile is already the im2col matrix
     direct = (pointwise and groups == 1 and xcoff == 0 and xpitch == cin_g
               and xrs == iw_n * xpitch)
-    # 1x1 over a channel window (a group, a concat slice): each pixel's run is one GEMM row
+    # 1x1 over a channel window (a group, a concat slice): each pixel's run is one GEMM row;
+    # grouped, all groups of a pixel tile are requantized together (`_grouped_1x1`)
     gather = pointwise and not direct
+    grouped_1x1 = gather and groups > 1
     # narrow channel runs inside a wider pitch (e.g. an RGB input in a 32-channel buffer):
     # compact and zero-pad the group's input once so every tap row is one contiguous run
     padded = (not direct and not gather and full and dw == 1 and cin_g != xpitch)
     # single-chunk K not a multiple of 16 (e.g. 6*6*3 = 108): pad K with zero columns and
     # zero weight rows (exact) so the GEMM rows are vector aligned
     ktot = taps * cin_g
-    padk = (padded or gather) and nchunks == 1 and ktot % 16 != 0
+    padk = (padded or gather) and not grouped_1x1 and nchunks == 1 and ktot % 16 != 0
     kp = (ktot + 15) // 16 * 16 if padk else kmax
     wpad = np.zeros((kp if padk else 0, cout_g), dtype=wf.dtype)
     colbuf = np.empty(tile * kp, dtype=wf.dtype)
@@ -348,7 +350,7 @@ def conv_dense(x, xrs, xpitch, xcoff, ih_n, iw_n,
     hp = (oh_n - 1) * sh + (kh - 1) * dh + 1
     wp = (ow_n - 1) * sw + (kw - 1) * dw + 1
     xp = np.empty(hp * wp * cin_g if padded else 0, dtype=wf.dtype)
-    if gather and groups > 1 and nchunks == 1:
+    if grouped_1x1:
         _grouped_1x1(x, xrs, xpitch, xcoff, wf, bias, mult, shift, mult_neg, shift_neg, lo, hi,
                      y, yrs, ypitch, ycoff, ow_n, npix_all, tile, groups, cin_g, cout_g,
                      colbuf, partbuf)
