@@ -24,12 +24,21 @@ def _is_kernel(obj) -> bool:
     return hasattr(obj, "py_func") and callable(obj)
 
 
+def _is_intrinsic(obj) -> bool:
+    """A Numba intrinsic: its code generator is Python the cache cannot see either."""
+    return hasattr(obj, "_defn") and callable(obj)
+
+
 def source_stamp(func) -> str:
     """sha256 (16 hex digits) of a Numba kernel's source and of every kernel it calls from its
     module's globals, recursively."""
     seen: dict[str, str] = {}
 
     def walk(f) -> None:
+        if _is_intrinsic(f):  # stamped by its whole module (its generator may use helpers)
+            mod = inspect.getmodule(f._defn)
+            seen[f"{mod.__name__}:module"] = inspect.getsource(mod)
+            return
         py = getattr(f, "py_func", f)
         key = f"{py.__module__}.{py.__qualname__}"
         if key in seen:
@@ -37,7 +46,7 @@ def source_stamp(func) -> str:
         seen[key] = inspect.getsource(py)
         for name in py.__code__.co_names:
             g = py.__globals__.get(name)
-            if _is_kernel(g):
+            if _is_kernel(g) or _is_intrinsic(g):
                 walk(g)
 
     walk(func)

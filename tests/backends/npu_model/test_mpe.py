@@ -37,6 +37,13 @@ def _run_conv(hw, rng, h, w, cin, cout, k=(3, 3), stride=(1, 1), pad=(1, 1, 1, 1
     return hw.read(fo), ref, fo
 
 
+@pytest.fixture(params=["int", "float"])
+def gemm(request, dev):
+    """Both GEMMs of int8 convolutions: integer SIMD (`igemm`) and exact float K-chunks."""
+    dev.sim.int_gemm = request.param == "int"
+    return request.param
+
+
 CASES = [
     dict(h=9, w=7, cin=20, cout=40),  # channels not a multiple of the unit
     dict(h=8, w=8, cin=3, cout=5, k=(1, 1), pad=(0, 0, 0, 0)),
@@ -61,7 +68,7 @@ CASES = [
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: "-".join(f"{k}{v}" for k, v in c.items()))
-def test_conv_bit_exact(hw, rng, case):
+def test_conv_bit_exact(hw, rng, case, gemm):
     got, ref, _ = _run_conv(hw, rng, **case)
     np.testing.assert_array_equal(got, ref)
 
@@ -151,7 +158,7 @@ def test_matmul_dynamic_b(hw, rng, dtype, transposed):
     np.testing.assert_array_equal(hw.read(fo), ref_requant(acc, mult, shift, 0, info.max))
 
 
-def test_long_reduction_is_exact(hw, rng):
+def test_long_reduction_is_exact(hw, rng, gemm):
     """K far above the float32 chunk (1024): extreme operands must still be exact."""
     cin, k = 600, 3  # K = 5400
     x = np.full((4, 4, cin), -128, dtype=np.int8)
@@ -166,10 +173,27 @@ def test_long_reduction_is_exact(hw, rng):
     np.testing.assert_array_equal(hw.read(fo), ref)
 
 
+def test_reduction_past_int32_is_exact(hw, rng, dev):
+    """K so long that an int32 accumulator would wrap (144,000 products of 16,256): the
+    integer GEMM leaves it to the float K-chunk path, which sums chunks in int64."""
+    dev.sim.int_gemm = True
+    cin, k = 16000, 3
+    x = np.full((3, 3, cin), -128, dtype=np.int8)
+    wq = np.full((k, k, cin, 2), -127, dtype=np.int8)
+    wq[..., 1] = 127
+    m, s = rand_requant(rng, 2, 1 / 5e9)
+    fi, fo = hw.fmap_in(x), hw.fmap_out(1, 1, 2)
+    hw.run([asm.Conv(fi, fo, hw.put(asm.pack_conv_weights(wq)),
+                     hw.put(asm.pack_requant_params(0, m, s, n=2)), kernel=k)])
+    acc = ref_conv_acc(x, wq, 0)
+    assert abs(acc).max() > 2**31
+    np.testing.assert_array_equal(hw.read(fo), ref_requant(acc, m, s, -128, 127))
+
+
 @settings(max_examples=40, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(data=st.data())
-def test_random_conv_configs(hw, data):
+def test_random_conv_configs(hw, data, gemm):
     d = data.draw
     dtype = d(st.sampled_from(["int8", "int8", "int16"]))
     kind = d(st.sampled_from(["dense", "grouped", "depthwise"]))

@@ -36,7 +36,7 @@ from .isa import (
     decode_arrays,
     unpack_payload,
 )
-from .kernels import mpe, vector
+from .kernels import igemm, mpe, vector
 from .mmu import MEM_ETM, MEM_OCM, MmuFault, MmuTable
 from .program import MAX_PROGRAMS, Program, Recording
 
@@ -124,6 +124,8 @@ class Icore:
         self._res = cy.new_result_vector()
         #: decoded runs by (address, size, MPE/clock settings, record areas, layer base)
         self._programs: dict[tuple, Program] = {}
+        #: int8 convolutions on the integer-SIMD GEMM (else the exact float K-chunk path)
+        self.int_gemm = igemm.enabled()
         self._rec = Recording()  # the run being interpreted records into this
 
     # --- counters -----------------------------------------------------------------------------
@@ -505,25 +507,38 @@ class Icore:
                            bias, mult, shift, mneg, sneg, lo, hi, y.arr, y.rs, y.pitch, y.coff,
                            y.h, y.w, y.c, kh, kw, sh, sw, dh, dw, pt, pl)
             return
+        waddr = d.get(F.WGT_ADDR, 0)
+        if dtype == "int8" and self.int_gemm and kh * kw * cin_g <= igemm.MAX_K:
+            nr = igemm.panel_width(cout_g)
+            wq = self._unpacked_weights(wmem, waddr, packed, nr, g, kh, kw, cin_g, cout_g, cu,
+                                        ocb)
+            self._rec.call(mpe.conv_dense_int, x.arr, x.rs, x.pitch, x.coff, x.h, x.w, wq, nr,
+                           bias, mult, shift, mneg, sneg, lo, hi, y.arr, y.rs, y.pitch, y.coff,
+                           y.h, y.w, kh, kw, sh, sw, dh, dw, pt, pl, g, cin_g, cout_g)
+            return
         fdt, kc = (np.float32, mpe.KC_INT8_F32) if dtype == "int8" else \
             (np.float64, mpe.KC_INT16_F64)
-        wf = self._unpacked_weights(wmem, d.get(F.WGT_ADDR, 0), packed, fdt, g, kh, kw, cin_g,
-                                    cout_g, cu, ocb)
+        wf = self._unpacked_weights(wmem, waddr, packed, fdt, g, kh, kw, cin_g, cout_g, cu, ocb)
         self._rec.call(mpe.conv_dense, x.arr, x.rs, x.pitch, x.coff, x.h, x.w, wf, bias, mult,
                        shift, mneg, sneg, lo, hi, y.arr, y.rs, y.pitch, y.coff, y.h, y.w, kh, kw,
                        sh, sw, dh, dw, pt, pl, g, cin_g, cout_g, kc)
 
-    def _unpacked_weights(self, wmem, waddr, packed, fdt, g, kh, kw, cin_g, cout_g, cu, ocb):
-        """Dense float weights for the GEMM, cached per weight location; a cached entry is used
-        only while the packed bytes in memory are still identical."""
+    def _unpacked_weights(self, wmem, waddr, packed, form, g, kh, kw, cin_g, cout_g, cu, ocb):
+        """The weights laid out for the GEMM, cached per weight location; a cached entry is used
+        only while the packed bytes in memory are still identical. `form` is a float dtype
+        (dense ``[g, K, cout_g]`` for the float GEMM) or a panel width (int16 pairs per group,
+        `igemm.pack_pairs`)."""
         cache = self.__dict__.setdefault("_wf_cache", {})
+        pairs = isinstance(form, int)
         key = (wmem, waddr, packed.dtype.str, packed.size, g, kh, kw, cin_g, cout_g, cu, ocb,
-               np.dtype(fdt).str)
+               form if pairs else np.dtype(form).str)
         hit = cache.get(key)
         if hit is not None and np.array_equal(hit[0], packed):
             return hit[1]
-        wf = np.empty((g, kh * kw * cin_g, cout_g), dtype=fdt)
+        wf = np.empty((g, kh * kw * cin_g, cout_g), dtype=np.int16 if pairs else form)
         mpe.unpack_conv_weights(packed, g, kh, kw, cin_g, cout_g, cu, ocb, wf)
+        if pairs:
+            wf = igemm.pack_pairs(wf, form).reshape(g, -1)
         if len(cache) >= 512:
             cache.clear()
         cache[key] = (packed.copy(), wf)

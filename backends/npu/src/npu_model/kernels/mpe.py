@@ -19,11 +19,14 @@ from numba import njit
 
 from xir.quant.fixed_point import requantize_one
 
+from .igemm import MR, gemm_pairs
+
 #: Numba kernels called from this file's kernels but defined in other files, with a stamp of
 #: their source (and of the kernels they call). Numba's on-disk cache notices changes to this
 #: file only, so when a dependency changes, `tests/test_kernel_stamps.py`
 #: fails until the stamp here is updated, and that edit makes Numba recompile these kernels.
-NUMBA_DEPENDS = {"xir.quant.fixed_point.requantize_one": "e5bd92a5402c36dd"}
+NUMBA_DEPENDS = {"xir.quant.fixed_point.requantize_one": "e5bd92a5402c36dd",
+                 "npu_model.kernels.igemm.gemm_pairs": "da888fe59a1c007b"}
 
 #: K-chunk lengths that keep float partial sums exact
 KC_INT8_F32 = 1024
@@ -405,6 +408,56 @@ def conv_dense(x, xrs, xpitch, xcoff, ih_n, iw_n,
                     ci += 1
             _requant_tile(part, acc, bias, boff, p0, npix, ow_n, cout_g, y, yrs, ypitch,
                           ycoff, g * cout_g, mult, shift, mult_neg, shift_neg, lo, hi)
+    return y
+
+
+@njit(cache=True)
+def conv_dense_int(x, xrs, xpitch, xcoff, ih_n, iw_n,
+                   wq, nr, bias, mult, shift, mult_neg, shift_neg, lo, hi,
+                   y, yrs, ypitch, ycoff, oh_n, ow_n,
+                   kh, kw, sh, sw, dh, dw, pt, pl, groups, cin_g, cout_g):
+    """Dense / grouped int8 convolution on the integer GEMM (`igemm`): im2col rows in int16,
+    int32 accumulation, no float and no K-chunks (K <= `igemm.MAX_K`). `wq[g]` is group g's B
+    in `igemm.pack_pairs` layout with panels `nr` wide. Every group of a pixel tile lands in one
+    wide int32 tile (a later group overwrites the previous one's panel padding), requantized
+    across all output channels at once."""
+    npix_all = oh_n * ow_n
+    taps = kh * kw
+    k2 = (taps * cin_g + 1) // 2
+    ldc = 2 * k2
+    cout = groups * cout_g
+    width = cout + nr
+    tile = min(npix_all, max(MR, 65536 // ldc))
+    tile_pad = (tile + MR - 1) // MR * MR
+    pointwise = (kh == 1 and kw == 1 and sh == 1 and sw == 1 and pt == 0 and pl == 0
+                 and oh_n == ih_n and ow_n == iw_n)
+    # narrow channel runs inside a wider pitch (a stem): compact and pad the map once
+    padded = not pointwise and dw == 1 and cin_g != xpitch and groups == 1
+    hp = (oh_n - 1) * sh + (kh - 1) * dh + 1
+    wp = (ow_n - 1) * sw + (kw - 1) * dw + 1
+    xp = np.empty(hp * wp * cin_g if padded else 0, dtype=np.int16)
+    if padded:
+        _pad_compact(x, xrs, xpitch, xcoff, ih_n, iw_n, cin_g, pt, pl, hp, wp, xp)
+    colbuf = np.empty(tile_pad * ldc, dtype=np.int16)
+    ctile = np.empty((tile_pad, width), dtype=np.int32)
+    flat = ctile.reshape(tile_pad * width)
+    none = np.empty((0, cout), dtype=np.int64)
+    for p0 in range(0, npix_all, tile):
+        npix = min(tile, npix_all - p0)
+        rows = (npix + MR - 1) // MR * MR
+        for g in range(groups):
+            cin0 = xcoff + g * cin_g
+            if pointwise:
+                _rows_1x1(x, xrs, xpitch, cin0, colbuf, p0, npix, ow_n, ldc, cin_g)
+            elif padded:
+                _im2col_padded(xp, wp, colbuf, p0, npix, ow_n, ldc, 0, taps, cin_g, kw, sh, sw,
+                               dh)
+            else:  # rows ldc apart; an odd K leaves one column unwritten (its weights are 0)
+                _im2col(x, xrs, xpitch, cin0, ih_n, iw_n, colbuf, p0, npix, ow_n, ldc, 0, taps,
+                        cin_g, kw, sh, sw, dh, dw, pt, pl)
+            gemm_pairs(colbuf, ldc, rows, wq[g], k2, cout_g, nr, flat, g * cout_g, width)
+        _requant_tile(ctile[:npix, :cout], none, bias, 0, p0, npix, ow_n, cout, y, yrs, ypitch,
+                      ycoff, 0, mult, shift, mult_neg, shift_neg, lo, hi)
     return y
 
 
