@@ -126,6 +126,37 @@ def test_illegal_register_writes_are_refused_and_not_stored(dev, off, value, mat
     assert dev.calcTime() >= 0
 
 
+def test_mpe_counters_add_per_run_whoever_reads_them(hw, rng):
+    """The per-MPE MACS/BUSY counters (added lazily, `counter_regs`) read the same through
+    readReg and a raw peek, grow by each run's MACs over the enabled MPEs, leave disabled
+    MPEs alone and start again at a fast reset."""
+    dev = hw.dev
+    conv, _ = _small_conv(hw, rng)
+    macs = 6 * 6 * 16 * 72
+    rows, cols = dev.getRowsCols()
+    bank = R.mpe_bank(cols - 1, rows - 1, rows) + R.MPE_MACS_LO
+
+    def raw(off):
+        return dev.defaultRegRegion().peek(off, relative=True)
+
+    hw.run([conv])
+    one = dev.readReg(0, 0, R.MPE_MACS_LO)
+    assert one == macs // (rows * cols) and dev.readReg(0, 0, R.MPE_BUSY_LO) > 0
+    hw.run([conv])
+    hw.run([conv])
+    assert raw(bank) == 3 * one and dev.readReg(cols - 1, rows - 1, R.MPE_MACS_LO) == 3 * one
+    dev.setRowsCols(1, 1)
+    hw.run([conv])
+    assert raw(bank) == 3 * one  # disabled: unchanged
+    assert dev.readReg(0, 0, R.MPE_MACS_LO) == 3 * one + macs
+    hw.run([conv])
+    dev.reset(1)
+    assert raw(R.mpe_bank(0, 0, rows) + R.MPE_MACS_LO) == 0 and raw(bank) == 0
+    dev.setRowsCols(rows, cols)
+    hw.run([conv])
+    assert dev.readReg(0, 0, R.MPE_MACS_LO) == one
+
+
 def test_run_counters_and_reset_levels(hw, rng, capsys):
     dev = hw.dev
     conv, _ = _small_conv(hw, rng)

@@ -107,6 +107,8 @@ class RunResult:
     words: int = 0
     layers: list[np.ndarray] = field(default_factory=list)  # PROFILE_RECORD rows
     totals: dict[str, int] = field(default_factory=dict)
+    macs: int = 0  # summed over the layers (the MPE counters the device adds)
+    compute: int = 0  # compute cycles summed over the layers
 
 
 _STAT_KEYS = ("runs", "layers", "instructions", "cycles", "macs", "compute_cycles", "dma_cycles",
@@ -192,7 +194,8 @@ class Icore:
         self.tiles.read += prog.rtiles
         self.tiles.write += prog.wtiles
         r = prog.result
-        return RunResult(r.cycles, r.syncs, r.words, list(r.layers), self.stats())
+        return RunResult(r.cycles, r.syncs, r.words, list(r.layers), self.stats(), r.macs,
+                         r.compute)
 
     def _interpret(self, code: np.ndarray, instr_addr: int, mmu: MmuTable, rows: int, cols: int,
                    hw: np.ndarray, timer, profiler, layer_base: int) -> RunResult:
@@ -267,6 +270,8 @@ class Icore:
         self._stats["cycles"] += cfg.launch_overhead_cycles
         self._stats["instructions"] += i
         res.totals = self.stats()
+        res.macs = sum(int(r["macs"]) for r in res.layers)
+        res.compute = sum(int(r["compute"]) for r in res.layers)
         return res
 
     def _account(self, rec: np.void, cur: np.ndarray, words: int) -> None:

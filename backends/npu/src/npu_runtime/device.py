@@ -33,11 +33,11 @@ from xrt.device import Device
 from xrt.errors import DeviceError, InvalidArgumentError, UnsupportedOpError
 from xrt.memory.chunk import MemChunk
 from xrt.memory.region import MemRegion
-from xrt.regs import RegRegion
 from xrt.url import DeviceUrl
 
 from . import regs as R
 from .chip import Chip
+from .counter_regs import CounterRegs
 from .url_params import parse_variant
 
 log = logging.getLogger(__name__)
@@ -131,8 +131,11 @@ class NpuDevice(Device):
             self._ocm = self.add_mem_region(
                 MemRegion("ocm", self, cfg.ocm_base, cfg.ocm_size,
                           default_alignment=MEM_ALIGNMENT))
-        self._reg = self.add_reg_region(RegRegion("regs", self, R.REG_BASE, R.REG_SIZE, 4),
-                                         default=True)
+        counters = {R.REG_BASE + R.mpe_bank(cid, rid, cfg.mpe_rows) + off
+                    for cid in range(cfg.mpe_cols) for rid in range(cfg.mpe_rows)
+                    for off in (R.MPE_MACS_LO, R.MPE_MACS_HI, R.MPE_BUSY_LO, R.MPE_BUSY_HI)}
+        self._reg = self.add_reg_region(
+            CounterRegs("regs", self, R.REG_BASE, R.REG_SIZE, 4, counters), default=True)
         self.sim = Icore(cfg, MemoryBus(cfg, self._etm.storage,
                                               self._ocm and self._ocm.storage))
         ro = {R.ID: self.chip.device_id, R.VERSION: MODEL_VERSION,
@@ -147,7 +150,7 @@ class NpuDevice(Device):
         #: bumped by every write to an MMU register and by a full reset: a backend that
         #: programmed the MMU at generation g need not program it again while it is still g
         self.mmu_generation = 0
-        self._mpe_offsets: dict[tuple[int, int], tuple[int, ...]] = {}
+        self._mpe_offsets: dict[Any, tuple[int, ...]] = {}
         self._mmu_cache: tuple[int, MmuTable] | None = None
         checker = R.write_checker(cfg, R.REG_BASE, repr(self))
         mmu_lo = R.REG_BASE + R.MMU_BASE
@@ -223,22 +226,29 @@ class NpuDevice(Device):
         if value & R.CTRL_START:
             self._start()
 
+    #: registers a run reads (their stored values: the chip's own logic, no read hooks)
+    _RUN_INPUTS = (R.MPE_EN, R.INSTR_ADDR_LO, R.INSTR_ADDR_LO + 4, R.INSTR_SIZE, R.TIMER_ADDR_LO,
+                   R.TIMER_ADDR_LO + 4, R.TIMER_SIZE, R.PROF_ADDR_LO, R.PROF_ADDR_LO + 4,
+                   R.PROF_SIZE, R.LAYER_COUNT, R.ICORE_CLK_HZ, R.DDR_CLK_HZ, R.RUN_COUNT)
+
     def _start(self) -> None:
         self._last_error = ""
         self._poke(R.STATUS, R.STATUS_BUSY)
         if self.mock:
             self._fault(R.ERR_MOCK, self._mock_msg())
             return
-        rows, cols = self.getRowsCols()
-        timer = self._area(R.TIMER_ADDR_LO, R.TIMER_SIZE)
-        prof = self._area(R.PROF_ADDR_LO, R.PROF_SIZE)
-        base = self._rd(R.LAYER_COUNT)
+        (mpe_en, ia_lo, ia_hi, isize, t_lo, t_hi, t_size, p_lo, p_hi, p_size, base, icore_hz,
+         ddr_hz, runs) = self._reg.peek_words(self._RUN_INPUTS)
+        cfg = self.config
+        rows = min(mpe_en & 0xFFFF, cfg.mpe_rows) or cfg.mpe_rows
+        cols = min(mpe_en >> 16 & 0xFFFF, cfg.mpe_cols) or cfg.mpe_cols
+        timer = (t_lo | t_hi << 32, t_size) if t_size else None
+        prof = (p_lo | p_hi << 32, p_size) if p_size else None
         try:
             mmu = self.mmu_table()
-            res = self.sim.run(self._rd64(R.INSTR_ADDR_LO), self._rd(R.INSTR_SIZE), mmu,
-                               rows_en=rows, cols_en=cols, icore_clk_hz=self._rd(R.ICORE_CLK_HZ),
-                               ddr_clk_hz=self._rd(R.DDR_CLK_HZ), timer=timer, profiler=prof,
-                               layer_base=base)
+            res = self.sim.run(ia_lo | ia_hi << 32, isize, mmu, rows_en=rows, cols_en=cols,
+                               icore_clk_hz=icore_hz, ddr_clk_hz=ddr_hz, timer=timer,
+                               profiler=prof, layer_base=base)
         except MmuFault as exc:
             self._fault(R.ERR_MMU, f"{self!r}: {exc}")
             return
@@ -246,23 +256,26 @@ class NpuDevice(Device):
             self._fault(R.ERR_MMU if "MMU fault" in str(exc) else R.ERR_ILLEGAL, f"{self!r}: {exc}")
             return
         words = {R.CYCLES_LO: res.cycles & 0xFFFF_FFFF, R.CYCLES_HI: res.cycles >> 32,
-                 R.LAYER_COUNT: base + res.syncs, R.RUN_COUNT: self._rd(R.RUN_COUNT) + 1}
-        for cid in range(min(self.config.mpe_cols, R.MAX_CHANNELS)):
-            words[R.RTILE_BASE + 4 * cid] = self.sim.tiles.r(cid)
-            words[R.WTILE_BASE + 4 * cid] = self.sim.tiles.w(cid)
-        macs = sum(int(r["macs"]) for r in res.layers)
-        busy = sum(int(r["compute"]) for r in res.layers)
-        offs = self._mpe_counter_offsets(rows, cols)
-        old = self._reg.peek_words(offs)
-        adds = (macs // max(rows * cols, 1), busy)
-        for k in range(0, len(offs), 4):  # (MACS lo, hi, BUSY lo, hi) of one MPE
-            for j, add in ((0, adds[0]), (2, adds[1])):
-                v = (old[k + j] | old[k + j + 1] << 32) + add
-                words[offs[k + j]] = v & 0xFFFF_FFFF
-                words[offs[k + j + 1]] = v >> 32 & 0xFFFF_FFFF
+                 R.LAYER_COUNT: base + res.syncs, R.RUN_COUNT: runs + 1}
+        tile_offs = self._tile_offsets()
+        n = len(tile_offs) // 2
+        tiles = self.sim.tiles
+        words.update(zip(tile_offs, (*tiles.read[:n].tolist(), *tiles.write[:n].tolist())))
+        self._reg.add_counters(self._mpe_counter_offsets(rows, cols),
+                               res.macs // max(rows * cols, 1), res.compute)
         words[R.STATUS] = R.STATUS_DONE
-        self._reg.poke_words(words)
+        self._reg.poke_words(words)  # masks the tile counts to 32 bits
         self._last_result = res
+
+    def _tile_offsets(self) -> tuple[int, ...]:
+        """Register offsets of the read tile counters, then the write ones, per channel."""
+        offs = self._mpe_offsets.get("tiles")
+        if offs is None:
+            n = min(self.config.mpe_cols, R.MAX_CHANNELS)
+            offs = tuple(base + 4 * cid for base in (R.RTILE_BASE, R.WTILE_BASE)
+                         for cid in range(n))
+            self._mpe_offsets["tiles"] = offs
+        return offs
 
     def _mpe_counter_offsets(self, rows: int, cols: int) -> tuple[int, ...]:
         """Register offsets (MACS lo, hi, BUSY lo, hi) of every enabled MPE, cached per shape."""
@@ -515,10 +528,9 @@ class NpuDevice(Device):
             self._reg.reset()
         else:
             cfg = self.config
-            tiles = [base + 4 * cid for base in (R.RTILE_BASE, R.WTILE_BASE)
-                     for cid in range(min(cfg.mpe_cols, R.MAX_CHANNELS))]
-            offs = (*R.FAST_RESET_CLEARS, *tiles,
+            offs = (*R.FAST_RESET_CLEARS, *self._tile_offsets(),
                     *self._mpe_counter_offsets(cfg.mpe_rows, cfg.mpe_cols))
+            self._reg.drop_due()
             self._reg.poke_words(dict.fromkeys(offs, 0))
         self.sim.reset()
 

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from xir.types import TensorType
+from xrt.device import HostDevice
 from xrt.errors import CallOrderError, TensorError
 from xrt.tensor import Tensor
 
@@ -193,8 +194,11 @@ class Forwarder:
         self._bind(b, own, own_off)
         t0 = time.perf_counter()
         w = lay.window(v)
-        own.copyFrom(own_off + w["c_off"] * (2 if w["dtype"] == "int16" else 1), t.chunk(),
-                     t.offset(), nbytes)
+        at = own_off + w["c_off"] * (2 if w["dtype"] == "int16" else 1)
+        if t.isOn(HostDevice.MemRegion()):
+            own.write(at, t.numpy(), nbytes)  # a host array as it is: no chunk made for it
+        else:
+            own.copyFrom(at, t.chunk(), t.offset(), nbytes)
         return (time.perf_counter() - t0) * 1e3
 
     def _bind(self, b: Buffer, chunk: Any, offset: int) -> None:

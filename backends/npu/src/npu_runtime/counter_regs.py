@@ -1,0 +1,65 @@
+"""The NPU's register window with its per-MPE counters added to lazily.
+
+Every run adds the same MACs and busy cycles to the MACS and BUSY counters of every enabled MPE:
+four words per MPE, read, added and stored again after each run, cost more than the kernels of
+a small network. The adds wait here instead and land on the registers when any counter word is
+loaded or stored (a read, a peek, a served client's raw read, a snapshot), so every reader sees
+what the hardware would show.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from xrt.regs import RegRegion
+
+
+class CounterRegs(RegRegion):
+    """A `RegRegion` whose MPE counter words (given by absolute address) take deferred adds."""
+
+    def __init__(self, name: str, device: Any, base: int, size: int, word_bytes: int,
+                 counters: set[int]) -> None:
+        super().__init__(name, device, base, size, word_bytes)
+        self._counters = frozenset(counters)
+        #: offsets (MACS lo, hi, BUSY lo, hi per MPE) -> [MACs per MPE, busy cycles] due
+        self._due: dict[tuple[int, ...], list[int]] = {}
+
+    def add_counters(self, offsets: tuple[int, ...], macs: int, busy: int) -> None:
+        """Add `macs` to the MACS and `busy` to the BUSY counter of each MPE whose four words
+        are at base-relative `offsets` (checked once per set)."""
+        self._check_offsets(offsets)
+        due = self._due.get(offsets)
+        if due is None:
+            self._due[offsets] = [macs, busy]
+        else:
+            due[0] += macs
+            due[1] += busy
+
+    def drop_due(self) -> None:
+        """Forget the adds not yet landed (the counters are being cleared)."""
+        self._due.clear()
+
+    def _settle(self) -> None:
+        due, self._due = self._due, {}
+        base, values, mask = self.base, self._values, self.mask
+        for offsets, adds in due.items():
+            for k in range(0, len(offsets), 4):
+                for j, add in ((0, adds[0]), (2, adds[1])):
+                    lo, hi = base + offsets[k + j], base + offsets[k + j + 1]
+                    v = (values.get(lo, 0) | values.get(hi, 0) << 32) + add
+                    values[lo] = v & mask
+                    values[hi] = v >> 32 & mask
+
+    def _load(self, addr: int) -> int:
+        if self._due and addr in self._counters:
+            self._settle()
+        return self._values.get(addr, 0)
+
+    def _store(self, addr: int, value: int) -> None:
+        if self._due and addr in self._counters:
+            self._settle()
+        self._values[addr] = value
+
+    def reset(self) -> None:
+        self._due.clear()
+        super().reset()
