@@ -15,6 +15,7 @@ The float helpers ``quantize`` / ``dequantize`` / ``quantize_bias`` use round ha
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -381,7 +382,7 @@ def quantize(
     """
     lo, hi = qrange(dtype, narrow_range=narrow_range)
     xa = np.asarray(x)
-    if axis is None and np.ndim(scale) <= 1 and np.size(scale) == 1 and xa.size > 4096 \
+    if axis is None and np.ndim(scale) <= 1 and np.size(scale) == 1 and xa.size > 64 \
             and xa.dtype in (np.float32, np.float64) and np.dtype(dtype).itemsize <= 4:
         # hot path (Cast of a feature map): the same float64 arithmetic, fused in one pass
         out = np.empty(xa.shape, dtype=dtype)
@@ -421,7 +422,23 @@ def dequantize(
     qa = np.asarray(q)
     if qa.dtype.kind not in "iu":
         raise TypeError(f"dequantize expects an integer array, got {qa.dtype}")
+    if np.size(scale) == 1 and np.ndim(scale) <= 1 and qa.size > 64 \
+            and np.dtype(dtype) in (np.float32, np.float64):
+        # hot path (Cast of a feature map): the same float64 product, in one pass
+        sc = float(np.asarray(scale).reshape(-1)[0])
+        if not (math.isfinite(sc) and sc > 0):
+            raise ValueError("scales must be finite and > 0")
+        out = np.empty(qa.shape, dtype=dtype)
+        _dequantize_scalar_nb(np.ascontiguousarray(qa).reshape(-1), sc, out.reshape(-1))
+        return out
     return (qa.astype(np.float64) * _broadcast_scale(scale, qa.shape, axis)).astype(dtype)
+
+
+@njit(cache=True)
+def _dequantize_scalar_nb(q, scale, out) -> None:
+    """`dequantize` for one scale: ``q * scale`` in float64, rounded once to `out`'s type."""
+    for i in range(q.shape[0]):
+        out[i] = np.float64(q[i]) * scale
 
 
 def quantize_bias(
