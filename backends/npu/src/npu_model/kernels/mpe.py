@@ -116,42 +116,44 @@ def _requant_row(acc, prm, lo, hi, out):
 
 
 @njit(cache=True)
-def _requant_tile(src, first, bias, boff, p0, npix, ow_n, n, y, yrs, ypitch, ycoff, ch0,
+def _requant_tile(src, ld, first, bias, boff, p0, npix, ow_n, n, y, yrs, ypitch, ycoff, ch0,
                   mult, shift, mult_neg, shift_neg, lo, hi):
-    """Requantize the float tile `src` plus ``first`` (int64 partial sums; empty when there is
-    one K-chunk, then the bias) for output pixels p0.. and channels ch0.. into y."""
+    """Requantize the tile `src` (flat, float or int, rows `ld` apart) plus ``first`` (int64
+    partial sums; empty when there is one K-chunk, then the bias) for output pixels p0.. and
+    channels ch0.. into y.
+
+    Runs of whole pixels are requantized at once (`_requant_row` over ``run * n`` values):
+    straight into y where the tile's pixels are one run of it, else into a scratch row that
+    is then copied out pixel by pixel (a channel window, a wider pitch)."""
     use_first = first.shape[0] > 0
     prm = _requant_params(mult, shift, mult_neg, shift_neg, ch0, n)
     bv = bias[boff:boff + n]
-    if ypitch == n and yrs == ow_n * n:
-        # the tile's output pixels are one run of y: requantize runs of whole pixels
-        run = max(1, RQ_RUN // n)
-        prm_r = _tiled(prm, run)
-        acc = np.empty(run * n, dtype=np.int64)
-        base = (p0 // ow_n) * yrs + (p0 % ow_n) * ypitch + ycoff + ch0
-        for r0 in range(0, npix, run):
-            r1 = min(npix, r0 + run)
-            for p in range(r0, r1):
-                add = first[p] if use_first else bv
-                sr = src[p]
-                k = (p - r0) * n
-                ac = acc[k:k + n]
-                for o in range(n):
-                    ac[o] = np.int64(sr[o]) + add[o]
-            m = (r1 - r0) * n
+    dense = ypitch == n and yrs == ow_n * n
+    run = max(1, RQ_RUN // n)
+    prm_r = _tiled(prm, run)
+    acc = np.empty(run * n, dtype=np.int64)
+    tmp = np.empty(0 if dense else run * n, dtype=y.dtype)
+    base = (p0 // ow_n) * yrs + (p0 % ow_n) * ypitch + ycoff + ch0
+    for r0 in range(0, npix, run):
+        r1 = min(npix, r0 + run)
+        for p in range(r0, r1):
+            add = first[p] if use_first else bv
+            sr = src[p * ld:p * ld + n]
+            k = (p - r0) * n
+            ac = acc[k:k + n]
+            for o in range(n):
+                ac[o] = np.int64(sr[o]) + add[o]
+        m = (r1 - r0) * n
+        if dense:
             _requant_row(acc[:m], prm_r, lo, hi, y[base + r0 * n:base + r0 * n + m])
-        return
-    acc = np.empty(n, dtype=np.int64)
-    for p in range(npix):
-        q = p0 + p
-        oh = q // ow_n
-        ow = q - oh * ow_n
-        base = oh * yrs + ow * ypitch + ycoff + ch0
-        add = first[p] if use_first else bv
-        sr = src[p]
-        for o in range(n):
-            acc[o] = np.int64(sr[o]) + add[o]
-        _requant_row(acc, prm, lo, hi, y[base:base + n])
+            continue
+        _requant_row(acc[:m], prm_r, lo, hi, tmp[:m])
+        for p in range(r0, r1):
+            q = p0 + p
+            oh = q // ow_n
+            at = oh * yrs + (q - oh * ow_n) * ypitch + ycoff + ch0
+            k = (p - r0) * n
+            _cp(y[at:at + n], tmp[k:k + n])
 
 
 @njit(cache=True)
@@ -296,8 +298,8 @@ def _grouped_1x1(x, xrs, xpitch, xcoff, wf, bias, mult, shift, mult_neg, shift_n
             np.dot(rows, wf[g], part)
             for p in range(npix):
                 _cp(wide[p, g * cout_g:(g + 1) * cout_g], part[p])
-        _requant_tile(wide[:npix], none, bias, 0, p0, npix, ow_n, cout, y, yrs, ypitch, ycoff,
-                      0, mult, shift, mult_neg, shift_neg, lo, hi)
+        _requant_tile(wide.reshape(tile * cout), cout, none, bias, 0, p0, npix, ow_n, cout, y,
+                      yrs, ypitch, ycoff, 0, mult, shift, mult_neg, shift_neg, lo, hi)
 
 
 @njit(cache=True)
@@ -406,8 +408,9 @@ def conv_dense(x, xrs, xpitch, xcoff, ih_n, iw_n,
                                 for o in range(cout_g):
                                     acc[p, o] += np.int64(part[p, o])
                     ci += 1
-            _requant_tile(part, acc, bias, boff, p0, npix, ow_n, cout_g, y, yrs, ypitch,
-                          ycoff, g * cout_g, mult, shift, mult_neg, shift_neg, lo, hi)
+            _requant_tile(partbuf.reshape(tile * cout_g), cout_g, acc, bias, boff, p0, npix,
+                          ow_n, cout_g, y, yrs, ypitch, ycoff, g * cout_g, mult, shift, mult_neg,
+                          shift_neg, lo, hi)
     return y
 
 
@@ -456,7 +459,7 @@ def conv_dense_int(x, xrs, xpitch, xcoff, ih_n, iw_n,
                 _im2col(x, xrs, xpitch, cin0, ih_n, iw_n, colbuf, p0, npix, ow_n, ldc, 0, taps,
                         cin_g, kw, sh, sw, dh, dw, pt, pl)
             gemm_pairs(colbuf, ldc, rows, wq[g], k2, cout_g, nr, flat, g * cout_g, width)
-        _requant_tile(ctile[:npix, :cout], none, bias, 0, p0, npix, ow_n, cout, y, yrs, ypitch,
+        _requant_tile(flat, width, none, bias, 0, p0, npix, ow_n, cout, y, yrs, ypitch,
                       ycoff, 0, mult, shift, mult_neg, shift_neg, lo, hi)
     return y
 
@@ -517,12 +520,14 @@ def _dw_rows(x, xrs, xpitch, xcoff, ih_n, iw_n, w2, acc, bias, mult, shift, mult
     With unit column stride over a dense map a tap's pixels are one run of the input row,
     multiplied by the tap's weights repeated along the row: one long loop, whatever the
     channel count (16 channels would leave a per-pixel loop one vector long)."""
-    # a dense output row is one run: requantized in runs of pixels, parameters repeated
+    # an output row is requantized in runs of pixels, parameters repeated: straight into y
+    # where the row is dense, else into a scratch run copied out pixel by pixel
     dense_out = ypitch == c_n
-    reps = max(1, min(ow_n, RQ_RUN // c_n)) if dense_out else 1
+    reps = max(1, min(ow_n, RQ_RUN // c_n))
     prm = _tiled(_requant_params(mult, shift, mult_neg, shift_neg, 0, c_n), reps)
     brep = _tiled(bias[:c_n].reshape((1, c_n)), reps)[0]
     tmp = np.empty(reps * c_n, dtype=np.int64)
+    ytmp = np.empty(0 if dense_out else reps * c_n, dtype=y.dtype)
     flat = sw == 1 and xpitch == c_n
     wrep = np.empty((kh * kw if flat else 0, ow_n * c_n), dtype=w2.dtype)
     for t in range(wrep.shape[0]):
@@ -553,22 +558,22 @@ def _dw_rows(x, xrs, xpitch, xcoff, ih_n, iw_n, w2, acc, bias, mult, shift, mult
                 for ow in range(ow0, ow1):
                     src = rb + (ow * sw + off) * xpitch
                     _mac_run(acc[ow], x[src:src + c_n], wt)
-        if dense_out:
-            for r0 in range(0, ow_n, reps):
-                m = (min(ow_n, r0 + reps) - r0) * c_n
-                a0 = r0 * c_n
-                av = accf[a0:a0 + m]
-                for i in range(m):
-                    tmp[i] = np.int64(av[i]) + brep[i]
+        for r0 in range(0, ow_n, reps):
+            r1 = min(ow_n, r0 + reps)
+            m = (r1 - r0) * c_n
+            a0 = r0 * c_n
+            av = accf[a0:a0 + m]
+            for i in range(m):
+                tmp[i] = np.int64(av[i]) + brep[i]
+            if dense_out:
                 base = oh * yrs + ycoff + a0
                 _requant_row(tmp[:m], prm, lo, hi, y[base:base + m])
-            continue
-        for ow in range(ow_n):
-            base = oh * yrs + ow * ypitch + ycoff
-            a = acc[ow]
-            for c in range(c_n):
-                tmp[c] = np.int64(a[c]) + bias[c]
-            _requant_row(tmp, prm, lo, hi, y[base:base + c_n])
+                continue
+            _requant_row(tmp[:m], prm, lo, hi, ytmp[:m])
+            for ow in range(r0, r1):
+                base = oh * yrs + ow * ypitch + ycoff
+                k = (ow - r0) * c_n
+                _cp(y[base:base + c_n], ytmp[k:k + c_n])
 
 
 @njit(cache=True)
