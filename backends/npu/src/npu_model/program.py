@@ -23,11 +23,38 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from numba import njit
 
 from .mmu import MmuFault, MmuTable
 
 #: Programs kept per icore (a network deploys a few runs; a sweep may deploy many)
 MAX_PROGRAMS = 64
+
+
+def same_bytes(a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether two uint8 blocks hold the same bytes (as 8-byte words where they divide into
+    them: a fifth of the time of numpy's byte compare on the 2 MB a MobileNet checks)."""
+    if a.size != b.size:
+        return False
+    if a.size % 8 == 0:
+        return _same_words(a.view(np.uint64), b.view(np.uint64))
+    return bool(np.array_equal(a, b))
+
+
+@njit(cache=True)
+def _same_words(a, b):
+    """``a == b`` everywhere, block by block (a block's OR of XORs vectorises)."""
+    n = a.shape[0]
+    for s in range(0, n, 1024):
+        e = min(n, s + 1024)
+        x = a[s:e]
+        y = b[s:e]
+        d = np.uint64(0)
+        for i in range(x.shape[0]):
+            d |= x[i] ^ y[i]
+        if d != 0:
+            return False
+    return True
 
 
 @dataclass
@@ -84,7 +111,7 @@ class Recording:
         return view
 
     def consts_unchanged(self) -> bool:
-        return all(np.array_equal(c.view, c.seen) for c in self.consts)
+        return all(same_bytes(c.view, c.seen) for c in self.consts)
 
     def rebind(self, mmu: MmuTable, view: Callable[[int, int, int], np.ndarray]) -> bool:
         """Re-resolve every constant and operand through `mmu` (`view(mem, phys, n)` reads
@@ -95,7 +122,7 @@ class Recording:
             for c in self.consts:
                 mem, phys = mmu.translate(c.logical, c.nbytes)
                 v = view(mem, phys, c.nbytes)
-                if mem != c.mem or not np.array_equal(v, c.seen):
+                if mem != c.mem or not same_bytes(v, c.seen):
                     return False
                 consts.append((c, v))
             args = [list(a) for _, a in self.steps]
@@ -128,7 +155,7 @@ class Program:
              view: Callable[[int, int, int], np.ndarray]) -> bool:
         """Whether replaying gives what decoding `code` under `mmu` would (re-resolving the
         operands when the MMU table changed)."""
-        if not np.array_equal(self.code, code):
+        if not same_bytes(self.code, code):
             return False
         if mmu is self.mmu or mmu.segments == self.mmu.segments:
             self.mmu = mmu

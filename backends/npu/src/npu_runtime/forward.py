@@ -58,6 +58,8 @@ class Forwarder:
         self.pending_ms: dict[int, float] = {}
         #: the device's MMU generation right after this backend programmed the MMU
         self._mmu_generation: int | None = None
+        #: v_id -> where its results lie (`_place_of`), made on first use
+        self._places: dict[int, tuple[TensorType, Any, int, bool, int]] = {}
         self.restore_io()
 
     # --- one HardOp ------------------------------------------------------------------------------
@@ -323,20 +325,30 @@ class Forwarder:
 
     def tensor_of(self, v: Any, steps: ChipSteps) -> Tensor:
         """A tensor over value `v` where the deployment keeps it (ETM, OCM, a bound chunk)."""
+        place = self._places.get(v.v_id)
+        if place is None:
+            place = self._places[v.v_id] = self._place_of(v)
+        ttype, chunk, base, is_ocm, owner = place
+        if chunk is None:  # an INPUT/OUTPUT buffer: wherever it is bound this forward
+            _, chunk, base = self.bound[owner]
+        return steps.result_tensor(Tensor(ttype, chunk, base), is_ocm)
+
+    def _place_of(self, v: Any) -> tuple[TensorType, Any, int, bool, int]:
+        """(tensor type, chunk, offset, in OCM, buffer owner) of value `v`; chunk None for a
+        bound buffer. The type is `v`'s own where its buffer holds it densely, else the whole
+        channel pitch (NHWC) of the buffer."""
         lay, dep = self.layout, self.dep
         t = lay.window(v)
         b = lay.buffer_of(v)
         is_ocm = b.segment == SegmentType.FTMP and lay.value_info[b.owner].is_ocm
+        chunk, base = None, 0
         if is_ocm:
             chunk = dep.ocm_chunk  # an OCM tensor: reads the on-chip memory
             base = b.logic_addr - dep.plan.ocm_logic
         elif b.segment == SegmentType.FTMP:
             chunk = dep.segments[SegmentType.FTMP].single_chunk.memChunk
             base = b.logic_addr - lay.segments[SegmentType.FTMP].logic_addr
-        else:
-            _, chunk, base = self.bound[b.owner]
         dense = t["c_off"] == 0 and t["pitch"] == t["c"] and v.storageBytes() == t["bytes"]
-        if dense:
-            return steps.result_tensor(Tensor(v.dtype, chunk, base), is_ocm)
-        hw = TensorType(v.dtype.element_dtype, (1, t["h"], t["w"], t["pitch"]), "NHWC")
-        return steps.result_tensor(Tensor(hw, chunk, base), is_ocm)
+        ttype = v.dtype if dense else \
+            TensorType(v.dtype.element_dtype, (1, t["h"], t["w"], t["pitch"]), "NHWC")
+        return ttype, chunk, base, is_ocm, b.owner
