@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from npu_model.core import PROFILE_RECORD
 from xir.types import TensorType
 from xrt.device import HostDevice
 from xrt.errors import CallOrderError, TensorError
@@ -25,6 +26,11 @@ from .apply import Deployment, Run
 from .layout import Buffer, Layout
 from .settings import Settings
 from .structs import SegmentType
+
+#: columns of a profiler record (`npu_model.core.PROFILE_RECORD`, all uint64 words)
+_TAG, _MACS, _CYCLES, _ETM_RD, _ETM_WR, _OCM_RD, _OCM_WR = (
+    PROFILE_RECORD.names.index(f) for f in ("tag", "macs", "cycles", "etm_rd", "etm_wr",
+                                           "ocm_rd", "ocm_wr"))
 
 
 class ChipSteps:
@@ -52,8 +58,9 @@ class Forwarder:
         self.last_pos = -1
         #: buffer owner -> (physical address, chunk, offset) it is bound to now
         self.bound: dict[int, tuple[int, Any, int]] = {}
-        #: op id -> {cycles, macs, etm_bytes, ocm_bytes, utilisation} of the last forward
-        self.profile: dict[int, dict[str, float]] = {}
+        #: per run of the last forward: (HardOp ids, their summed profiler columns, peak
+        #: MACs per cycle); `profile` adds them up when asked
+        self._prof_runs: list[tuple[np.ndarray, np.ndarray, int]] = []
         #: op id -> simulated ms of the HardOps of a merged run, reported as each is forwarded
         self.pending_ms: dict[int, float] = {}
         #: the device's MMU generation right after this backend programmed the MMU
@@ -143,7 +150,7 @@ class Forwarder:
     def _start_forward(self) -> None:
         dev = self.device
         self.done = set()
-        self.profile = {}
+        self._prof_runs = []
         self.restore_io()
         if not dev.mock:
             dev.reset(1)
@@ -275,11 +282,13 @@ class Forwarder:
         """Simulated ms of each HardOp of `run` from its profiler records (cycles) and the
         run's clock (ms per cycle of the whole run); empty without records."""
         cycles = self.device.calcCycles() if run_ms else 0
-        if not cycles or not self.profile:
+        if not cycles or not self._prof_runs:
             return {}
-        per_cycle = run_ms / cycles
-        return {oid: self.profile[oid]["cycles"] * per_cycle
-                for oid in run.op_ids if oid in self.profile}
+        tags, sums, _ = self._prof_runs[-1]
+        ms: dict[int, float] = {}
+        for tag, cyc in zip(tags.tolist(), (sums[:, 0] * (run_ms / cycles)).tolist()):
+            ms[tag] = ms.get(tag, 0.0) + cyc
+        return {oid: ms[oid] for oid in run.op_ids if oid in ms}
 
     def _check_mmu_mode(self) -> None:
         if not self.device.chip.mmu_switch:
@@ -309,19 +318,38 @@ class Forwarder:
         return getattr(self.device, "mmu_generation", None)
 
     def _collect_profile(self, base: int, n: int) -> None:
+        """Sum the run's profiler records (one per layer) per HardOp (a HardOp's layers are
+        consecutive records with its tag)."""
         if self.dep.prof_chunk is None or n <= 0:
             return
         dev = self.device
+        recs = dev.profile(base, n)
+        if not len(recs):
+            return
         rows, cols = dev.getRowsCols()
         peak = dev.config.peak_macs_per_cycle("int8", rows, cols)
-        for r in dev.profile(base, n):
-            d = self.profile.setdefault(int(r["tag"]), {"cycles": 0, "macs": 0, "etm_bytes": 0,
-                                                        "ocm_bytes": 0, "utilisation": 0.0})
-            d["cycles"] += int(r["cycles"])
-            d["macs"] += int(r["macs"])
-            d["etm_bytes"] += int(r["etm_rd"]) + int(r["etm_wr"])
-            d["ocm_bytes"] += int(r["ocm_rd"]) + int(r["ocm_wr"])
-            d["utilisation"] = d["macs"] / max(d["cycles"] * peak, 1)
+        words = recs.view(np.uint64).reshape(len(recs), -1).astype(np.int64)
+        tag = words[:, _TAG]
+        starts = np.concatenate(([0], np.flatnonzero(tag[1:] != tag[:-1]) + 1))
+        sums = np.add.reduceat(words, starts, axis=0)
+        table = np.stack([sums[:, _CYCLES], sums[:, _MACS], sums[:, _ETM_RD] + sums[:, _ETM_WR],
+                          sums[:, _OCM_RD] + sums[:, _OCM_WR]], axis=1)
+        self._prof_runs.append((tag[starts], table, peak))
+
+    @property
+    def profile(self) -> dict[int, dict[str, float]]:
+        """op id -> {cycles, macs, etm_bytes, ocm_bytes, utilisation} of the last forward."""
+        out: dict[int, dict[str, float]] = {}
+        for tags, sums, peak in self._prof_runs:
+            for tag, (cyc, macs, etm, ocm) in zip(tags.tolist(), sums.tolist()):
+                d = out.setdefault(tag, {"cycles": 0, "macs": 0, "etm_bytes": 0,
+                                         "ocm_bytes": 0, "utilisation": 0.0})
+                d["cycles"] += cyc
+                d["macs"] += macs
+                d["etm_bytes"] += etm
+                d["ocm_bytes"] += ocm
+                d["utilisation"] = d["macs"] / max(d["cycles"] * peak, 1)
+        return out
 
     def tensor_of(self, v: Any, steps: ChipSteps) -> Tensor:
         """A tensor over value `v` where the deployment keeps it (ETM, OCM, a bound chunk)."""
