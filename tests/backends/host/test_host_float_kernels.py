@@ -775,7 +775,23 @@ def test_layer_norm(rng, shape, axis, pshape, bias, eps) -> None:
     ref = run_onnx([node], {"x": x}, ["y", "mean", "inv"], inits)
     for g, r in zip(got, ref):
         assert_close(g, r)
-    assert len(run_kernel("LayerNorm", inputs, {"axis": axis})) == 1
+    plain = run_kernel("LayerNorm", inputs, {"axis": axis} | ({} if eps is None
+                                                             else {"epsilon": eps}))
+    assert len(plain) == 1  # without stats: the one-pass kernel
+    assert_close(plain[0], ref[0])
+
+
+def test_layer_norm_rows_with_zero_mean_and_odd_length() -> None:
+    """The one-pass kernel on rows whose mean is exactly 0 and whose length is not a multiple
+    of its four partial sums: the same as the two-pass statistics."""
+    x = np.zeros((3, 9), np.float32)
+    x[0] = [1, -1, 2, -2, 3, -3, 0, 0, 0]
+    x[1] = np.arange(9)
+    scale = np.linspace(0.5, 2, 9).astype(np.float32)
+    got = run_kernel("LayerNorm", [x, scale], {"axis": -1})[0]
+    ref = run_kernel("LayerNorm", [x, scale], {"axis": -1, "stats": True})[0]
+    np.testing.assert_allclose(got, ref, rtol=1e-6, atol=1e-6)
+    assert np.abs(got[0]).max() > 1.0  # normalized by the standard deviation, not by ~0
 
 
 # --------------------------------------------------------------------------- GroupNorm / LRN

@@ -5,6 +5,7 @@ LRN (a window of squares across channels); statistics in float64."""
 from __future__ import annotations
 
 import numpy as np
+from numba import njit
 
 from ._common import f32, out32
 
@@ -24,9 +25,23 @@ def batch_norm2d(inputs: list[np.ndarray], attrs: dict) -> list[np.ndarray]:
 def layer_norm(inputs: list[np.ndarray], attrs: dict) -> list[np.ndarray]:
     """y = (x - mean) / sqrt(var + epsilon) * scale (+ bias) over the axes [axis, rank);
     with `stats`, also the mean and 1/sqrt(var + epsilon) (the normalized axes kept as 1)."""
-    x = np.asarray(inputs[0], dtype=np.float64)
+    x = np.asarray(inputs[0])
+    if x.dtype != np.float32:
+        x = x.astype(np.float64)
     axes = tuple(range(int(attrs.get("axis", -1)) % max(x.ndim, 1), x.ndim))
     eps = float(attrs.get("epsilon", 1e-5))
+    if not attrs.get("stats", False) and axes and x.size:
+        # one pass per row in float64, no temporaries (a [1, 64, 128] map: 67 -> ~10 us)
+        inner = x.shape[axes[0]:]
+        n = int(np.prod(inner))
+        sc = np.ascontiguousarray(np.broadcast_to(np.asarray(inputs[1], np.float64), inner))
+        b = np.ascontiguousarray(np.broadcast_to(np.asarray(inputs[2], np.float64), inner)) \
+            if len(inputs) > 2 else np.zeros(inner)
+        y = np.empty(x.shape, dtype=np.float32)
+        _layer_norm_rows(np.ascontiguousarray(x).reshape(-1, n), sc.reshape(-1), b.reshape(-1),
+                         eps, y.reshape(-1, n))
+        return [y]
+    x = x.astype(np.float64)
     mean = x.mean(axis=axes, keepdims=True)
     inv = 1.0 / np.sqrt(np.square(x - mean).mean(axis=axes, keepdims=True) + eps)
     y = (x - mean) * inv * np.asarray(inputs[1], dtype=np.float64)
@@ -36,6 +51,41 @@ def layer_norm(inputs: list[np.ndarray], attrs: dict) -> list[np.ndarray]:
     if attrs.get("stats", False):
         outs += [out32(mean), out32(inv)]
     return outs
+
+
+@njit(cache=True)
+def _layer_norm_rows(x, scale, bias, eps, y):
+    """Each row of `x` (float32 or float64) normalized with float64 statistics, times
+    `scale`, plus `bias`."""
+    n = x.shape[1]
+    for r in range(x.shape[0]):
+        row = x[r]
+        mean = _sum4(row, 0.0, False) / n
+        inv = 1.0 / np.sqrt(_sum4(row, mean, True) / n + eps)
+        out = y[r]
+        for j in range(n):
+            out[j] = (row[j] - mean) * inv * scale[j] + bias[j]
+
+
+@njit(cache=True)
+def _sum4(v, center, sq):
+    """Sum of ``v - center``, or of its squares (`sq`), in float64 over four interleaved
+    partial sums (four add chains instead of one)."""
+    s0 = s1 = s2 = s3 = 0.0
+    n4 = v.shape[0] // 4 * 4
+    for j in range(0, n4, 4):
+        a, b, c, d = (np.float64(v[j]) - center, np.float64(v[j + 1]) - center,
+                      np.float64(v[j + 2]) - center, np.float64(v[j + 3]) - center)
+        if sq:
+            a, b, c, d = a * a, b * b, c * c, d * d
+        s0 += a
+        s1 += b
+        s2 += c
+        s3 += d
+    for j in range(n4, v.shape[0]):
+        e = np.float64(v[j]) - center
+        s0 += e * e if sq else e
+    return (s0 + s1) + (s2 + s3)
 
 
 def group_norm(inputs: list[np.ndarray], attrs: dict) -> list[np.ndarray]:
