@@ -148,12 +148,16 @@ def _requant_tile(src, ld, first, bias, boff, p0, npix, ow_n, n, y, yrs, ypitch,
             _requant_row(acc[:m], prm_r, lo, hi, y[base + r0 * n:base + r0 * n + m])
             continue
         _requant_row(acc[:m], prm_r, lo, hi, tmp[:m])
+        oh = (p0 + r0) // ow_n
+        ow = p0 + r0 - oh * ow_n
         for p in range(r0, r1):
-            q = p0 + p
-            oh = q // ow_n
-            at = oh * yrs + (q - oh * ow_n) * ypitch + ycoff + ch0
+            at = oh * yrs + ow * ypitch + ycoff + ch0
             k = (p - r0) * n
             _cp(y[at:at + n], tmp[k:k + n])
+            ow += 1
+            if ow == ow_n:
+                ow = 0
+                oh += 1
 
 
 @njit(cache=True)
@@ -162,10 +166,13 @@ def _im2col(x, xrs, xpitch, cbase, ih_n, iw_n, colbuf, p0, npix, ow_n, klen,
     """Rows ``p0..p0+npix`` of the im2col matrix for taps t0..t1 and ``ncc`` channels from
     input channel offset ``cbase`` into the flat `colbuf` (``npix * klen`` elements)."""
     contig = ncc == xpitch and dw == 1
+    oh = p0 // ow_n
+    ow = p0 - oh * ow_n - 1
     for p in range(npix):
-        q = p0 + p
-        oh = q // ow_n
-        ow = q - oh * ow_n
+        ow += 1
+        if ow == ow_n:
+            ow = 0
+            oh += 1
         ihb = oh * sh - pt
         iwb = ow * sw - pl
         d = p * klen
@@ -239,44 +246,60 @@ def _pad_compact(x, xrs, xpitch, cbase, ih_n, iw_n, ncc, pt, pl, hp, wp, xp):
 def _im2col_padded(xp, wp, colbuf, p0, npix, ow_n, ldc, t0, t1, ncc, kw, sh, sw, dh):
     """im2col rows from the padded dense map of `_pad_compact` (unit column dilation): a
     tap row is one contiguous run, no bounds checks. Rows are ``ldc`` apart; columns past
-    the taps (K padding) are zeroed."""
+    the taps (K padding) are zeroed. The runs' offsets are worked out once and the pixel is
+    stepped along its row (no divisions per pixel: they cost more than a stem's copies)."""
     rs = wp * ncc
+    offs = np.empty(t1 - t0, dtype=np.int64)
+    lens = np.empty(t1 - t0, dtype=np.int64)
+    nr = 0
+    t = t0
+    while t < t1:
+        ky = t // kw
+        kx = t - ky * kw
+        n = min(kw - kx, t1 - t)
+        offs[nr] = ky * dh * rs + kx * ncc
+        lens[nr] = n * ncc
+        nr += 1
+        t += n
+    klen = (t1 - t0) * ncc
+    oh = p0 // ow_n
+    ow = p0 - oh * ow_n
     for p in range(npix):
-        q = p0 + p
-        oh = q // ow_n
-        ow = q - oh * ow_n
         b = oh * sh * rs + ow * sw * ncc
         d = p * ldc
-        t = t0
-        while t < t1:
-            ky = t // kw
-            kx = t - ky * kw
-            n = min(kw - kx, t1 - t) * ncc
-            s0 = b + ky * dh * rs + kx * ncc
+        for r in range(nr):
+            n = lens[r]
+            s0 = b + offs[r]
             if n >= 16:
                 _cp(colbuf[d:d + n], xp[s0:s0 + n])
             else:  # a short run (a stem's 3 x 3 channels): no call, no wraparound test
                 for i in range(n):
                     colbuf[np.uint64(d + i)] = xp[np.uint64(s0 + i)]
             d += n
-            t += n // ncc
-        e = (p + 1) * ldc
-        for i in range(d, e):
+        for i in range(p * ldc + klen, (p + 1) * ldc):
             colbuf[np.uint64(i)] = 0
+        ow += 1
+        if ow == ow_n:
+            ow = 0
+            oh += 1
 
 
 @njit(cache=True)
 def _rows_1x1(x, xrs, xpitch, cbase, colbuf, p0, npix, ow_n, ldc, ncc):
     """GEMM rows of a 1x1 convolution: pixel p's ``ncc`` channels from ``cbase``, rows ``ldc``
     apart (columns past ``ncc`` zeroed: K padding)."""
+    oh = p0 // ow_n
+    ow = p0 - oh * ow_n
     for p in range(npix):
-        q = p0 + p
-        oh = q // ow_n
-        src = oh * xrs + (q - oh * ow_n) * xpitch + cbase
+        src = oh * xrs + ow * xpitch + cbase
         d = p * ldc
         _cp(colbuf[d:d + ncc], x[src:src + ncc])
         if ldc > ncc:
             _zero(colbuf[d + ncc:d + ldc])
+        ow += 1
+        if ow == ow_n:
+            ow = 0
+            oh += 1
 
 
 @njit(cache=True)
@@ -434,8 +457,10 @@ def conv_dense_int(x, xrs, xpitch, xcoff, ih_n, iw_n,
     tile_pad = (tile + MR - 1) // MR * MR
     pointwise = (kh == 1 and kw == 1 and sh == 1 and sw == 1 and pt == 0 and pl == 0
                  and oh_n == ih_n and ow_n == iw_n)
-    # narrow channel runs inside a wider pitch (a stem): compact and pad the map once
-    padded = not pointwise and dw == 1 and cin_g != xpitch and groups == 1
+    # narrow channel runs inside a wider pitch, or short tap rows (a stem): compact and pad
+    # the map once, so every tap row is one run with no bounds test
+    padded = (not pointwise and dw == 1 and groups == 1
+              and (cin_g != xpitch or kw * cin_g < 64))
     hp = (oh_n - 1) * sh + (kh - 1) * dh + 1
     wp = (ow_n - 1) * sw + (kw - 1) * dw + 1
     xp = np.empty(hp * wp * cin_g if padded else 0, dtype=np.int16)
