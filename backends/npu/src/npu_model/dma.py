@@ -35,9 +35,3 @@ class TileCounters:
     def clear(self) -> None:
         self.read[:] = 0
         self.write[:] = 0
-
-    def r(self, cid: int) -> int:
-        return int(self.read[cid]) & 0xFFFF_FFFF
-
-    def w(self, cid: int) -> int:
-        return int(self.write[cid]) & 0xFFFF_FFFF
