@@ -150,7 +150,10 @@ class NpuDevice(Device):
         #: bumped by every write to an MMU register and by a full reset: a backend that
         #: programmed the MMU at generation g need not program it again while it is still g
         self.mmu_generation = 0
-        self._mpe_offsets: dict[Any, tuple[int, ...]] = {}
+        self._mpe_offsets: dict[tuple[int, int], tuple[int, ...]] = {}
+        #: register offsets of the read tile counters, then the write ones, per channel
+        self._tile_offsets = tuple(base + 4 * cid for base in (R.RTILE_BASE, R.WTILE_BASE)
+                                   for cid in range(min(cfg.mpe_cols, R.MAX_CHANNELS)))
         self._mmu_cache: tuple[int, MmuTable] | None = None
         checker = R.write_checker(cfg, R.REG_BASE, repr(self))
         mmu_lo = R.REG_BASE + R.MMU_BASE
@@ -257,25 +260,15 @@ class NpuDevice(Device):
             return
         words = {R.CYCLES_LO: res.cycles & 0xFFFF_FFFF, R.CYCLES_HI: res.cycles >> 32,
                  R.LAYER_COUNT: base + res.syncs, R.RUN_COUNT: runs + 1}
-        tile_offs = self._tile_offsets()
-        n = len(tile_offs) // 2
+        n = len(self._tile_offsets) // 2
         tiles = self.sim.tiles
-        words.update(zip(tile_offs, (*tiles.read[:n].tolist(), *tiles.write[:n].tolist())))
+        words.update(zip(self._tile_offsets,
+                         (*tiles.read[:n].tolist(), *tiles.write[:n].tolist())))
         self._reg.add_counters(self._mpe_counter_offsets(rows, cols),
                                res.macs // max(rows * cols, 1), res.compute)
         words[R.STATUS] = R.STATUS_DONE
         self._reg.poke_words(words)  # masks the tile counts to 32 bits
         self._last_result = res
-
-    def _tile_offsets(self) -> tuple[int, ...]:
-        """Register offsets of the read tile counters, then the write ones, per channel."""
-        offs = self._mpe_offsets.get("tiles")
-        if offs is None:
-            n = min(self.config.mpe_cols, R.MAX_CHANNELS)
-            offs = tuple(base + 4 * cid for base in (R.RTILE_BASE, R.WTILE_BASE)
-                         for cid in range(n))
-            self._mpe_offsets["tiles"] = offs
-        return offs
 
     def _mpe_counter_offsets(self, rows: int, cols: int) -> tuple[int, ...]:
         """Register offsets (MACS lo, hi, BUSY lo, hi) of every enabled MPE, cached per shape."""
@@ -528,7 +521,7 @@ class NpuDevice(Device):
             self._reg.reset()
         else:
             cfg = self.config
-            offs = (*R.FAST_RESET_CLEARS, *self._tile_offsets(),
+            offs = (*R.FAST_RESET_CLEARS, *self._tile_offsets,
                     *self._mpe_counter_offsets(cfg.mpe_rows, cfg.mpe_cols))
             self._reg.drop_due()
             self._reg.poke_words(dict.fromkeys(offs, 0))

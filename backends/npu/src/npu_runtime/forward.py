@@ -58,8 +58,8 @@ class Forwarder:
         self.last_pos = -1
         #: buffer owner -> (physical address, chunk, offset) it is bound to now
         self.bound: dict[int, tuple[int, Any, int]] = {}
-        #: per run of the last forward: (HardOp ids, their summed profiler columns, peak
-        #: MACs per cycle); `profile` adds them up when asked
+        #: per run of the last forward: (HardOp ids, their summed cycles, MACs, ETM bytes, OCM
+        #: bytes as columns, peak MACs per cycle); `profile` adds them up when asked
         self._prof_runs: list[tuple[np.ndarray, np.ndarray, int]] = []
         #: op id -> simulated ms of the HardOps of a merged run, reported as each is forwarded
         self.pending_ms: dict[int, float] = {}

@@ -148,16 +148,22 @@ def _requant_tile(src, ld, first, bias, boff, p0, npix, ow_n, n, y, yrs, ypitch,
             _requant_row(acc[:m], prm_r, lo, hi, y[base + r0 * n:base + r0 * n + m])
             continue
         _requant_row(acc[:m], prm_r, lo, hi, tmp[:m])
-        oh = (p0 + r0) // ow_n
-        ow = p0 + r0 - oh * ow_n
-        for p in range(r0, r1):
-            at = oh * yrs + ow * ypitch + ycoff + ch0
-            k = (p - r0) * n
-            _cp(y[at:at + n], tmp[k:k + n])
-            ow += 1
-            if ow == ow_n:
-                ow = 0
-                oh += 1
+        _put_pixels(y, tmp, p0 + r0, r1 - r0, n, ow_n, yrs, ypitch, ycoff + ch0)
+
+
+@njit(cache=True)
+def _put_pixels(y, src, q0, npix, n, ow_n, yrs, ypitch, coff):
+    """Copy `npix` pixels of `n` channels, dense in `src`, into y from output pixel `q0` on
+    (rows `yrs`, pixels `ypitch` apart, channels from `coff`)."""
+    oh = q0 // ow_n
+    ow = q0 - oh * ow_n
+    for p in range(npix):
+        at = oh * yrs + ow * ypitch + coff
+        _cp(y[at:at + n], src[p * n:(p + 1) * n])
+        ow += 1
+        if ow == ow_n:
+            ow = 0
+            oh += 1
 
 
 @njit(cache=True)
@@ -595,10 +601,7 @@ def _dw_rows(x, xrs, xpitch, xcoff, ih_n, iw_n, w2, acc, bias, mult, shift, mult
                 _requant_row(tmp[:m], prm, lo, hi, y[base:base + m])
                 continue
             _requant_row(tmp[:m], prm, lo, hi, ytmp[:m])
-            for ow in range(r0, r1):
-                base = oh * yrs + ow * ypitch + ycoff
-                k = (ow - r0) * c_n
-                _cp(y[base:base + c_n], ytmp[k:k + c_n])
+            _put_pixels(y, ytmp, oh * ow_n + r0, r1 - r0, c_n, ow_n, yrs, ypitch, ycoff)
 
 
 @njit(cache=True)
