@@ -53,6 +53,7 @@ class Session:
         self._profile: dict[int, tuple[float, float, float, float]] = {}
         self._total_ms = 0.0
         self._from_snapshot = False
+        self._steps_: list[tuple[Any, Backend, tuple[int, ...]]] | None = None
 
     # --- construction -------------------------------------------------------------------
     @staticmethod
@@ -358,7 +359,7 @@ class Session:
                                  "use clone() (shares the deployed backends)")
         new = Session()
         new.__dict__.update({k: v for k, v in self.__dict__.items()
-                             if k not in ("_values", "_profile", "_position")})
+                             if k not in ("_values", "_profile", "_position", "_steps_")})
         if depth >= 2:
             twins = {id(b): b.clone(depth - 1) for b in self._backends}
             new._backends = [twins[id(b)] for b in self._backends]
@@ -448,13 +449,29 @@ class Session:
             bound[value.v_id] = tensor
         return bound
 
+    def _steps(self) -> list[tuple[Any, Backend, tuple[int, ...]]]:
+        """Per op of the view: (op, its backend, the v_ids of the tensors it is fed -- an
+        Input op its outputs, any other op its non-params inputs), made on the first run: the
+        bindings are fixed once the session is created."""
+        steps = self._steps_
+        if steps is None:
+            steps = []
+            for op in self._view.ops:
+                sources = op.outputs if op.op_type == "Input" else op.inputs
+                steps.append((op, self._bindings[op.op_id],
+                              tuple(v.v_id for v in sources if not v.is_params)))
+            self._steps_ = steps
+        return steps
+
     def _run(self, start: int, end: int, user_out: dict[int, Tensor]) -> None:
         dump_on, dump_path, dump_fmt = self._dump
-        for op in self._view.ops[start:end]:
-            backend = self._bindings[op.op_id]
-            t_op = time.perf_counter()
-            ins, memcpy_ms = self._gather(op, backend)
-            outs_given = [user_out[v.v_id] for v in op.outputs if v.v_id in user_out]
+        values, profile = self._values, self._time_profile
+        perf = time.perf_counter
+        for op, backend, sources in self._steps()[start:end]:
+            t_op = perf()
+            ins, memcpy_ms = self._gather(op, backend, sources)
+            outs_given = [user_out[v.v_id] for v in op.outputs if v.v_id in user_out] \
+                if user_out else []
             if outs_given and (len(outs_given) != len(op.outputs)
                                or not backend.supports_user_outputs):
                 outs_given = []
@@ -465,23 +482,13 @@ class Session:
                 raise XrtError(f"{type(backend).__name__} returned {len(outs)} tensors for op "
                                f"{op.op_id} ({op.op_type}), which has {len(op.outputs)} outputs")
             for v, t in zip(op.outputs, outs):
-                self._values[v.v_id] = t
+                values[v.v_id] = t
             if self._post is not None:
                 self._post(self, op, backend, outs)
-            wall = (time.perf_counter() - t_op) * 1e3
+            wall = (perf() - t_op) * 1e3
             extra = backend.takeTimeElapses()
-            b_memcpy, hard, _ = extra.pop(op.op_id, (0.0, 0.0, 0.0))
-            memcpy_ms += b_memcpy
-            # host time the backend spent for other rows (a merged run) leaves this op's row
-            wall = max(0.0, wall - sum(h for _, _, h in extra.values()))
-            if self._time_profile:
-                self._profile[op.op_id] = (wall, memcpy_ms, hard,
-                                           max(0.0, wall - memcpy_ms - hard))
-                for sid, (mc, hd, host) in extra.items():  # synthetic ids of merged runs
-                    self._profile[sid] = (host + mc, mc, hd, max(0.0, host - hd))
-            if self._log_time:
-                print(f"[{op.op_id:>5}] {op.op_type:<16} wall {wall:9.3f} ms  memcpy "
-                      f"{memcpy_ms:8.3f}  hard {hard:8.3f}")
+            if profile or self._log_time:
+                self._record_times(op, wall, memcpy_ms, extra)
             if self._log_io:
                 for v, t in zip(op.outputs, outs):
                     print(f"[{op.op_id:>5}] {op.op_type:<16} out v{v.v_id} {t!r}")
@@ -491,25 +498,40 @@ class Session:
                     with open(os.path.join(dump_path, name), "wb") as fh:
                         t.dump(fh, dump_fmt)
 
-    def _gather(self, op: Any, backend: Backend) -> tuple[list[Tensor], float]:
-        """The op's input tensors, moved to the backend's memory; returns the memcpy ms."""
+    def _record_times(self, op: Any, wall: float, memcpy_ms: float,
+                      extra: dict[int, tuple[float, float, float]]) -> None:
+        """The op's row of the time profile (and its timing log line)."""
+        b_memcpy, hard, _ = extra.pop(op.op_id, (0.0, 0.0, 0.0))
+        memcpy_ms += b_memcpy
+        # host time the backend spent for other rows (a merged run) leaves this op's row
+        wall = max(0.0, wall - sum(h for _, _, h in extra.values()))
+        if self._time_profile:
+            self._profile[op.op_id] = (wall, memcpy_ms, hard, max(0.0, wall - memcpy_ms - hard))
+            for sid, (mc, hd, host) in extra.items():  # synthetic ids of merged runs
+                self._profile[sid] = (host + mc, mc, hd, max(0.0, host - hd))
+        if self._log_time:
+            print(f"[{op.op_id:>5}] {op.op_type:<16} wall {wall:9.3f} ms  memcpy "
+                  f"{memcpy_ms:8.3f}  hard {hard:8.3f}")
+
+    def _gather(self, op: Any, backend: Backend, sources: tuple[int, ...]
+                ) -> tuple[list[Tensor], float]:
+        """The op's input tensors (v_ids `sources`), moved to the backend's memory; returns the
+        memcpy ms."""
         ins, memcpy_ms = [], 0.0
-        # An Input op is fed the tensors given for its outputs; it passes them on.
-        sources = op.outputs if op.op_type == "Input" else op.inputs
-        for k, v in enumerate(sources):
-            if v.is_params:
-                ins.append(None)  # params are the backend's own business (see op.inputs[k])
-                continue
-            t = self._values.get(v.v_id)
+        values = self._values
+        for vid in sources:
+            t = values.get(vid)
             if t is None:
-                raise XrtError(f"op {op.op_id} ({op.op_type}) input {k} (v_id {v.v_id}) has no "
+                k = next(k for k, v in enumerate(op.outputs if op.op_type == "Input"
+                                                 else op.inputs) if v.v_id == vid)
+                raise XrtError(f"op {op.op_id} ({op.op_type}) input {k} (v_id {vid}) has no "
                                f"tensor: feed it in inputs or run its producer first")
             if not backend.holds(t):
                 t0 = time.perf_counter()
                 t = t.to(backend.memRegion())
                 memcpy_ms += (time.perf_counter() - t0) * 1e3
             ins.append(t)
-        return [t for t in ins if t is not None], memcpy_ms
+        return ins, memcpy_ms
 
 
 def _check_network(network: Any, where: str) -> None:

@@ -223,7 +223,17 @@ class Tensor:
         if self.isOn(mregion):
             return self
         self._require_data("to")
-        out = Tensor(self._dtype).mallocOn(mregion)
+        from .device import HostDevice
+
+        dtype = self._dtype
+        if mregion is HostDevice.MemRegion():
+            # a copy to the host is a fresh array, its chunk made only when asked (as a host
+            # kernel's result): no allocation and finalizer per device -> host crossing
+            raw = np.empty(dtype.storageBytes(), dtype=np.uint8)
+            self.read(raw, 0, raw.size)
+            return Tensor._host(raw.view(dtype.numpy_dtype).reshape(dtype.shape), dtype,
+                                mregion)
+        out = Tensor(dtype).mallocOn(mregion)
         out.copyFrom(0, self, 0, self._dtype.storageBytes())  # type: ignore[union-attr]
         return out
 

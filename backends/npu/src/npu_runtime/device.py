@@ -486,7 +486,7 @@ class NpuDevice(Device):
             return np.zeros(0, dtype=dtype)
         region = self._etm if self._mem_index(addr, size) == 0 else self._ocm
         raw = region.storage.read(addr + from_idx * dtype.itemsize, count * dtype.itemsize)
-        return np.frombuffer(bytes(raw), dtype=dtype).copy()
+        return np.frombuffer(raw, dtype=dtype).copy()  # a read gives bytes or a uint8 copy
 
     def layerTimes(self, from_idx: int = 0, op_cnt: int | None = None) -> np.ndarray:
         """Timer records [from_idx, from_idx + op_cnt) read from the timer chunk."""

@@ -33,6 +33,10 @@ _TAG, _MACS, _CYCLES, _ETM_RD, _ETM_WR, _OCM_RD, _OCM_WR = (
                                            "ocm_rd", "ocm_wr"))
 
 
+#: summaries of profiler records kept per forwarder (one per chip run of a forward is enough)
+_MAX_CACHED = 256
+
+
 class ChipSteps:
     """The steps of a forward a chip may change. The backend passes itself with every call --
     these steps and its `setTimeElapses` -- so the forwarder keeps no reference to it and
@@ -61,6 +65,11 @@ class Forwarder:
         #: per run of the last forward: (HardOp ids, their summed cycles, MACs, ETM bytes, OCM
         #: bytes as columns, peak MACs per cycle); `profile` adds them up when asked
         self._prof_runs: list[tuple[np.ndarray, np.ndarray, int]] = []
+        #: a run's profiler records (bytes, peak) -> their per-HardOp sums: a replayed run
+        #: writes the same records, summed once
+        self._prof_sums: dict[tuple[bytes, int], tuple[np.ndarray, np.ndarray, int]] = {}
+        #: (records summary, run ms, cycles) -> the HardOps' ms of the merged run (`_layer_ms`)
+        self._layer_ms_of: dict[tuple[int, float, int], dict[int, float]] = {}
         #: op id -> simulated ms of the HardOps of a merged run, reported as each is forwarded
         self.pending_ms: dict[int, float] = {}
         #: the device's MMU generation right after this backend programmed the MMU
@@ -284,11 +293,19 @@ class Forwarder:
         cycles = self.device.calcCycles() if run_ms else 0
         if not cycles or not self._prof_runs:
             return {}
-        tags, sums, _ = self._prof_runs[-1]
-        ms: dict[int, float] = {}
-        for tag, cyc in zip(tags.tolist(), (sums[:, 0] * (run_ms / cycles)).tolist()):
-            ms[tag] = ms.get(tag, 0.0) + cyc
-        return {oid: ms[oid] for oid in run.op_ids if oid in ms}
+        summary = self._prof_runs[-1]
+        key = (id(summary), run_ms, cycles)
+        done = self._layer_ms_of.get(key)
+        if done is None:
+            tags, sums, _ = summary
+            ms: dict[int, float] = {}
+            for tag, cyc in zip(tags.tolist(), (sums[:, 0] * (run_ms / cycles)).tolist()):
+                ms[tag] = ms.get(tag, 0.0) + cyc
+            done = {oid: ms[oid] for oid in run.op_ids if oid in ms}
+            if len(self._layer_ms_of) >= _MAX_CACHED:
+                self._layer_ms_of.clear()
+            self._layer_ms_of[key] = done
+        return dict(done)
 
     def _check_mmu_mode(self) -> None:
         if not self.device.chip.mmu_switch:
@@ -328,13 +345,27 @@ class Forwarder:
             return
         rows, cols = dev.getRowsCols()
         peak = dev.config.peak_macs_per_cycle("int8", rows, cols)
+        key = (recs.tobytes(), peak)
+        summary = self._prof_sums.get(key)
+        if summary is None:
+            summary = self._sum_records(recs, peak)
+            if len(self._prof_sums) >= _MAX_CACHED:
+                self._prof_sums.clear()
+                self._layer_ms_of.clear()  # keyed by the summaries' ids
+            self._prof_sums[key] = summary
+        self._prof_runs.append(summary)
+
+    @staticmethod
+    def _sum_records(recs: np.ndarray, peak: int) -> tuple[np.ndarray, np.ndarray, int]:
+        """(HardOp tags, their summed cycles, MACs, ETM and OCM bytes, peak) of a run's
+        records."""
         words = recs.view(np.uint64).reshape(len(recs), -1).astype(np.int64)
         tag = words[:, _TAG]
         starts = np.concatenate(([0], np.flatnonzero(tag[1:] != tag[:-1]) + 1))
         sums = np.add.reduceat(words, starts, axis=0)
         table = np.stack([sums[:, _CYCLES], sums[:, _MACS], sums[:, _ETM_RD] + sums[:, _ETM_WR],
                           sums[:, _OCM_RD] + sums[:, _OCM_WR]], axis=1)
-        self._prof_runs.append((tag[starts], table, peak))
+        return tag[starts], table, peak
 
     @property
     def profile(self) -> dict[int, dict[str, float]]:
