@@ -54,6 +54,7 @@ class Session:
         self._total_ms = 0.0
         self._from_snapshot = False
         self._steps_: list[tuple[Any, Backend, tuple[int, ...]]] | None = None
+        self._io_: tuple[list[Any], list[Any]] | None = None
 
     # --- construction -------------------------------------------------------------------
     @staticmethod
@@ -359,7 +360,8 @@ class Session:
                                  "use clone() (shares the deployed backends)")
         new = Session()
         new.__dict__.update({k: v for k, v in self.__dict__.items()
-                             if k not in ("_values", "_profile", "_position", "_steps_")})
+                             if k not in ("_values", "_profile", "_position", "_steps_",
+                                          "_io_")})
         if depth >= 2:
             twins = {id(b): b.clone(depth - 1) for b in self._backends}
             new._backends = [twins[id(b)] for b in self._backends]
@@ -386,7 +388,7 @@ class Session:
         self._run(0, len(self._view.ops), user_out)
         self._total_ms = (time.perf_counter() - t0) * 1e3
         self._position = 0
-        results = [self._values[v.v_id] for v in self._view.outputs()]
+        results = [self._values[v.v_id] for v in self._io()[1]]
         if outputs is not None:
             for dst, src in zip(outputs, results):
                 if dst is not src:
@@ -423,7 +425,7 @@ class Session:
             raise CallOrderError(f"Session.{what}() before Session.apply()")
 
     def _bind_inputs(self, inputs: Sequence[Any], only_missing: bool = False) -> None:
-        wanted = self._view.inputs()
+        wanted = self._io()[0]
         given = [t if isinstance(t, Tensor) else Tensor(t)
                  for t in seq_arg(inputs, "forward inputs")]
         if not only_missing and len(given) != len(wanted):
@@ -436,7 +438,7 @@ class Session:
             self._values[value.v_id] = tensor
 
     def _bind_user_outputs(self, outputs: Sequence[Tensor]) -> dict[int, Tensor]:
-        wanted = self._view.outputs()
+        wanted = self._io()[1]
         if len(outputs) != len(wanted):
             raise TensorError(f"forward: the view has {len(wanted)} outputs, "
                               f"{len(outputs)} output tensors were given")
@@ -462,6 +464,14 @@ class Session:
                               tuple(v.v_id for v in sources if not v.is_params)))
             self._steps_ = steps
         return steps
+
+    def _io(self) -> tuple[list[Any], list[Any]]:
+        """The view's input and output values, found once (a view's outputs are a scan of
+        its ops and their consumers)."""
+        io = self._io_
+        if io is None:
+            io = self._io_ = (self._view.inputs(), self._view.outputs())
+        return io
 
     def _run(self, start: int, end: int, user_out: dict[int, Tensor]) -> None:
         dump_on, dump_path, dump_fmt = self._dump

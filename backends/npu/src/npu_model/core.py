@@ -80,6 +80,13 @@ class MemoryBus:
             raise NpuFault("this memory store is remote; the simulator needs local memory")
         return v
 
+    def whole(self, mem: int) -> np.ndarray:
+        """All of memory `mem` as one array (index = physical address - the memory's base)."""
+        c = self.cfg
+        if mem == MEM_ETM:
+            return self.view(mem, c.etm_base, c.etm_size)
+        return self.view(mem, c.ocm_base, c.ocm_size)
+
     def write(self, mem: int, phys: int, data: Any) -> None:
         (self.etm if mem == MEM_ETM else self.ocm).write(phys, data)
 
@@ -170,7 +177,7 @@ class Icore:
         hw = cfg.hw_vector(rows, cols, icore_clk_hz, ddr_clk_hz)
         key = (instr_addr, nbytes, rows, cols, hw.tobytes(), timer, profiler, int(layer_base))
         prog = self._programs.get(key)
-        if prog is not None and prog.bind(code, mmu, self.bus.view):
+        if prog is not None and prog.bind(code, mmu, self.bus.view, self.bus.whole):
             return self._replay(prog)
         stats0 = dict(self._stats)
         tiles0 = self.tiles.read.copy(), self.tiles.write.copy()

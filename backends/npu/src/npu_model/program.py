@@ -57,6 +57,26 @@ def _same_words(a, b):
     return True
 
 
+@njit(cache=True)
+def _same_blocks(arena, starts, sizes, seen):
+    """Whether ``arena[starts[i]:starts[i] + sizes[i]]``, one block after another, hold the
+    words of `seen` (all the constant blocks of a program in one call; uint64 words)."""
+    at = 0
+    for i in range(starts.shape[0]):
+        s = starts[i]
+        n = sizes[i]
+        if not _same_words(arena[s:s + n], seen[at:at + n]):
+            return False
+        at += n
+    return True
+
+
+def _offset_in(view: np.ndarray, arena: np.ndarray) -> int:
+    """Where `view` starts in `arena` (-1 when it is not inside it)."""
+    off = view.__array_interface__["data"][0] - arena.__array_interface__["data"][0]
+    return off if 0 <= off and off + view.size <= arena.size else -1
+
+
 @dataclass
 class Const:
     """A constant block the decode read through the MMU, and the bytes it saw."""
@@ -89,6 +109,9 @@ class Recording:
     slots: list[Slot] = field(default_factory=list)
     #: id of a feature map view -> (the view, logical address, bytes, memory)
     _operands: dict[int, tuple[np.ndarray, int, int, int]] = field(default_factory=dict)
+    #: the constants as (memory, starts, sizes, their bytes) blocks checked in one call per
+    #: memory (`consts_unchanged`); None until first needed and after a rebind
+    _blocks: list[tuple[int, np.ndarray, np.ndarray, np.ndarray]] | None = None
 
     def call(self, fn: Callable[..., Any], *args: Any) -> None:
         """Run a kernel (or memory write) now and keep it for the replay."""
@@ -110,8 +133,35 @@ class Recording:
         self.consts.append(Const(logical, view.size, mem, view, view.copy()))
         return view
 
-    def consts_unchanged(self) -> bool:
-        return all(same_bytes(c.view, c.seen) for c in self.consts)
+    def consts_unchanged(self, whole: Callable[[int], np.ndarray]) -> bool:
+        """Whether every constant block still holds the bytes the decode saw (`whole(mem)`:
+        the whole memory `mem` as one array, where the blocks are looked up)."""
+        blocks = self._blocks
+        if blocks is None:
+            blocks = self._blocks = self._make_blocks(whole)
+        if blocks is False:
+            return all(same_bytes(c.view, c.seen) for c in self.consts)
+        return all(_same_blocks(whole(mem).view(np.uint64), starts, sizes, seen)
+                   for mem, starts, sizes, seen in blocks)
+
+    def _make_blocks(self, whole: Callable[[int], np.ndarray]) -> Any:
+        """The constants grouped per memory for `_same_blocks` (as 8-byte words); False when
+        one is not whole words or not inside its memory's array (each is compared on its own
+        then)."""
+        by_mem: dict[int, list[Const]] = {}
+        for c in self.consts:
+            by_mem.setdefault(c.mem, []).append(c)
+        blocks = []
+        for mem, cs in by_mem.items():
+            arena = whole(mem)
+            starts = [_offset_in(c.view, arena) for c in cs]
+            if arena.size % 8 or arena.__array_interface__["data"][0] % 8 or \
+                    any(a < 0 or a % 8 or c.nbytes % 8 for a, c in zip(starts, cs)):
+                return False
+            blocks.append((mem, np.array(starts, dtype=np.int64) // 8,
+                           np.array([c.nbytes for c in cs], dtype=np.int64) // 8,
+                           np.concatenate([c.seen for c in cs]).view(np.uint64)))
+        return blocks
 
     def rebind(self, mmu: MmuTable, view: Callable[[int, int, int], np.ndarray]) -> bool:
         """Re-resolve every constant and operand through `mmu` (`view(mem, phys, n)` reads
@@ -135,6 +185,7 @@ class Recording:
             return False
         for c, v in consts:
             c.view = v
+        self._blocks = None
         self.steps = [(fn, tuple(a)) for (fn, _), a in zip(self.steps, args)]
         return True
 
@@ -152,14 +203,16 @@ class Program:
     wtiles: np.ndarray
 
     def bind(self, code: np.ndarray, mmu: MmuTable,
-             view: Callable[[int, int, int], np.ndarray]) -> bool:
+             view: Callable[[int, int, int], np.ndarray],
+             whole: Callable[[int], np.ndarray]) -> bool:
         """Whether replaying gives what decoding `code` under `mmu` would (re-resolving the
-        operands when the MMU table changed)."""
+        operands when the MMU table changed). `view(mem, phys, n)` reads physical memory,
+        `whole(mem)` is all of memory `mem`."""
         if not same_bytes(self.code, code):
             return False
         if mmu is self.mmu or mmu.segments == self.mmu.segments:
             self.mmu = mmu
-            return self.rec.consts_unchanged()
+            return self.rec.consts_unchanged(whole)
         if not self.rec.rebind(mmu, view):
             return False
         self.mmu = mmu

@@ -154,6 +154,9 @@ class NpuDevice(Device):
         #: register offsets of the read tile counters, then the write ones, per channel
         self._tile_offsets = tuple(base + 4 * cid for base in (R.RTILE_BASE, R.WTILE_BASE)
                                    for cid in range(min(cfg.mpe_cols, R.MAX_CHANNELS)))
+        #: register offsets a fast reset sets to 0: status, counters, every MPE's counters
+        self._fast_reset_clears = (*R.FAST_RESET_CLEARS, *self._tile_offsets,
+                                   *self._mpe_counter_offsets(cfg.mpe_rows, cfg.mpe_cols))
         self._mmu_cache: tuple[int, MmuTable] | None = None
         checker = R.write_checker(cfg, R.REG_BASE, repr(self))
         mmu_lo = R.REG_BASE + R.MMU_BASE
@@ -471,6 +474,10 @@ class NpuDevice(Device):
         self._wr64(R.PROF_ADDR_LO, addr)
         self._wr(R.PROF_SIZE, size)
 
+    def profiler_area(self) -> tuple[int, int] | None:
+        """(physical address, bytes) the profiler records go to; None when not configured."""
+        return self._area(R.PROF_ADDR_LO, R.PROF_SIZE)
+
     def _records(self, lo: int, size_reg: int, dtype: np.dtype, from_idx: int,
                  count: int) -> np.ndarray:
         area = self._area(lo, size_reg)
@@ -520,11 +527,7 @@ class NpuDevice(Device):
         if level == 0:
             self._reg.reset()
         else:
-            cfg = self.config
-            offs = (*R.FAST_RESET_CLEARS, *self._tile_offsets,
-                    *self._mpe_counter_offsets(cfg.mpe_rows, cfg.mpe_cols))
-            self._reg.drop_due()
-            self._reg.poke_words(dict.fromkeys(offs, 0))
+            self._reg.clear_words(self._fast_reset_clears)
         self.sim.reset()
 
     def check(self, level: int = 0) -> bool:

@@ -163,8 +163,11 @@ class Forwarder:
         self.restore_io()
         if not dev.mock:
             dev.reset(1)
-        if self.dep.prof_chunk is not None:
-            dev.config_profiler(self.dep.prof_chunk)
+        prof = self.dep.prof_chunk
+        if prof is not None and dev.profiler_area() != (prof.addr, prof.byte_size):
+            # (a fast reset keeps the profiler's registers: configured again only when another
+            # backend pointed them elsewhere; each forward rewrites its records slot by slot)
+            dev.config_profiler(prof)
 
     # --- binding ---------------------------------------------------------------------------------
     def restore_io(self) -> None:
