@@ -59,6 +59,23 @@ def qrange(dtype: Any, *, narrow_range: bool = False) -> tuple[int, int]:
     return (-int(info.max) if narrow_range else int(info.min)), int(info.max)
 
 
+_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+#: (dtype, narrow_range) -> (qmin, qmax) as floats, for the fused quantize of int8..int32
+_QRANGE_F = {(dt, nr): tuple(float(v) for v in qrange(dt, narrow_range=nr))
+             for dt in _SIGNED_OUT[:3] for nr in (False, True)}
+
+
+def _one_scale(scale: Any) -> float | None:
+    """`scale` as a float when it is a single value (a number or a one-element array)."""
+    if isinstance(scale, (float, int, np.floating, np.integer)):
+        return float(scale)
+    if isinstance(scale, np.ndarray) and scale.size == 1 and scale.ndim <= 1:
+        return float(scale.reshape(-1)[0])
+    if np.ndim(scale) <= 1 and np.size(scale) == 1:
+        return float(np.asarray(scale).reshape(-1)[0])
+    return None
+
+
 def round_half_away(v: np.ndarray) -> np.ndarray:
     """Round float64 values to the nearest integer, ties away from zero (exact, no ``x + 0.5``)."""
     v = np.asarray(v, dtype=np.float64)
@@ -380,17 +397,18 @@ def quantize(
     ``-qmax`` instead of ``qmin`` (weights: keeps ``|q| <= 127`` for the int32 accumulator
     bound). NaN raises ``ValueError``; +-inf saturates.
     """
-    lo, hi = qrange(dtype, narrow_range=narrow_range)
+    dt = np.dtype(dtype)
     xa = np.asarray(x)
-    if axis is None and np.ndim(scale) <= 1 and np.size(scale) == 1 and xa.size > 64 \
-            and xa.dtype in (np.float32, np.float64) and np.dtype(dtype).itemsize <= 4:
+    sc = _one_scale(scale) if axis is None else None
+    if sc is not None and xa.size > 64 and xa.dtype in _FLOATS and dt in _SIGNED_OUT[:3]:
         # hot path (Cast of a feature map): the same float64 arithmetic, fused in one pass
-        out = np.empty(xa.shape, dtype=dtype)
-        if not _quantize_scalar_nb(np.ascontiguousarray(xa).reshape(-1),
-                                   float(np.asarray(scale).reshape(-1)[0]), float(lo),
-                                   float(hi), out.reshape(-1)):
+        lo, hi = _QRANGE_F[dt, narrow_range]
+        out = np.empty(xa.shape, dtype=dt)
+        if not _quantize_scalar_nb(np.ascontiguousarray(xa).reshape(-1), sc, lo, hi,
+                                   out.reshape(-1)):
             raise ValueError("quantize: input contains NaN")
         return out
+    lo, hi = qrange(dtype, narrow_range=narrow_range)
     xf = np.asarray(x, dtype=np.float64)
     if np.isnan(xf).any():
         raise ValueError("quantize: input contains NaN")
@@ -422,10 +440,9 @@ def dequantize(
     qa = np.asarray(q)
     if qa.dtype.kind not in "iu":
         raise TypeError(f"dequantize expects an integer array, got {qa.dtype}")
-    if np.size(scale) == 1 and np.ndim(scale) <= 1 and qa.size > 64 \
-            and np.dtype(dtype) in (np.float32, np.float64):
+    sc = _one_scale(scale)
+    if sc is not None and qa.size > 64 and np.dtype(dtype) in _FLOATS:
         # hot path (Cast of a feature map): the same float64 product, in one pass
-        sc = float(np.asarray(scale).reshape(-1)[0])
         if not (math.isfinite(sc) and sc > 0):
             raise ValueError("scales must be finite and > 0")
         out = np.empty(qa.shape, dtype=dtype)

@@ -155,6 +155,9 @@ def test_mpe_counters_add_per_run_whoever_reads_them(hw, rng):
     dev.setRowsCols(rows, cols)
     hw.run([conv])
     assert dev.readReg(0, 0, R.MPE_MACS_LO) == one
+    hw.run([conv])  # its adds are due when a batch of stores hits a counter word: they land
+    dev.defaultRegRegion().poke_words({R.mpe_bank(0, 0, rows) + R.MPE_MACS_LO: 5})  # first
+    assert dev.readReg(0, 0, R.MPE_MACS_LO) == 5 and raw(bank) == 2 * one
 
 
 def test_run_counters_and_reset_levels(hw, rng, capsys):

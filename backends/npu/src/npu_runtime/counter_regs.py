@@ -23,6 +23,8 @@ class CounterRegs(RegRegion):
         self._counters = frozenset(counters)
         #: offsets (MACS lo, hi, BUSY lo, hi per MPE) -> [MACs per MPE, busy cycles] due
         self._due: dict[tuple[int, ...], list[int]] = {}
+        #: offsets -> whether they include a counter word (`poke_words`)
+        self._touches: dict[tuple[int, ...], bool] = {}
         #: offsets -> {absolute address: 0} (`clear_words`)
         self._zeros: dict[tuple[int, ...], dict[int, int]] = {}
 
@@ -60,8 +62,14 @@ class CounterRegs(RegRegion):
 
     def poke_words(self, words: dict[int, int]) -> None:
         """`RegRegion.poke_words` in one dict update (a fast reset clears some 300 words)."""
-        self._check_offsets(tuple(words))
-        if self._due:
+        offsets = tuple(words)
+        touches = self._touches.get(offsets)
+        if touches is None:
+            self._check_offsets(offsets)
+            touches = not self._counters.isdisjoint(self.base + o for o in offsets)
+            if len(self._touches) < 64:
+                self._touches[offsets] = touches
+        if touches and self._due:
             self._settle()
         base, mask = self.base, self.mask
         self._values.update({base + off: int(v) & mask for off, v in words.items()})

@@ -12,37 +12,36 @@ from __future__ import annotations
 
 import numpy as np
 
+from xir.quant.fixed_point import dequantize, quantize, requant_multiplier
 from xir.tiling import tile, untile
 
-from ._common import is_q
+from ._common import is_q, rq_any
 
 
 def cast(inputs, attrs, in_types, out_types, *, fake=False):
     """Convert ``inputs[0]`` from ``in_types[0]`` to ``out_types[0]`` (see the module doc)."""
-    from xir.quant.fixed_point import dequantize, quantize, requant_multiplier
-
-    from ._common import rq_any
-
     src_t, dst_t = in_types[0], out_types[0]
     x = np.asarray(inputs[0])
-    if src_t.layout.is_tiled():
+    src_tiled, dst_tiled = src_t.layout.is_tiled(), dst_t.layout.is_tiled()
+    if src_tiled:
         x = untile(x, src_t.layout)
     sq, dq = is_q(src_t), is_q(dst_t)
     src_el, dst_el = src_t.element_dtype, dst_t.element_dtype
 
     if dq and not sq:
-        sc = np.asarray(dst_el.scale)
+        sc = dst_el.scale
         if fake:
-            y = _scaled(np.asarray(x, np.float64), 1.0 / sc, dst_el.axis)
+            y = _scaled(np.asarray(x, np.float64), 1.0 / np.asarray(sc), dst_el.axis)
         else:
-            y = quantize(x, sc[0] if dst_el.axis is None else sc, dst_el.numpy_dtype,
-                         dst_el.axis)
+            y = quantize(x, sc if dst_el.axis is None else np.asarray(sc),
+                         dst_el.numpy_dtype, dst_el.axis)
     elif sq and not dq:
-        sc = np.asarray(src_el.scale)
+        sc = src_el.scale
         if fake:
-            y = _scaled(np.asarray(x, np.float64), sc, src_el.axis).astype(dst_t.numpy_dtype)
+            y = _scaled(np.asarray(x, np.float64), np.asarray(sc),
+                        src_el.axis).astype(dst_t.numpy_dtype)
         else:
-            y = dequantize(x, sc[0] if src_el.axis is None else sc, src_el.axis,
+            y = dequantize(x, sc if src_el.axis is None else np.asarray(sc), src_el.axis,
                            dtype=dst_t.numpy_dtype)
     elif sq and dq:
         if src_el.axis is not None or dst_el.axis is not None:
@@ -51,11 +50,14 @@ def cast(inputs, attrs, in_types, out_types, *, fake=False):
         y = rq_any(x if fake else x.astype(np.int64), m, s, dst_t.numpy_dtype, fake=fake)
     else:
         y = x.astype(dst_t.numpy_dtype)
-    if dst_t.layout.is_tiled():
-        y = tile(y, dst_t.layout, dst_t.shape)
-    elif y.ndim == len(dst_t.shape) and tuple(y.shape) != tuple(dst_t.shape):
-        y = y[tuple(slice(0, d) for d in dst_t.shape)]  # drop the padding of the source tiles
-    return [np.ascontiguousarray(y).reshape(dst_t.shape)]
+    shape = tuple(dst_t.shape)
+    if dst_tiled:
+        y = tile(y, dst_t.layout, shape)
+    elif src_tiled and y.ndim == len(shape) and y.shape != shape:
+        y = y[tuple(slice(0, d) for d in shape)]  # drop the padding of the source tiles
+    if y.shape != shape or not y.flags.c_contiguous:
+        y = np.ascontiguousarray(y).reshape(shape)
+    return [y]
 
 
 def _scaled(x: np.ndarray, sc: np.ndarray, axis) -> np.ndarray:
