@@ -251,3 +251,22 @@ def test_ptrtype_name_is_a_property_on_the_class_too():
 
     assert PtrType.name is not None  # vendor: `property name` of the pybind11 enum class
     assert PtrType.ADDR.name == "ADDR" and PtrType(2) is PtrType.BOTH
+
+
+def test_align_and_prune_that_change_nothing_pass_their_input_on(rng):
+    """The AlignAxis/PruneAxis the NPU targets put around every Cast cost nothing on the host
+    when the channels are already aligned (the input array is the result); one that pads or
+    cuts still does."""
+    b = xir.NetworkBuilder("align_prune")
+    x = b.input([1, 4, 4, 32], layout="NHWC")
+    same = b.op("PruneAxis", [b.op("AlignAxis", [x], align_unit=16, axis=-1)], size=32,
+                axis=-1)
+    padded = b.op("AlignAxis", [same], align_unit=64, axis=-1)
+    b.output(same, b.op("PruneAxis", [padded], size=20, axis=-1))
+    sess = host_session(b.build())
+    data = rng.standard_normal((1, 4, 4, 32)).astype(np.float32)
+    whole, cut = (np.asarray(t) for t in sess.forward([Tensor(data)]))
+    assert np.shares_memory(whole, data)
+    np.testing.assert_array_equal(whole, data)
+    assert cut.shape == (1, 4, 4, 20) and not np.shares_memory(cut, data)
+    np.testing.assert_array_equal(cut, data[..., :20])

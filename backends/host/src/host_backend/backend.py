@@ -29,6 +29,10 @@ def _forward_output(op, inputs, outputs, backend):
     return []
 
 
+#: layout ops that are the identity when they change no shape
+_PASS_THROUGH = frozenset({"AlignAxis", "PruneAxis"})
+
+
 def _uses_types(op) -> bool:
     """Ops run by an integer kernel: Cast, and every op with a quantized value."""
     return op.op_type == "Cast" or op.is_quantized()
@@ -38,7 +42,8 @@ class _Plan:
     """What forwarding one op needs that does not change between forwards (the op's kernel,
     whether it takes types, its output types and numpy dtypes), made on its first forward."""
 
-    __slots__ = ("kernel", "typed", "fake", "in_types", "out_types", "params", "outs")
+    __slots__ = ("kernel", "typed", "fake", "in_types", "out_types", "params", "outs",
+                 "identity")
 
     def __init__(self, op, backend: HostBackend) -> None:
         self.kernel = backend.kernelFor(op)
@@ -57,12 +62,23 @@ class _Plan:
             outs.append((vtype, vtype.numpy_dtype, tuple(vtype.shape),
                          self.fake and quantized))
         self.outs = outs
+        #: an AlignAxis already aligned or a PruneAxis keeping the whole axis: its input is
+        #: its result (the vendor's graphs put them around every Cast)
+        self.identity = op.op_type in _PASS_THROUGH and len(op.inputs) == 1 and \
+            len(op.outputs) == 1 and not self.params[0] and \
+            tuple(self.in_types[0].shape) == outs[0][2] and \
+            self.in_types[0].numpy_dtype == outs[0][1] and not outs[0][3]
 
 
 def _forward_kernel(op, inputs, outputs, backend: HostBackend):
     plan = backend._plans.get(op.op_id)
     if plan is None:
         plan = backend._plans[op.op_id] = _Plan(op, backend)
+    if plan.identity and not outputs:
+        vtype, npdt, shape, _ = plan.outs[0]
+        arr = inputs[0].numpy()
+        if arr.dtype == npdt and arr.shape == shape:
+            return [Tensor._host(arr, vtype, backend.memRegion())]
     arrays: list[np.ndarray] = []
     feed = iter(inputs)
     for v, is_params in zip(op.inputs, plan.params):
