@@ -19,6 +19,7 @@ import xir
 from xir.tiling import untile
 from xir.types import Layout, QuantizedType, TensorType
 
+from .device import HostDevice
 from .errors import DumpFormatError, TensorError
 from .memory import MemChunk, MemPtr
 
@@ -117,8 +118,6 @@ class Tensor:
         return t
 
     def _wrap(self, arr: np.ndarray, dtype: TensorType) -> None:
-        from .device import HostDevice
-
         if arr.dtype != dtype.numpy_dtype:
             raise TensorError(f"buffer is {arr.dtype}, the tensor type says "
                               f"{dtype.element_dtype!r} ({dtype.numpy_dtype})")
@@ -156,8 +155,6 @@ class Tensor:
         """A tensor of `dtype` with fresh memory on `region` (host by default)."""
         t = cls(dtype)
         if region is None:
-            from .device import HostDevice
-
             region = HostDevice.MemRegion()
         return t.mallocOn(region)
 
@@ -223,8 +220,6 @@ class Tensor:
         if self.isOn(mregion):
             return self
         self._require_data("to")
-        from .device import HostDevice
-
         dtype = self._dtype
         if mregion is HostDevice.MemRegion():
             # a copy to the host is a fresh array, its chunk made only when asked (as a host
@@ -402,8 +397,6 @@ class Tensor:
 
 
 def _host_region() -> Any:
-    from .device import HostDevice
-
     return HostDevice.MemRegion()
 
 

@@ -87,9 +87,6 @@ class MemoryBus:
             return self.view(mem, c.etm_base, c.etm_size)
         return self.view(mem, c.ocm_base, c.ocm_size)
 
-    def write(self, mem: int, phys: int, data: Any) -> None:
-        (self.etm if mem == MEM_ETM else self.ocm).write(phys, data)
-
 
 @dataclass
 class Operand:
@@ -174,11 +171,13 @@ class Icore:
         code = self.bus.view(mem, instr_addr, nbytes)
         rows = cfg.mpe_rows if rows_en is None else int(rows_en)
         cols = cfg.mpe_cols if cols_en is None else int(cols_en)
-        hw = cfg.hw_vector(rows, cols, icore_clk_hz, ddr_clk_hz)
-        key = (instr_addr, nbytes, rows, cols, hw.tobytes(), timer, profiler, int(layer_base))
+        # (the cycle model's parameters follow from the array shape and the clocks)
+        key = (instr_addr, nbytes, rows, cols, icore_clk_hz, ddr_clk_hz, timer, profiler,
+               int(layer_base))
         prog = self._programs.get(key)
         if prog is not None and prog.bind(code, mmu, self.bus.view, self.bus.whole):
             return self._replay(prog)
+        hw = cfg.hw_vector(rows, cols, icore_clk_hz, ddr_clk_hz)
         stats0 = dict(self._stats)
         tiles0 = self.tiles.read.copy(), self.tiles.write.copy()
         code = code.copy()
@@ -303,14 +302,18 @@ class Icore:
             if off + TIMER_RECORD.itemsize <= size:
                 tr = np.zeros(1, dtype=TIMER_RECORD)
                 tr["tag"], tr["layer"], tr["start"], tr["end"] = tag, idx, start, end
-                self._rec.call(self.bus.write, self.bus.mem_of(addr + off, tr.nbytes),
-                               addr + off, tr.view(np.uint8))
+                self._put(addr + off, tr.view(np.uint8))
         if profiler is not None:
             addr, size = profiler
             off = idx * PROFILE_RECORD.itemsize
             if off + PROFILE_RECORD.itemsize <= size:
-                self._rec.call(self.bus.write, self.bus.mem_of(addr + off, rec.nbytes),
-                               addr + off, rec.view(np.uint8))
+                self._put(addr + off, rec.view(np.uint8))
+
+    def _put(self, phys: int, data: np.ndarray) -> None:
+        """Write a record at physical address `phys` (a record area is physical: the replay
+        copies into the same bytes)."""
+        dst = self.bus.view(self.bus.mem_of(phys, data.nbytes), phys, data.nbytes)
+        self._rec.call(np.copyto, dst, data)
 
     # --- operands -----------------------------------------------------------------------------
 
