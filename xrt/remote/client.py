@@ -299,13 +299,13 @@ class RemoteRegRegion(RegRegion):
         a = self.absolute(addr, relative)
         self._rdev._request(Msg.REG_WRITE, P.REG_WRITE_REQ.pack(a, self._value(data), 0))
 
-    def peek(self, addr: int, relative: bool = False) -> int:
-        a = self.absolute(addr, relative)
-        return U64(self._rdev._request(Msg.REG_READ, P.REG_READ_REQ.pack(a, P.REG_RAW)))
+    # the stored values live on the server: peek/poke and their batches (peek_words,
+    # poke_words) read and write them raw, without hooks
+    def _load(self, addr: int) -> int:
+        return U64(self._rdev._request(Msg.REG_READ, P.REG_READ_REQ.pack(addr, P.REG_RAW)))
 
-    def poke(self, addr: int, data: int, relative: bool = False) -> None:
-        a = self.absolute(addr, relative)
-        self._rdev._request(Msg.REG_WRITE, P.REG_WRITE_REQ.pack(a, self._value(data), P.REG_RAW))
+    def _store(self, addr: int, value: int) -> None:
+        self._rdev._request(Msg.REG_WRITE, P.REG_WRITE_REQ.pack(addr, value, P.REG_RAW))
 
     def reset(self) -> None:
         self._rdev._request(Msg.REG_RESET)

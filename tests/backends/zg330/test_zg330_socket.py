@@ -12,7 +12,7 @@ from host_backend import HostBackend
 from npu_runtime import regs as R
 from npu_runtime.regs import REG_BASE
 from xrt import Device, HostDevice, Session
-from xrt.errors import UnsupportedOpError
+from xrt.errors import InvalidArgumentError, UnsupportedOpError
 from xrt.remote.server import DeviceServer
 from zg330backend import ZG330Backend, ZG330Device
 from zg330backend.chip import DEVICE_ID
@@ -96,6 +96,12 @@ def test_device_api_matches_sim(served):
         assert dev.readReg(REG_BASE + R.ID) == sim.readReg(REG_BASE + R.ID) == DEVICE_ID
         assert dev.readReg("regs", R.ICORE_CLK_HZ, True) == 500_000_000
         assert dev.layerCount() == sim.layerCount() == 0
+        offs = (R.ICORE_CLK_HZ, R.DDR_CLK_HZ, R.MPE_EN)  # raw batches reach the server too
+        assert dev.defaultRegRegion().peek_words(offs) == \
+            sim.defaultRegRegion().peek_words(offs) == [500_000_000, 600_000_000, 2 | 3 << 16]
+        with pytest.raises(InvalidArgumentError, match="raw register writes"):
+            dev.defaultRegRegion().poke_words({R.MPE_EN: 3 | 2 << 16})  # the server's model only
+        assert dev.getRowsCols() == (2, 3)
         assert dev.check(1) and sim.check(1)
         assert "ZG330" in dev.status(0) and dev.version()["id"] == sim.version()["id"]
         for d in (sim, dev):

@@ -478,22 +478,34 @@ class NpuDevice(Device):
         """(physical address, bytes) the profiler records go to; None when not configured."""
         return self._area(R.PROF_ADDR_LO, R.PROF_SIZE)
 
-    def _records(self, lo: int, size_reg: int, dtype: np.dtype, from_idx: int,
-                 count: int) -> np.ndarray:
-        area = self._area(lo, size_reg)
-        if area is None:
+    def _record_bytes(self, lo: int, size_reg: int, itemsize: int, from_idx: int,
+                      count: int) -> Any:
+        """The bytes of records [from_idx, from_idx + count) of the timer (`lo` =
+        TIMER_ADDR_LO) or profiler area, clipped to the area (a bytes-like copy)."""
+        a_lo, a_hi, size = self._reg.peek_words((lo, lo + 4, size_reg))
+        if not size:
             what = "timer" if lo == R.TIMER_ADDR_LO else "profiler"
             raise DeviceError(f"{self!r}: no {what} chunk configured; configure one first "
                               f"(config_{what})")
-        addr, size = area
-        slots = size // dtype.itemsize
+        addr = a_lo | a_hi << 32
         from_idx = max(0, int(from_idx))
-        count = max(0, min(int(count), slots - from_idx))
+        count = max(0, min(int(count), size // itemsize - from_idx))
         if count == 0:
-            return np.zeros(0, dtype=dtype)
+            return b""
         region = self._etm if self._mem_index(addr, size) == 0 else self._ocm
-        raw = region.storage.read(addr + from_idx * dtype.itemsize, count * dtype.itemsize)
+        return region.storage.read(addr + from_idx * itemsize, count * itemsize)
+
+    def _records(self, lo: int, size_reg: int, dtype: np.dtype, from_idx: int,
+                 count: int) -> np.ndarray:
+        raw = self._record_bytes(lo, size_reg, dtype.itemsize, from_idx, count)
         return np.frombuffer(raw, dtype=dtype).copy()  # a read gives bytes or a uint8 copy
+
+    def profile_bytes(self, from_idx: int = 0, op_cnt: int | None = None) -> bytes:
+        """`profile` as the records' raw bytes (the runtime compares them with the last run's
+        before making records of them)."""
+        raw = self._record_bytes(R.PROF_ADDR_LO, R.PROF_SIZE, PROFILE_RECORD.itemsize, from_idx,
+                                 op_cnt if op_cnt is not None else 1 << 30)
+        return raw if isinstance(raw, bytes) else raw.tobytes()
 
     def layerTimes(self, from_idx: int = 0, op_cnt: int | None = None) -> np.ndarray:
         """Timer records [from_idx, from_idx + op_cnt) read from the timer chunk."""

@@ -343,15 +343,15 @@ class Forwarder:
         if self.dep.prof_chunk is None or n <= 0:
             return
         dev = self.device
-        recs = dev.profile(base, n)
-        if not len(recs):
+        raw = dev.profile_bytes(base, n)
+        if not raw:
             return
         rows, cols = dev.getRowsCols()
         peak = dev.config.peak_macs_per_cycle("int8", rows, cols)
-        key = (recs.tobytes(), peak)
+        key = (raw, peak)
         summary = self._prof_sums.get(key)
         if summary is None:
-            summary = self._sum_records(recs, peak)
+            summary = self._sum_records(np.frombuffer(raw, dtype=PROFILE_RECORD), peak)
             if len(self._prof_sums) >= _MAX_CACHED:
                 self._prof_sums.clear()
                 self._layer_ms_of.clear()  # keyed by the summaries' ids
