@@ -14,7 +14,7 @@ from xir.quant.fixed_point import clip_bounds
 
 def _run_conv(hw, rng, h, w, cin, cout, k=(3, 3), stride=(1, 1), pad=(1, 1, 1, 1),
               dilation=(1, 1), groups=1, dtype="int8", relu=False, leaky=False, out_pitch=None,
-              out_c_off=0):
+              out_c_off=0, in_pitch=None):
     npdt = np.int8 if dtype == "int8" else np.int16
     info = np.iinfo(npdt)
     x = rng.integers(info.min, info.max + 1, (h, w, cin)).astype(npdt)
@@ -24,7 +24,7 @@ def _run_conv(hw, rng, h, w, cin, cout, k=(3, 3), stride=(1, 1), pad=(1, 1, 1, 1
     m, s = rand_requant(rng, cout, 2.0 / (kk * (30 if dtype == "int8" else 3000)))
     mn, sn = (rand_requant(rng, cout, 0.1 / (kk * 30)) if leaky else (None, None))
     lo, hi = clip_bounds(npdt, relu=relu)
-    fi = hw.fmap_in(x)
+    fi = hw.fmap_in(x, pitch=in_pitch)
     oh, ow = asm.conv_out_hw(h, w, k, stride, pad, dilation)
     fo = hw.fmap_out(oh, ow, cout, dtype, pitch=out_pitch, c_off=out_c_off)
     wa = hw.put(asm.pack_conv_weights(wq, groups, dtype, hw.cfg))
@@ -62,6 +62,8 @@ CASES = [
     dict(h=5, w=5, cin=10, cout=6, groups=2, k=(1, 1), pad=(0, 0, 0, 0), dtype="int16"),
     dict(h=7, w=6, cin=20, cout=24, dtype="int16"),
     dict(h=6, w=7, cin=10, cout=10, groups=10, dtype="int16"),
+    dict(h=13, w=11, cin=3, cout=16, stride=(2, 2), in_pitch=3),  # an RGB stem, dense pixels
+    dict(h=9, w=10, cin=3, cout=8, pad=(0, 2, 1, 0), in_pitch=4),  # 3 of 4 channels
     dict(h=7, w=7, cin=18, cout=9, relu=True),
     dict(h=7, w=7, cin=18, cout=9, leaky=True),
 ]

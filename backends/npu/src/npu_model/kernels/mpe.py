@@ -159,7 +159,9 @@ def _put_pixels(y, src, q0, npix, n, ow_n, yrs, ypitch, coff):
     ow = q0 - oh * ow_n
     for p in range(npix):
         at = oh * yrs + ow * ypitch + coff
-        _cp(y[at:at + n], src[p * n:(p + 1) * n])
+        s0 = p * n
+        for i in range(n):  # inline, unsigned indices: a few channels per pixel cost no call
+            y[np.uint64(at + i)] = src[np.uint64(s0 + i)]
         ow += 1
         if ow == ow_n:
             ow = 0
@@ -234,6 +236,10 @@ def _pad_compact(x, xrs, xpitch, cbase, ih_n, iw_n, ncc, pt, pl, hp, wp, xp):
         _zero(row[:w0 * ncc])
         _zero(row[w1 * ncc:])
         src = ih * xrs + cbase
+        if ncc == xpitch:  # dense pixels (an RGB stem's input): the row is one run
+            s0 = src + (w0 - pl) * ncc
+            _cp(row[w0 * ncc:w1 * ncc], x[s0:s0 + (w1 - w0) * ncc])
+            continue
         if ncc >= 16:
             for w in range(w0, w1):
                 s0 = src + (w - pl) * xpitch
@@ -543,6 +549,16 @@ def _mac_run(acc, xs, ws):
 
 
 @njit(cache=True)
+def _mac_pixels(acc, x, base, step, wt, ow0, ow1, c_n):
+    """``acc[ow] += x[base + ow * step:][:c_n] * wt`` for output pixels ow0..ow1 (a strided or
+    pitched row: one pixel's channels per vector, unsigned indices, no slices made)."""
+    for ow in range(ow0, ow1):
+        s0 = base + ow * step
+        for c in range(c_n):
+            acc[ow, c] += x[np.uint64(s0 + c)] * wt[c]
+
+
+@njit(cache=True)
 def _dw_rows(x, xrs, xpitch, xcoff, ih_n, iw_n, w2, acc, bias, mult, shift, mult_neg,
              shift_neg, lo, hi, y, yrs, ypitch, ycoff, oh_n, ow_n, c_n, kh, kw, sh, sw, dh, dw,
              pt, pl):
@@ -585,10 +601,8 @@ def _dw_rows(x, xrs, xpitch, xcoff, ih_n, iw_n, w2, acc, bias, mult, shift, mult
                     _mac_run(accf[ow0 * c_n:ow0 * c_n + n], x[src:src + n],
                              wrep[ky * kw + kx, ow0 * c_n:ow0 * c_n + n])
                     continue
-                wt = w2[ky * kw + kx]
-                for ow in range(ow0, ow1):
-                    src = rb + (ow * sw + off) * xpitch
-                    _mac_run(acc[ow], x[src:src + c_n], wt)
+                _mac_pixels(acc, x, rb + off * xpitch, sw * xpitch, w2[ky * kw + kx], ow0,
+                            ow1, c_n)
         for r0 in range(0, ow_n, reps):
             r1 = min(ow_n, r0 + reps)
             m = (r1 - r0) * c_n
