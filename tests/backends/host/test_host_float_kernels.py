@@ -595,6 +595,16 @@ def test_transpose(rng, perm) -> None:
     assert_close(got, ref)
 
 
+@pytest.mark.parametrize("shape", [(1, 3, 5, 7), (2, 3, 4, 4), (2, 5, 3, 2), (1, 1, 2, 3)])
+@pytest.mark.parametrize("dtype", [np.float32, np.int8])
+def test_transpose_nchw_to_nhwc(rng, shape, dtype) -> None:
+    """The NCHW -> NHWC copy of image inputs (its own kernel: RGB and other channel counts)."""
+    x = (rng.standard_normal(shape) * 50).astype(dtype)
+    got = FLOAT_KERNELS["Transpose"]([x], {"perm": [0, 2, 3, 1]})[0]  # int8: the integer path
+    np.testing.assert_array_equal(got, np.transpose(x, (0, 2, 3, 1)))
+    assert got.dtype == dtype and got.flags.c_contiguous and not np.shares_memory(got, x)
+
+
 @pytest.mark.parametrize("axes", [[1], [-1], [1, 3], []])
 def test_squeeze(rng, axes) -> None:
     x = randn(rng, 2, 1, 3, 1)

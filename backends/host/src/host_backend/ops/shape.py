@@ -7,6 +7,7 @@ kernels can share them. Outputs are fresh C-contiguous arrays, never views of an
 from __future__ import annotations
 
 import numpy as np
+from numba import njit
 
 from ._common import fresh, require
 
@@ -64,7 +65,36 @@ def transpose(inputs: list[np.ndarray], attrs: dict) -> list[np.ndarray]:
     """np.transpose(x, perm); no perm (or an empty one) reverses the axes."""
     x = np.asarray(inputs[0])
     perm = attrs.get("perm") or None
+    if perm is not None and tuple(perm) == (0, 2, 3, 1) and x.ndim == 4 and x.size:
+        # NCHW -> NHWC (an image network's input): numpy's strided copy takes ~1.3 ns per
+        # element over three planes; channel by channel it is a tenth of that
+        n, c, h, w = x.shape
+        out = np.empty((n, h, w, c), dtype=x.dtype)
+        flat, dst = np.ascontiguousarray(x).reshape(n, -1), out.reshape(n, -1)
+        for i in range(n):
+            if c == 3:
+                _planes_to_pixels3(flat[i], h * w, dst[i])
+            else:
+                _planes_to_pixels(flat[i], c, h * w, dst[i])
+        return [out]
     return [fresh(np.transpose(x, perm))]
+
+
+@njit(cache=True)
+def _planes_to_pixels(x, c_n, hw, out):
+    """``out[p * c_n + c] = x[c * hw + p]``: channel planes to interleaved pixels."""
+    for c in range(c_n):
+        for p in range(hw):
+            out[np.uint64(p * c_n + c)] = x[np.uint64(c * hw + p)]
+
+
+@njit(cache=True)
+def _planes_to_pixels3(x, hw, out):
+    """`_planes_to_pixels` for three channels (RGB), unrolled: it vectorises as shuffles."""
+    for p in range(hw):
+        out[np.uint64(3 * p)] = x[np.uint64(p)]
+        out[np.uint64(3 * p + 1)] = x[np.uint64(hw + p)]
+        out[np.uint64(3 * p + 2)] = x[np.uint64(2 * hw + p)]
 
 
 def channel_shuffle(inputs: list[np.ndarray], attrs: dict) -> list[np.ndarray]:
