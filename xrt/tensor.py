@@ -117,6 +117,15 @@ class Tensor:
         t._lazy, t._keep = (arr, region), arr
         return t
 
+    @classmethod
+    def _over(cls, dtype: TensorType, chunk: MemChunk, offset: int) -> Tensor:
+        """A tensor of `dtype` over `chunk` at `offset`, unchecked: a runtime handing out a
+        result where it checked once that the type fits."""
+        t = cls.__new__(cls)
+        t._dtype, t._offset, t._check, t._ready = dtype, offset, None, True
+        t._chunk_ = chunk
+        return t
+
     def _wrap(self, arr: np.ndarray, dtype: TensorType) -> None:
         if arr.dtype != dtype.numpy_dtype:
             raise TensorError(f"buffer is {arr.dtype}, the tensor type says "

@@ -393,7 +393,8 @@ class Forwarder:
         ttype, chunk, base, is_ocm, owner = place
         if chunk is None:  # an INPUT/OUTPUT buffer: wherever it is bound this forward
             _, chunk, base = self.bound[owner]
-        return steps.result_tensor(Tensor(ttype, chunk, base), is_ocm)
+            return steps.result_tensor(Tensor(ttype, chunk, base), is_ocm)
+        return steps.result_tensor(Tensor._over(ttype, chunk, base), is_ocm)
 
     def _place_of(self, v: Any) -> tuple[TensorType, Any, int, bool, int]:
         """(tensor type, chunk, offset, in OCM, buffer owner) of value `v`; chunk None for a
@@ -413,4 +414,6 @@ class Forwarder:
         dense = t["c_off"] == 0 and t["pitch"] == t["c"] and v.storageBytes() == t["bytes"]
         ttype = v.dtype if dense else \
             TensorType(v.dtype.element_dtype, (1, t["h"], t["w"], t["pitch"]), "NHWC")
+        if chunk is not None:
+            Tensor(ttype, chunk, base)  # the type fits there (checked once: `tensor_of`)
         return ttype, chunk, base, is_ocm, b.owner
