@@ -110,7 +110,6 @@ class RunResult:
     syncs: int = 0
     words: int = 0
     layers: list[np.ndarray] = field(default_factory=list)  # PROFILE_RECORD rows
-    totals: dict[str, int] = field(default_factory=dict)
     macs: int = 0  # summed over the layers (the MPE counters the device adds)
     compute: int = 0  # compute cycles summed over the layers
 
@@ -127,6 +126,8 @@ class Icore:
         self.bus = bus
         self.tiles = TileCounters(cfg.mpe_cols)
         self._stats = dict.fromkeys(_STAT_KEYS, 0)
+        #: counters of replayed runs not yet added to `_stats` (added when they are read)
+        self._unfolded: list[dict[str, int]] = []
         self._res = cy.new_result_vector()
         #: decoded runs by (address, size, MPE/clock settings, record areas, layer base)
         self._programs: dict[tuple, Program] = {}
@@ -138,9 +139,18 @@ class Icore:
 
     def stats(self) -> dict[str, int]:
         """Cumulative counters since the last `clear_stats` (runs, layers, cycles, bytes...)."""
+        self._fold()
         return dict(self._stats)
 
+    def _fold(self) -> None:
+        stats = self._stats
+        for added in self._unfolded:
+            for k, v in added.items():
+                stats[k] += v
+        self._unfolded.clear()
+
     def clear_stats(self) -> None:
+        self._unfolded.clear()
         for k in self._stats:
             self._stats[k] = 0
 
@@ -178,6 +188,7 @@ class Icore:
         if prog is not None and prog.bind(code, mmu, self.bus.view, self.bus.whole):
             return self._replay(prog)
         hw = cfg.hw_vector(rows, cols, icore_clk_hz, ddr_clk_hz)
+        self._fold()
         stats0 = dict(self._stats)
         tiles0 = self.tiles.read.copy(), self.tiles.write.copy()
         code = code.copy()
@@ -193,15 +204,15 @@ class Icore:
 
     def _replay(self, prog: Program) -> RunResult:
         """Run a recorded program again: its kernels on today's feature maps, its records and
-        counters as the interpreter would write them."""
+        counters as the interpreter would write them. The result is the recorded run's (the
+        same cycles, layers and MACs; callers only read it)."""
         prog.replay()
-        for k, v in prog.stats.items():
-            self._stats[k] += v
+        self._unfolded.append(prog.stats)
+        if len(self._unfolded) >= 256:
+            self._fold()
         self.tiles.read += prog.rtiles
         self.tiles.write += prog.wtiles
-        r = prog.result
-        return RunResult(r.cycles, r.syncs, r.words, list(r.layers), self.stats(), r.macs,
-                         r.compute)
+        return prog.result
 
     def _interpret(self, code: np.ndarray, instr_addr: int, mmu: MmuTable, rows: int, cols: int,
                    hw: np.ndarray, timer, profiler, layer_base: int) -> RunResult:
@@ -275,7 +286,6 @@ class Icore:
         self._stats["runs"] += 1
         self._stats["cycles"] += cfg.launch_overhead_cycles
         self._stats["instructions"] += i
-        res.totals = self.stats()
         res.macs = sum(int(r["macs"]) for r in res.layers)
         res.compute = sum(int(r["compute"]) for r in res.layers)
         return res

@@ -74,6 +74,8 @@ class Forwarder:
         self.pending_ms: dict[int, float] = {}
         #: the device's MMU generation right after this backend programmed the MMU
         self._mmu_generation: int | None = None
+        #: op id -> (run position, run, inputs in INPUT buffers) of a HardOp (`_step_of`)
+        self._steps: dict[int, tuple[int, Run, tuple[int, ...]]] = {}
         #: v_id -> where its results lie (`_place_of`), made on first use
         self._places: dict[int, tuple[TensorType, Any, int, bool, int]] = {}
         self.restore_io()
@@ -104,7 +106,10 @@ class Forwarder:
 
     def _forward_locked(self, op: Any, inputs: list[Tensor], outputs: list[Tensor],
                         steps: ChipSteps) -> list[Tensor]:
-        pos = self.layout.order[op.op_id]
+        step = self._steps.get(op.op_id)
+        if step is None:
+            step = self._steps[op.op_id] = self._step_of(op)
+        pos, run, fed = step
         if pos <= self.last_pos or not self.done:
             self._start_forward()
         self.last_pos = pos
@@ -112,9 +117,8 @@ class Forwarder:
         if len(inputs) != len(op.inputs):
             raise TensorError(f"HardOp {op.op_id} takes {len(op.inputs)} inputs, got "
                               f"{len(inputs)}")
-        for v, t in zip(op.inputs, inputs):
-            memcpy_ms += self._bind_input(op, v, t)
-        run = self.dep.runs[self.dep.run_of[op.op_id]]
+        for k in fed:
+            memcpy_ms += self._bind_input(op, op.inputs[k], inputs[k])
         first = op.op_id not in self.done
         user = list(outputs or [])
         user_mapped = first and bool(user) and run.op_ids[0] == op.op_id
@@ -156,6 +160,14 @@ class Forwarder:
         steps.setTimeElapses(op.op_id, memcpy_ms, hard_ms)
         return results
 
+    def _step_of(self, op: Any) -> tuple[int, Run, tuple[int, ...]]:
+        """(position in the run order, its run, the inputs bound to INPUT buffers) of HardOp
+        `op`; the others were produced on the NPU by this backend and lie where they are."""
+        lay = self.layout
+        fed = tuple(k for k, v in enumerate(op.inputs)
+                    if v.v_id in lay.in_ids and lay.buffer_of(v).segment == SegmentType.INPUT)
+        return lay.order[op.op_id], self.dep.runs[self.dep.run_of[op.op_id]], fed
+
     def _start_forward(self) -> None:
         dev = self.device
         self.done = set()
@@ -187,10 +199,9 @@ class Forwarder:
         return not self.settings.mmu_on or b.owner in self.dep.io_offsets
 
     def _bind_input(self, op: Any, v: Any, t: Tensor) -> float:
+        """Bind input `v` (one in an INPUT buffer, `_step_of`) to tensor `t`: map or copy."""
         lay = self.layout
         b = lay.buffer_of(v)
-        if v.v_id not in lay.in_ids or b.segment != SegmentType.INPUT:
-            return 0.0  # produced on the NPU by this backend: already in FTMP/OUTPUT
         own, own_off = self._own(b)
         staged = self.settings.staged
         if v.v_id in staged and not self.is_fork:
