@@ -144,20 +144,25 @@ def test_matmul_constant_b(hw, rng, dtype):
 
 @pytest.mark.parametrize("transposed", [False, True])
 @pytest.mark.parametrize("dtype", ["int8", "int16"])
-def test_matmul_dynamic_b(hw, rng, dtype, transposed):
+@pytest.mark.parametrize("shape", [(3, 5, 40, 6), (2, 13, 33, 70)])
+def test_matmul_dynamic_b(hw, rng, dtype, transposed, shape, gemm):
+    """Both operands feature maps (attention's Q K^T and P V): odd K, several B panels, rows
+    not a multiple of the micro tile, a bias; int8 through either GEMM."""
     npdt = np.int8 if dtype == "int8" else np.int16
     info = np.iinfo(npdt)
-    batch, m_, k, n = 3, 5, 40, 6
+    batch, m_, k, n = shape
     a = rng.integers(info.min, info.max + 1, (batch, m_, k)).astype(npdt)
     b = rng.integers(info.min, info.max + 1, (batch, k, n)).astype(npdt)
+    bias = rng.integers(-3000, 3000, n)
     mult, shift = rand_requant(rng, n, 1.0 / (k * (40 if dtype == "int8" else 9000)))
     fa = hw.fmap_in(a)
     fb = hw.fmap_in(np.ascontiguousarray(b.transpose(0, 2, 1)) if transposed else b)
     fo = hw.fmap_out(batch, m_, n, dtype)
-    hw.run([asm.Matmul(fa, fo, hw.put(asm.pack_requant_params(0, mult, shift, n=n)), b=fb,
-                       clip=(0, info.max), b_transposed=transposed)])
-    acc = a.astype(np.int64) @ b.astype(np.int64)
-    np.testing.assert_array_equal(hw.read(fo), ref_requant(acc, mult, shift, 0, info.max))
+    hw.run([asm.Matmul(fa, fo, hw.put(asm.pack_requant_params(bias, mult, shift, n=n)), b=fb,
+                       clip=(-info.max, info.max), b_transposed=transposed)])
+    acc = a.astype(np.int64) @ b.astype(np.int64) + bias
+    np.testing.assert_array_equal(hw.read(fo), ref_requant(acc, mult, shift, -info.max,
+                                                           info.max))
 
 
 def test_long_reduction_is_exact(hw, rng, gemm):

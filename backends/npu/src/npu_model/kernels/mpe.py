@@ -619,6 +619,47 @@ def _dw_rows(x, xrs, xpitch, xcoff, ih_n, iw_n, w2, acc, bias, mult, shift, mult
 
 
 @njit(cache=True)
+def matmul_dynamic_int(a, ars, apitch, acoff, b, brs, bpitch, bcoff, batch, m, k, n, bt, nr,
+                       bias, mult, shift, mult_neg, shift_neg, lo, hi, y, yrs, ypitch, ycoff):
+    """`matmul_dynamic` of int8 operands on the integer GEMM (`igemm`, K <= `igemm.MAX_K`):
+    per batch, A's rows in int16 and B packed into panels `nr` wide, int32 accumulation,
+    requantized in runs of whole rows."""
+    k2 = (k + 1) // 2
+    lda = 2 * k2
+    rows = (m + MR - 1) // MR * MR
+    nb = (n + nr - 1) // nr
+    ldc = nb * nr
+    at = np.zeros(rows * lda, dtype=np.int16)  # K and row padding stay 0
+    bq = np.zeros(nb * k2 * nr * 2, dtype=np.int16)  # N and K padding stay 0
+    c = np.empty(rows * ldc, dtype=np.int32)
+    none = np.empty((0, n), dtype=np.int64)
+    for ib in range(batch):
+        for i in range(m):
+            src = ib * ars + i * apitch + acoff
+            _cp(at[i * lda:i * lda + k], a[src:src + k])
+        for pb in range(nb):  # B into pair panels: bq[(pb, k // 2, n, k % 2)]
+            j0 = pb * nr
+            wdt = min(nr, n - j0)
+            pbase = pb * k2 * nr * 2
+            if bt:  # B^T rows: one column of B, contiguous over K
+                for nn in range(wdt):
+                    src = ib * brs + (j0 + nn) * bpitch + bcoff
+                    d = pbase + 2 * nn
+                    for kk in range(k):
+                        bq[np.uint64(d + (kk >> 1) * 2 * nr + (kk & 1))] = b[np.uint64(src + kk)]
+            else:
+                for kk in range(k):
+                    src = ib * brs + kk * bpitch + bcoff + j0
+                    d = pbase + (kk >> 1) * 2 * nr + (kk & 1)
+                    for nn in range(wdt):
+                        bq[np.uint64(d + 2 * nn)] = b[np.uint64(src + nn)]
+        gemm_pairs(at, lda, rows, bq, k2, n, nr, c, 0, ldc)
+        _requant_tile(c, ldc, none, bias, 0, ib * m, m, m, n, y, yrs, ypitch, ycoff, 0,
+                      mult, shift, mult_neg, shift_neg, lo, hi)
+    return y
+
+
+@njit(cache=True)
 def matmul_dynamic(a, ars, apitch, acoff, b, brs, bpitch, bcoff,
                    batch, m, k, n, bt, fdummy, kc,
                    bias, mult, shift, mult_neg, shift_neg, lo, hi,
