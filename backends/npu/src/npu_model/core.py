@@ -36,7 +36,7 @@ from .isa import (
     decode_arrays,
     unpack_payload,
 )
-from .kernels import igemm, mpe, vector
+from .kernels import igemm, matmul, mpe, vector
 from .mmu import MEM_ETM, MEM_OCM, MmuFault, MmuTable
 from .program import MAX_PROGRAMS, Program, Recording
 
@@ -591,14 +591,14 @@ class Icore:
         if not compute:
             return
         if dtype == "int8" and self.int_gemm and a.c <= igemm.MAX_K:
-            self._rec.call(mpe.matmul_dynamic_int, a.arr, a.rs, a.pitch, a.coff, b.arr, b.rs,
+            self._rec.call(matmul.matmul_dynamic_int, a.arr, a.rs, a.pitch, a.coff, b.arr, b.rs,
                            b.pitch, b.coff, a.h, a.w, a.c, y.c, bt, igemm.panel_width(y.c),
                            bias, mult, shift, mneg, sneg, lo, hi, y.arr, y.rs, y.pitch,
                            y.coff)
             return
         fdt, kc = (np.float32, mpe.KC_INT8_F32) if dtype == "int8" else \
             (np.float64, mpe.KC_INT16_F64)
-        self._rec.call(mpe.matmul_dynamic, a.arr, a.rs, a.pitch, a.coff, b.arr, b.rs, b.pitch,
+        self._rec.call(matmul.matmul_dynamic, a.arr, a.rs, a.pitch, a.coff, b.arr, b.rs, b.pitch,
                        b.coff, a.h, a.w, a.c, y.c, bt, np.zeros(1, dtype=fdt), kc, bias, mult,
                        shift, mneg, sneg, lo, hi, y.arr, y.rs, y.pitch, y.coff)
 

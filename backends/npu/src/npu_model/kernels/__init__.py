@@ -1,10 +1,11 @@
 """Numba compute kernels of the NPU model (module-level ``@njit(cache=True)``).
 
-`mpe`: convolution and matmul on the MPE array; `vector`: element-wise, pools, LUT, upsample,
-copy. Every kernel is a pure function of flat memory views, layout integers and parameter
-vectors: no config object, no globals, so `NUMBA_DISABLE_JIT=1` runs them as plain numpy.
+`mpe`: convolution on the MPE array; `matmul`: its matmuls of two feature maps; `igemm`: the
+integer GEMM both use; `vector`: element-wise, pools, LUT, upsample, copy. Every kernel is a
+pure function of flat memory views, layout integers and parameter vectors: no config object,
+no globals, so `NUMBA_DISABLE_JIT=1` runs them as plain numpy.
 """
 
-from . import mpe, vector
+from . import igemm, matmul, mpe, vector
 
-__all__ = ["mpe", "vector"]
+__all__ = ["igemm", "matmul", "mpe", "vector"]

@@ -1,4 +1,5 @@
-"""MPE-array kernels: convolution (dense, grouped, depthwise) and matmul, bit-exact.
+"""MPE-array kernels: convolution (dense, grouped, depthwise), bit-exact (matmuls of two feature
+maps: `matmul`).
 
 Operands are flat views of simulated memory (int8 or int16 arrays) plus their layout:
 element ``(h, w, c)`` of a feature map is at ``h * rs + w * pitch + c_off + c`` (all in
@@ -17,16 +18,13 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from xir.quant.fixed_point import requantize_one
-
 from .igemm import MR, gemm_pairs
 
 #: Numba kernels called from this file's kernels but defined in other files, with a stamp of
 #: their source (and of the kernels they call). Numba's on-disk cache notices changes to this
 #: file only, so when a dependency changes, `tests/test_kernel_stamps.py`
 #: fails until the stamp here is updated, and that edit makes Numba recompile these kernels.
-NUMBA_DEPENDS = {"xir.quant.fixed_point.requantize_one": "e5bd92a5402c36dd",
-                 "npu_model.kernels.igemm.gemm_pairs": "da888fe59a1c007b"}
+NUMBA_DEPENDS = {"npu_model.kernels.igemm.gemm_pairs": "da888fe59a1c007b"}
 
 #: K-chunk lengths that keep float partial sums exact
 KC_INT8_F32 = 1024
@@ -616,91 +614,3 @@ def _dw_rows(x, xrs, xpitch, xcoff, ih_n, iw_n, w2, acc, bias, mult, shift, mult
                 continue
             _requant_row(tmp[:m], prm, lo, hi, ytmp[:m])
             _put_pixels(y, ytmp, oh * ow_n + r0, r1 - r0, c_n, ow_n, yrs, ypitch, ycoff)
-
-
-@njit(cache=True)
-def matmul_dynamic_int(a, ars, apitch, acoff, b, brs, bpitch, bcoff, batch, m, k, n, bt, nr,
-                       bias, mult, shift, mult_neg, shift_neg, lo, hi, y, yrs, ypitch, ycoff):
-    """`matmul_dynamic` of int8 operands on the integer GEMM (`igemm`, K <= `igemm.MAX_K`):
-    per batch, A's rows in int16 and B packed into panels `nr` wide, int32 accumulation,
-    requantized in runs of whole rows."""
-    k2 = (k + 1) // 2
-    lda = 2 * k2
-    rows = (m + MR - 1) // MR * MR
-    nb = (n + nr - 1) // nr
-    ldc = nb * nr
-    at = np.zeros(rows * lda, dtype=np.int16)  # K and row padding stay 0
-    bq = np.zeros(nb * k2 * nr * 2, dtype=np.int16)  # N and K padding stay 0
-    c = np.empty(rows * ldc, dtype=np.int32)
-    none = np.empty((0, n), dtype=np.int64)
-    for ib in range(batch):
-        for i in range(m):
-            src = ib * ars + i * apitch + acoff
-            _cp(at[i * lda:i * lda + k], a[src:src + k])
-        for pb in range(nb):  # B into pair panels: bq[(pb, k // 2, n, k % 2)]
-            j0 = pb * nr
-            wdt = min(nr, n - j0)
-            pbase = pb * k2 * nr * 2
-            if bt:  # B^T rows: one column of B, contiguous over K
-                for nn in range(wdt):
-                    src = ib * brs + (j0 + nn) * bpitch + bcoff
-                    d = pbase + 2 * nn
-                    for kk in range(k):
-                        bq[np.uint64(d + (kk >> 1) * 2 * nr + (kk & 1))] = b[np.uint64(src + kk)]
-            else:
-                for kk in range(k):
-                    src = ib * brs + kk * bpitch + bcoff + j0
-                    d = pbase + (kk >> 1) * 2 * nr + (kk & 1)
-                    for nn in range(wdt):
-                        bq[np.uint64(d + 2 * nn)] = b[np.uint64(src + nn)]
-        gemm_pairs(at, lda, rows, bq, k2, n, nr, c, 0, ldc)
-        _requant_tile(c, ldc, none, bias, 0, ib * m, m, m, n, y, yrs, ypitch, ycoff, 0,
-                      mult, shift, mult_neg, shift_neg, lo, hi)
-    return y
-
-
-@njit(cache=True)
-def matmul_dynamic(a, ars, apitch, acoff, b, brs, bpitch, bcoff,
-                   batch, m, k, n, bt, fdummy, kc,
-                   bias, mult, shift, mult_neg, shift_neg, lo, hi,
-                   y, yrs, ypitch, ycoff):
-    """Batched ``A (batch, M, K) @ B (batch, K, N)`` with both operands feature maps.
-
-    A is stored as H=batch, W=M, C=K; B as H=batch, W=K, C=N (`bt`: transposed, W=N, C=K);
-    the result as H=batch, W=M, C=N.
-    `fdummy` is a 0-d-like array whose dtype selects float32 / float64 for the exact GEMM.
-    """
-    af = np.empty((m, min(k, kc)), dtype=fdummy.dtype)
-    bf = np.empty((min(k, kc), n), dtype=fdummy.dtype)
-    acc = np.empty((m, n), dtype=np.int64)
-    for ib in range(batch):
-        for i in range(m):
-            for j in range(n):
-                acc[i, j] = bias[j]
-        for k0 in range(0, k, kc):
-            k1 = min(k, k0 + kc)
-            kl = k1 - k0
-            for i in range(m):
-                src = ib * ars + i * apitch + acoff + k0
-                for kk in range(kl):
-                    af[i, kk] = a[src + kk]
-            if bt:
-                for j in range(n):
-                    src = ib * brs + j * bpitch + bcoff + k0
-                    for kk in range(kl):
-                        bf[kk, j] = b[src + kk]
-            else:
-                for kk in range(kl):
-                    src = ib * brs + (k0 + kk) * bpitch + bcoff
-                    for j in range(n):
-                        bf[kk, j] = b[src + j]
-            part = np.dot(np.ascontiguousarray(af[:, :kl]), np.ascontiguousarray(bf[:kl]))
-            for i in range(m):
-                for j in range(n):
-                    acc[i, j] += np.int64(part[i, j])
-        for i in range(m):
-            base = ib * yrs + i * ypitch + ycoff
-            for j in range(n):
-                y[base + j] = requantize_one(acc[i, j], mult[j], shift[j], mult_neg[j],
-                                             shift_neg[j], lo, hi)
-    return y

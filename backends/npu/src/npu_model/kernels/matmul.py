@@ -1,0 +1,107 @@
+"""Matmul kernels of the MPE array whose operands are both feature maps (attention's QK^T and
+PV): the exact float K-chunk GEMM for any operand type, and int8 operands on the integer GEMM.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from xir.quant.fixed_point import requantize_one
+
+from .igemm import MR, gemm_pairs
+from .mpe import _cp, _requant_tile
+
+#: kernels from other files these kernels call, with their source stamps (see `mpe`'s note)
+NUMBA_DEPENDS = {"xir.quant.fixed_point.requantize_one": "e5bd92a5402c36dd",
+                 "npu_model.kernels.igemm.gemm_pairs": "da888fe59a1c007b",
+                 "npu_model.kernels.mpe._cp": "0a2adf34018fe80f",
+                 "npu_model.kernels.mpe._requant_tile": "9b3b0a23a9d32a5e"}
+
+
+@njit(cache=True)
+def matmul_dynamic_int(a, ars, apitch, acoff, b, brs, bpitch, bcoff, batch, m, k, n, bt, nr,
+                       bias, mult, shift, mult_neg, shift_neg, lo, hi, y, yrs, ypitch, ycoff):
+    """`matmul_dynamic` of int8 operands on the integer GEMM (`igemm`, K <= `igemm.MAX_K`):
+    per batch, A's rows in int16 and B packed into panels `nr` wide, int32 accumulation,
+    requantized in runs of whole rows."""
+    k2 = (k + 1) // 2
+    lda = 2 * k2
+    rows = (m + MR - 1) // MR * MR
+    nb = (n + nr - 1) // nr
+    ldc = nb * nr
+    at = np.zeros(rows * lda, dtype=np.int16)  # K and row padding stay 0
+    bq = np.zeros(nb * k2 * nr * 2, dtype=np.int16)  # N and K padding stay 0
+    c = np.empty(rows * ldc, dtype=np.int32)
+    none = np.empty((0, n), dtype=np.int64)
+    for ib in range(batch):
+        for i in range(m):
+            src = ib * ars + i * apitch + acoff
+            _cp(at[i * lda:i * lda + k], a[src:src + k])
+        for pb in range(nb):  # B into pair panels: bq[(pb, k // 2, n, k % 2)]
+            j0 = pb * nr
+            wdt = min(nr, n - j0)
+            pbase = pb * k2 * nr * 2
+            if bt:  # B^T rows: one column of B, contiguous over K
+                for nn in range(wdt):
+                    src = ib * brs + (j0 + nn) * bpitch + bcoff
+                    d = pbase + 2 * nn
+                    for kk in range(k):
+                        bq[np.uint64(d + (kk >> 1) * 2 * nr + (kk & 1))] = b[np.uint64(src + kk)]
+            else:
+                for kk in range(k):
+                    src = ib * brs + kk * bpitch + bcoff + j0
+                    d = pbase + (kk >> 1) * 2 * nr + (kk & 1)
+                    for nn in range(wdt):
+                        bq[np.uint64(d + 2 * nn)] = b[np.uint64(src + nn)]
+        gemm_pairs(at, lda, rows, bq, k2, n, nr, c, 0, ldc)
+        _requant_tile(c, ldc, none, bias, 0, ib * m, m, m, n, y, yrs, ypitch, ycoff, 0,
+                      mult, shift, mult_neg, shift_neg, lo, hi)
+    return y
+
+
+@njit(cache=True)
+def matmul_dynamic(a, ars, apitch, acoff, b, brs, bpitch, bcoff,
+                   batch, m, k, n, bt, fdummy, kc,
+                   bias, mult, shift, mult_neg, shift_neg, lo, hi,
+                   y, yrs, ypitch, ycoff):
+    """Batched ``A (batch, M, K) @ B (batch, K, N)`` with both operands feature maps.
+
+    A is stored as H=batch, W=M, C=K; B as H=batch, W=K, C=N (`bt`: transposed, W=N, C=K);
+    the result as H=batch, W=M, C=N.
+    `fdummy` is a 0-d-like array whose dtype selects float32 / float64 for the exact GEMM.
+    """
+    af = np.empty((m, min(k, kc)), dtype=fdummy.dtype)
+    bf = np.empty((min(k, kc), n), dtype=fdummy.dtype)
+    acc = np.empty((m, n), dtype=np.int64)
+    for ib in range(batch):
+        for i in range(m):
+            for j in range(n):
+                acc[i, j] = bias[j]
+        for k0 in range(0, k, kc):
+            k1 = min(k, k0 + kc)
+            kl = k1 - k0
+            for i in range(m):
+                src = ib * ars + i * apitch + acoff + k0
+                for kk in range(kl):
+                    af[i, kk] = a[src + kk]
+            if bt:
+                for j in range(n):
+                    src = ib * brs + j * bpitch + bcoff + k0
+                    for kk in range(kl):
+                        bf[kk, j] = b[src + kk]
+            else:
+                for kk in range(kl):
+                    src = ib * brs + (k0 + kk) * bpitch + bcoff
+                    for j in range(n):
+                        bf[kk, j] = b[src + j]
+            part = np.dot(np.ascontiguousarray(af[:, :kl]), np.ascontiguousarray(bf[:kl]))
+            for i in range(m):
+                for j in range(n):
+                    acc[i, j] += np.int64(part[i, j])
+        for i in range(m):
+            base = ib * yrs + i * ypitch + ycoff
+            for j in range(n):
+                y[base + j] = requantize_one(acc[i, j], mult[j], shift[j], mult_neg[j],
+                                             shift_neg[j], lo, hi)
+    return y
