@@ -73,32 +73,27 @@ def _layer_norm_rows(x, scale, bias, eps, y):
     kb = 1 if bias.shape[0] > 1 else 0
     for r in range(x.shape[0]):
         row = x[r]
-        mean = _sum4(row, 0.0, False) / n
-        inv = 1.0 / np.sqrt(_sum4(row, mean, True) / n + eps)
+        mean, inv = _row_stats(row, eps)
         out = y[r]
         for j in range(n):
             out[j] = (row[j] - mean) * inv * np.float64(scale[j * ks]) + np.float64(bias[j * kb])
 
 
-@njit(cache=True)
-def _sum4(v, center, sq):
-    """Sum of ``v - center``, or of its squares (`sq`), in float64 over four interleaved
-    partial sums (four add chains instead of one)."""
-    s0 = s1 = s2 = s3 = 0.0
-    n4 = v.shape[0] // 4 * 4
-    for j in range(0, n4, 4):
-        a, b, c, d = (np.float64(v[j]) - center, np.float64(v[j + 1]) - center,
-                      np.float64(v[j + 2]) - center, np.float64(v[j + 3]) - center)
-        if sq:
-            a, b, c, d = a * a, b * b, c * c, d * d
-        s0 += a
-        s1 += b
-        s2 += c
-        s3 += d
-    for j in range(n4, v.shape[0]):
-        e = np.float64(v[j]) - center
-        s0 += e * e if sq else e
-    return (s0 + s1) + (s2 + s3)
+@njit(cache=True, fastmath={"reassoc"})
+def _row_stats(row, eps):
+    """(mean, 1 / sqrt(variance + eps)) of a row in float64. The sums may be reassociated
+    (and so vectorised, many partial sums in a fixed order): a [1, 64, 128] LayerNorm's
+    statistics 7.4 -> 2.8 us; the normalization itself keeps its order."""
+    n = row.shape[0]
+    s = 0.0
+    for j in range(n):
+        s += np.float64(row[j])
+    mean = s / n
+    q = 0.0
+    for j in range(n):
+        e = np.float64(row[j]) - mean
+        q += e * e
+    return mean, 1.0 / np.sqrt(q / n + eps)
 
 
 def group_norm(inputs: list[np.ndarray], attrs: dict) -> list[np.ndarray]:
