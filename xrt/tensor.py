@@ -238,7 +238,7 @@ class Tensor:
             return Tensor._host(raw.view(dtype.numpy_dtype).reshape(dtype.shape), dtype,
                                 mregion)
         out = Tensor(dtype).mallocOn(mregion)
-        out.copyFrom(0, self, 0, self._dtype.storageBytes())  # type: ignore[union-attr]
+        out.copyFrom(0, self, 0, dtype.storageBytes())  # type: ignore[union-attr]
         return out
 
     def copyFrom(self, dest_offset: int, src_tensor: Tensor, src_offset: int, byte_size: int
@@ -272,7 +272,7 @@ class Tensor:
         """Fill element i with f(i) (allocating host memory if the tensor has none)."""
         dtype = self.dtype()
         if self._chunk is None:
-            self.mallocOn(_host_region())
+            self.mallocOn(HostDevice.MemRegion())
         values = np.fromiter((f(i) for i in range(dtype.numel())), dtype=dtype.numpy_dtype,
                              count=dtype.numel())
         self.copyData(values)
@@ -403,10 +403,6 @@ class Tensor:
         if offset < 0 or byte_size < 0 or offset + byte_size > n:
             raise TensorError(f"range [{offset}, {offset + byte_size}) is outside the tensor's "
                               f"{n} bytes")
-
-
-def _host_region() -> Any:
-    return HostDevice.MemRegion()
 
 
 def _seconds(t: _dt.timedelta | float) -> float:

@@ -110,8 +110,9 @@ class Recording:
     #: id of a feature map view -> (the view, logical address, bytes, memory)
     _operands: dict[int, tuple[np.ndarray, int, int, int]] = field(default_factory=dict)
     #: the constants as (memory, starts, sizes, their bytes) blocks checked in one call per
-    #: memory (`consts_unchanged`); None until first needed and after a rebind
-    _blocks: list[tuple[int, np.ndarray, np.ndarray, np.ndarray]] | None = None
+    #: memory (`consts_unchanged`); False: compared one by one; None until first needed and
+    #: after a rebind
+    _blocks: list[tuple[int, np.ndarray, np.ndarray, np.ndarray]] | bool | None = None
 
     def call(self, fn: Callable[..., Any], *args: Any) -> None:
         """Run a kernel (or memory write) now and keep it for the replay."""

@@ -292,8 +292,10 @@ class NpuDevice(Device):
         log.debug("%s fault: %s", self.chip.name, msg)
 
     def _area(self, lo: int, size_reg: int) -> tuple[int, int] | None:
-        size = self._rd(size_reg)
-        return (self._rd64(lo), size) if size else None
+        """(physical address, bytes) of the timer (`lo` = TIMER_ADDR_LO) or profiler area;
+        None when its size register is 0 (these registers have no read hooks)."""
+        a_lo, a_hi, size = self._reg.peek_words((lo, lo + 4, size_reg))
+        return (a_lo | a_hi << 32, size) if size else None
 
     # --- vendor API: counters and clocks ----------------------------------------------------------
 
@@ -482,12 +484,12 @@ class NpuDevice(Device):
                       count: int) -> Any:
         """The bytes of records [from_idx, from_idx + count) of the timer (`lo` =
         TIMER_ADDR_LO) or profiler area, clipped to the area (a bytes-like copy)."""
-        a_lo, a_hi, size = self._reg.peek_words((lo, lo + 4, size_reg))
-        if not size:
+        area = self._area(lo, size_reg)
+        if area is None:
             what = "timer" if lo == R.TIMER_ADDR_LO else "profiler"
             raise DeviceError(f"{self!r}: no {what} chunk configured; configure one first "
                               f"(config_{what})")
-        addr = a_lo | a_hi << 32
+        addr, size = area
         from_idx = max(0, int(from_idx))
         count = max(0, min(int(count), size // itemsize - from_idx))
         if count == 0:

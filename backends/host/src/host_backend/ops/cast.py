@@ -29,20 +29,17 @@ def cast(inputs, attrs, in_types, out_types, *, fake=False):
     src_el, dst_el = src_t.element_dtype, dst_t.element_dtype
 
     if dq and not sq:
-        sc = dst_el.scale
+        sc = dst_el.scale  # a float64 array: one value, or one per entry along the axis
         if fake:
-            y = _scaled(np.asarray(x, np.float64), 1.0 / np.asarray(sc), dst_el.axis)
+            y = _scaled(np.asarray(x, np.float64), 1.0 / sc, dst_el.axis)
         else:
-            y = quantize(x, sc if dst_el.axis is None else np.asarray(sc),
-                         dst_el.numpy_dtype, dst_el.axis)
+            y = quantize(x, sc, dst_el.numpy_dtype, dst_el.axis)
     elif sq and not dq:
         sc = src_el.scale
         if fake:
-            y = _scaled(np.asarray(x, np.float64), np.asarray(sc),
-                        src_el.axis).astype(dst_t.numpy_dtype)
+            y = _scaled(np.asarray(x, np.float64), sc, src_el.axis).astype(dst_t.numpy_dtype)
         else:
-            y = dequantize(x, sc if src_el.axis is None else np.asarray(sc), src_el.axis,
-                           dtype=dst_t.numpy_dtype)
+            y = dequantize(x, sc, src_el.axis, dtype=dst_t.numpy_dtype)
     elif sq and dq:
         if src_el.axis is not None or dst_el.axis is not None:
             raise ValueError("Cast between quantized types needs per-tensor scales")
