@@ -477,8 +477,9 @@ class Session:
         dump_on, dump_path, dump_fmt = self._dump
         values, profile = self._values, self._time_profile
         perf = time.perf_counter
+        t_op = perf()  # each op's wall time runs from where the last one's ended, so the
+        # rows of a profile add up to totalTime() (its bookkeeping goes to the next op)
         for op, backend, sources in self._steps()[start:end]:
-            t_op = perf()
             ins, memcpy_ms = self._gather(op, backend, sources)
             outs_given = [user_out[v.v_id] for v in op.outputs if v.v_id in user_out] \
                 if user_out else []
@@ -495,8 +496,9 @@ class Session:
                 values[v.v_id] = t
             if self._post is not None:
                 self._post(self, op, backend, outs)
-            wall = (perf() - t_op) * 1e3
             extra = backend.takeTimeElapses()
+            t_end = perf()
+            wall = (t_end - t_op) * 1e3
             if profile or self._log_time:
                 self._record_times(op, wall, memcpy_ms, extra)
             if self._log_io:
@@ -507,6 +509,7 @@ class Session:
                     name = f"{v.v_id}.{dump_fmt}"
                     with open(os.path.join(dump_path, name), "wb") as fh:
                         t.dump(fh, dump_fmt)
+            t_op = perf() if (dump_on or self._log_io) else t_end  # debug output: no op's
 
     def _record_times(self, op: Any, wall: float, memcpy_ms: float,
                       extra: dict[int, tuple[float, float, float]]) -> None:
