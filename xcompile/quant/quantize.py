@@ -21,10 +21,13 @@ works on quantized element types:
 - ReLU/ReLU6/LeakyReLU stay folded in the producing op's requantization; SiLU, Sigmoid, Tanh,
   Hardswish, GELU and Power keep their op type and run as tables (`xir.quant.lut`) derived from
   their scales;
-- ops with no exact integer form (Softmax, LayerNorm, Relu with a threshold, ...) stay
-  float, with Cast ops converting around them; the ops that only move codes (Reshape,
-  Transpose, Concat, ...) stay float after them too when every input is float, so a
-  probability output is never re-quantized on its way to the network output.
+- Softmax and LayerNorm over the last axis compute in integers (`xir.quant.rownorm`) where
+  every reader of their output does too (an attention block's probabilities feed the PV
+  matmul, a normalised row the next projection); feeding a float op or the network output,
+  they stay float, so a classifier's probabilities are never re-quantized on their way out;
+- ops with no exact integer form (Relu with a threshold, GroupNorm, ...) stay float, with
+  Cast ops converting around them; the ops that only move codes (Reshape, Transpose,
+  Concat, ...) stay float after them too when every input is float.
 
 Mixed precision (`input_bits`, `op_bits`; docs/quantization.md section 10): raised ops compute
 at 16 bits; precision spreads through scale groups and to the other inputs of rescaling ops,
@@ -72,6 +75,8 @@ PASS_THROUGH_OPS = frozenset({"Concat", "Split", "Slice", "Reshape", "Transpose"
 #: depend on most (reported on a transformer block: 0.972 output cosine with KL on the attention
 #: probabilities, 0.998 with minmax; a clipped top logit moves a 1000-class softmax)
 PROBABILITY_OPS = frozenset({"Softmax"})
+#: Ops normalising the last axis by the row's own statistics (`xir.quant.rownorm`)
+ROW_OPS = frozenset({"Softmax", "LayerNorm"})
 #: Default amax multiplier of 16-bit quantization: int16 has resolution to spare, and one
 #: bit of it buys headroom for values beyond the calibration set's range.
 INT16_HEADROOM = 2.0
@@ -84,6 +89,14 @@ def _integer_ops(net: Network) -> set[int]:
     sharing) whose every feature input comes from a float compute op -- quantizing after a
     Softmax only to reshape its probabilities would throw their resolution away."""
     ints = {op.op_id for op in net.ops if integer_capable(op)}
+
+    def computed_on(v: Value) -> bool:  # every op reading v computes in integers
+        return all(c.op_id in ints and (not _shares_scale(c) or all(map(computed_on, c.outputs)))
+                   for c in v.consumers)
+
+    for op in net.ops:  # a row op's codes only pay where integer ops compute on them
+        if op.op_id in ints and op.op_type in ROW_OPS and not all(map(computed_on, op.outputs)):
+            ints.discard(op.op_id)
     for op in net.ops:  # network order: producers first
         if op.op_id not in ints or not _shares_scale(op):
             continue
@@ -119,11 +132,29 @@ def integer_capable(op: Operation) -> bool:
         return len(feats) >= 1
     if t == "Relu":
         return float(op.attrs.get("threshold", 0.0)) == 0.0
+    if t in ROW_OPS:
+        return _row_op_capable(op)
     if t in PASS_THROUGH_OPS or t in LUT_OPS or t in ("AvgPool2d", "Resize", "Upsample"):
         if t == "Pad" and op.attrs.get("mode", "constant") != "constant":
             return len(feats) == len(op.inputs)
         return len(feats) == len(op.inputs)
     return False
+
+
+def _row_op_capable(op: Operation) -> bool:
+    """Softmax / LayerNorm: one feature input normalised over its last axis (rows short enough
+    for the int64 arithmetic), LayerNorm with constant gamma/beta, epsilon > 0 and no stats."""
+    feats = op.feature_inputs()
+    if len(feats) != 1 or op.inputs[0] is not feats[0] or len(op.outputs) != 1:
+        return False
+    shape = feats[0].shape
+    if not shape or int(op.attrs.get("axis", -1)) % len(shape) != len(shape) - 1 or \
+            not 0 < int(shape[-1]) < 1 << 16:
+        return False
+    if op.op_type == "LayerNorm":
+        return (not op.attrs.get("stats", False) and float(op.attrs.get("epsilon", 1e-5)) > 0
+                and 2 <= len(op.inputs) <= 3 and all(v.is_params for v in op.inputs[1:]))
+    return True
 
 
 class _UnionFind:
@@ -571,6 +602,10 @@ def _integer_inputs(op: Operation, get_q, act_el, bias_el, per_channel: bool,
             ins.append(Params(b.v_id, TensorType(b_el, b.shape, b.dtype.layout), bq, b.name,
                               b.mtype, dict(b.tags)))
         return ins
+    if t == "LayerNorm":  # gamma and beta stay float: the row scale is float64 (rownorm)
+        return [get_q(op.inputs[0])] + [
+            Params(v.v_id, v.dtype, v.data.copy(), v.name, v.mtype, dict(v.tags))
+            for v in op.inputs[1:]]
     ins = []
     for v in op.inputs:
         if v.is_params:  # a constant operand of Add/Sub/Multiply: per-tensor, its own scale

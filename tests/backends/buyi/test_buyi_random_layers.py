@@ -96,3 +96,25 @@ def test_buyi_tables_bit_exact(buyi_dev, kind, hwc, bits, seed):
     x = qin(b, (1, h, w, c), bits, s_in, "a")
     b.output(b.op(kind, [x], out_types=[out_type((1, h, w, c), bits, s_in * 0.7)], **attrs))
     _check_buyi(b.build(), rng, bits, buyi_dev)
+
+
+@settings(max_examples=20, **SETTINGS)
+@given(st.sampled_from(["Softmax", "LayerNorm"]), small_map(), st.sampled_from([8, 16]),
+       st.integers(0, 2 ** 31))
+def test_buyi_row_norms_bit_exact(buyi_dev, kind, hwc, bits, seed):
+    """Softmax and LayerNorm over the channels on Buyi's NORM unit (Buyi's channel unit
+    pitches the rows differently from ZG330's)."""
+    rng = np.random.default_rng(seed)
+    h, w, c = hwc
+    b = NetworkBuilder(kind)
+    x = qin(b, (1, h, w, c), bits, float(rng.uniform(0.001, 0.1)), "a")
+    qmax = 127 if bits == 8 else 32767
+    if kind == "Softmax":
+        y = b.op(kind, [x], out_types=[out_type((1, h, w, c), bits, 1.0 / qmax)], axis=-1)
+    else:
+        gamma = b.params(rng.normal(1, 0.3, c).astype(np.float32), "gamma")
+        beta = b.params(rng.normal(0, 0.2, c).astype(np.float32), "beta")
+        y = b.op(kind, [x, gamma, beta], out_types=[out_type((1, h, w, c), bits, 4.0 / qmax)],
+                 axis=-1)
+    b.output(y)
+    _check_buyi(b.build(), rng, bits, buyi_dev)

@@ -332,3 +332,54 @@ def test_fake_qf_has_no_rounding_or_saturation(rng):
     inside = np.abs(fake) < 127
     assert np.all(np.abs(exact[inside] - fake[inside]) <= 0.5)
     assert np.any(~inside) and np.all(np.abs(exact[~inside].astype(np.int64)) >= 127)
+
+
+def _softmax_f64(x):
+    e = np.exp(x - x.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+@pytest.mark.parametrize("bits,s_in", [(8, 0.06), (16, 0.0009), (16, 2e-5)])
+def test_softmax_int_is_the_rounded_float_softmax(rng, bits, s_in):
+    """The integer Softmax (xir.quant.rownorm) lands within a rounding (half a code, plus the
+    exponential table's 2**-20) of the float softmax of the dequantized codes; its fakeQf
+    twin is that float softmax unrounded."""
+    n = 96
+    info = np.iinfo(DT[bits][1])
+    q = rng.integers(-2000, 2000, size=(3, 7, n)).clip(info.min, info.max).astype(info.dtype)
+    s_out = 1.0 / 127
+    types = ([qt(bits, s_in, q.shape)], [qt(8, s_out, q.shape)])
+    (y,) = INT_KERNELS["Softmax"]([q], {"axis": -1}, *types)
+    want = _softmax_f64(q.astype(np.float64) * s_in) / s_out
+    assert y.dtype == np.int8
+    assert np.abs(y - want).max() <= 0.5 + 1e-3
+    (fake,) = INT_KERNELS["Softmax"]([q.astype(np.float64)], {"axis": -1}, *types, fake=True)
+    np.testing.assert_allclose(fake, want, rtol=1e-6, atol=1e-9)
+    with pytest.raises(ValueError, match="last axis"):
+        INT_KERNELS["Softmax"]([q], {"axis": 1}, *types)
+
+
+@pytest.mark.parametrize("bits", [8, 16])
+def test_layer_norm_int_is_the_rounded_float_layer_norm(rng, bits):
+    """The integer LayerNorm: exact integer statistics, so within half a code (and float64
+    noise) of the float LayerNorm of the dequantized codes, saturated; constant rows give the
+    bias."""
+    n, s_in, eps = 128, 0.02 if bits == 8 else 1e-4, 1e-5
+    info = np.iinfo(DT[bits][1])
+    q = rng.integers(info.min, info.max + 1, size=(5, n)).astype(DT[bits][1])
+    q[0] = 7  # a constant row
+    gamma = rng.normal(1, 0.3, n).astype(np.float32)
+    beta = rng.normal(0, 0.2, n).astype(np.float32)
+    s_out = 3.0 / 127
+    types = ([qt(bits, s_in, q.shape), TensorType(FP32, [n]), TensorType(FP32, [n])],
+             [qt(8, s_out, q.shape)])
+    (y,) = INT_KERNELS["LayerNorm"]([q, gamma, beta], {"axis": -1, "epsilon": eps}, *types)
+    x = q.astype(np.float64) * s_in
+    z = (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, keepdims=True) + eps)
+    want = (z * gamma + beta) / s_out
+    assert y.dtype == np.int8
+    assert np.abs(y - np.clip(want, -128, 127)).max() <= 0.5 + 1e-6
+    np.testing.assert_array_equal(y[0], np.clip(round_half_away(beta / s_out), -128, 127))
+    (fake,) = INT_KERNELS["LayerNorm"]([q.astype(np.float64), gamma, beta],
+                                       {"axis": -1, "epsilon": eps}, *types, fake=True)
+    np.testing.assert_allclose(fake, want, rtol=1e-5, atol=1e-4)

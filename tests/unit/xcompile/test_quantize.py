@@ -265,27 +265,53 @@ def test_fake_qf_differs_and_is_closer_to_float(tiny, tiny_q8):
     assert cosine(fake, f) > cosine(exact, f)
 
 
-@pytest.mark.parametrize("float_op", ["Softmax", "LayerNorm"])
-def test_ops_without_integer_form_stay_float_with_casts(float_op):
+def _row_op_net(row_op: str, axis: int = -1, then_conv: bool = True):
     r = np.random.default_rng(0)
     b = xir.NetworkBuilder("sm")
     x = b.input([1, 4, 4, 3], layout="NHWC")
     y = b.conv2d(x, r.normal(0, 0.5, (3, 3, 3, 8)).astype(np.float32), pad_top=1,
                  pad_bottom=1, pad_left=1, pad_right=1)
-    if float_op == "Softmax":
-        y = b.softmax(y, axis=-1)
+    if row_op == "Softmax":
+        y = b.softmax(y, axis=axis)
     else:
-        y = b.layer_norm(y, r.normal(1, 0.1, 8).astype(np.float32), axis=-1)
-    y = b.conv2d(y, r.normal(0, 0.5, (1, 1, 8, 4)).astype(np.float32))
+        gamma = r.normal(1, 0.1, 8 if axis == -1 else (4, 4, 8)).astype(np.float32)
+        y = b.layer_norm(y, gamma, axis=axis)
+    if then_conv:
+        y = b.conv2d(y, r.normal(0, 0.5, (1, 1, 8, 4)).astype(np.float32))
     b.output(y)
     net = b.build()
     cal = [[r.normal(0, 1, (1, 4, 4, 3)).astype(np.float32)] for _ in range(4)]
+    return net, cal
+
+
+@pytest.mark.parametrize("row_op", ["Softmax", "LayerNorm"])
+def test_row_ops_between_integer_ops_compute_in_integers(row_op):
+    """Softmax / LayerNorm over the last axis read and write codes (xir.quant.rownorm) when
+    integer ops read their output: no Casts around them, nothing left float."""
+    net, cal = _row_op_net(row_op)
     q = quantize_network(net, cal, bits=8, method="minmax")
-    sm = next(op for op in q.ops if op.op_type == float_op)
-    assert not sm.is_quantized()
-    assert sm.inputs[0].producer.op_type == "Cast"
-    assert sm.outputs[0].consumers[0].op_type == "Cast"
-    assert q.tags["quantization"]["float_ops"] == [sm.op_id]
+    op = next(op for op in q.ops if op.op_type == row_op)
+    assert op.is_quantized()
+    assert op.inputs[0].producer.op_type == "Conv2d"
+    assert op.outputs[0].consumers[0].op_type == "Conv2d"
+    assert q.tags["quantization"]["float_ops"] == []
+    assert _min_cos(net, q, cal) >= 0.99
+
+
+@pytest.mark.parametrize("row_op,axis,then_conv", [("Softmax", -1, False),
+                                                   ("LayerNorm", -1, False),
+                                                   ("Softmax", 1, True),
+                                                   ("LayerNorm", 1, True)])
+def test_row_ops_stay_float_with_casts_otherwise(row_op, axis, then_conv):
+    """A softmax whose probabilities go out of the network stays float (never re-quantized on
+    the way out), and a row op over another axis has no integer form: Casts around it."""
+    net, cal = _row_op_net(row_op, axis, then_conv)
+    q = quantize_network(net, cal, bits=8, method="minmax")
+    op = next(op for op in q.ops if op.op_type == row_op)
+    assert not op.is_quantized()
+    assert op.inputs[0].producer.op_type == "Cast"
+    assert op.outputs[0].consumers[0].op_type in ("Cast", "Output")
+    assert q.tags["quantization"]["float_ops"] == [op.op_id]
     assert _min_cos(net, q, cal) >= 0.99
 
 

@@ -1,7 +1,8 @@
 """Emitters: layer descriptors -> instruction words, and the weight/parameter packing.
 
 This is the API the lowering calls. A layer is described by dataclasses (`FMap` for where a
-feature map lives, `Conv`, `Matmul`, `Eltw`, `Pool`, `Lut`, `Upsample`, `Copy` for what to do);
+feature map lives, `Conv`, `Matmul`, `Eltw`, `Pool`, `Lut`, `Upsample`, `Copy`, `Softmax`,
+`LayerNorm` for what to do);
 `emit(layer, cfg)` returns the layer's words (every descriptor field it uses, its tiling, the run
 word), `emit_layer` adds the SYNC, `emit_program` joins layers and ends the stream with END,
 padded with NOPs to 64 bytes. Constants go to memory with `pack_conv_weights`,
@@ -25,6 +26,7 @@ from .isa import (
     EltwMode,
     F,
     MatmulMode,
+    NormMode,
     Op,
     PoolMode,
     UpsampleMode,
@@ -36,7 +38,8 @@ from .isa import (
 )
 
 __all__ = [
-    "FMap", "Conv", "Matmul", "Eltw", "Pool", "Lut", "Upsample", "Resize", "Copy", "Layer",
+    "FMap", "Conv", "Matmul", "Eltw", "Pool", "Lut", "Upsample", "Resize", "Copy", "Softmax",
+    "LayerNorm", "Layer", "pack_exp_table", "pack_float64",
     "emit", "emit_layer", "emit_program", "conv_out_hw", "pack_conv_weights",
     "pack_matmul_weights", "pack_requant_params", "pack_avgpool_params",
     "pack_resize_taps", "pack_lut", "conv_weight_bytes", "PARAM_RECORD", "TAP_RECORD", "align",
@@ -254,7 +257,33 @@ class Copy:
     out_step: int = 1
 
 
-Layer = Conv | Matmul | Eltw | Pool | Lut | Upsample | Resize | Copy
+@dataclass
+class Softmax:
+    """Softmax over each pixel's channels (`xir.quant.rownorm`): the exponential table
+    (`pack_exp_table`, `table_len` int32 entries) at `table_addr`, the output divisor as
+    ``R / 2**F`` (`mult`, `shift`)."""
+
+    inp: FMap
+    out: FMap
+    table_addr: int
+    table_len: int
+    mult: int
+    shift: int
+    tag: int = 0
+
+
+@dataclass
+class LayerNorm:
+    """LayerNorm over each pixel's channels (`xir.quant.rownorm`): the float64 constants
+    (`pack_float64` of `layer_norm_consts`) at `params_addr`."""
+
+    inp: FMap
+    out: FMap
+    params_addr: int
+    tag: int = 0
+
+
+Layer = Conv | Matmul | Eltw | Pool | Lut | Upsample | Resize | Copy | Softmax | LayerNorm
 
 
 # --- helpers --------------------------------------------------------------------------------------
@@ -463,8 +492,26 @@ def _emit_copy(L: Copy, cfg: NpuConfig) -> list[int]:
     return words + [set_word(F.CSTEP, out=step), run_word(Op.COPY, CopyMode.STRIDED_OUT)]
 
 
+def _emit_norm(L: Softmax | LayerNorm, cfg: NpuConfig) -> list[int]:
+    i, o = L.inp.resolved(cfg), L.out.resolved(cfg)
+    if (i.h, i.w, i.c) != (o.h, o.w, o.c):
+        raise ValueError(f"{type(L).__name__.lower()} in and out shapes differ")
+    words = _fmap_words(i, "in") + _fmap_words(o, "out")
+    if isinstance(L, Softmax):
+        if L.table_len < 2 or L.table_len % 2:
+            raise ValueError(f"softmax table of {L.table_len} entries (an even number >= 2)")
+        words += [set_word(F.PRM_ADDR, L.table_addr), set_word(F.PRM_LEN, L.table_len),
+                  set_word(F.RQ, mult=L.mult, shift=L.shift)]
+        mode = NormMode.SOFTMAX
+    else:
+        words += [set_word(F.PRM_ADDR, L.params_addr)]
+        mode = NormMode.LAYERNORM
+    return words + _tile_words(cfg, i, o, 1, 1, 1) + [run_word(Op.NORM, mode)]
+
+
 _EMITTERS = {Conv: _emit_conv, Matmul: _emit_matmul, Eltw: _emit_eltw, Pool: _emit_pool,
-             Lut: _emit_lut, Upsample: _emit_upsample, Resize: _emit_resize, Copy: _emit_copy}
+             Lut: _emit_lut, Upsample: _emit_upsample, Resize: _emit_resize, Copy: _emit_copy,
+             Softmax: _emit_norm, LayerNorm: _emit_norm}
 
 
 def emit(layer: Layer, cfg: NpuConfig = DEFAULT) -> list[int]:
@@ -610,6 +657,17 @@ def pack_lut(table: np.ndarray) -> np.ndarray:
     if t.dtype not in (np.int8, np.int16) or t.size not in (256, 65536):
         raise ValueError("a LUT has 256 or 65536 int8/int16 entries")
     return np.ascontiguousarray(t.astype(t.dtype.newbyteorder("<"))).view(np.uint8)
+
+
+def pack_exp_table(table: np.ndarray) -> np.ndarray:
+    """A Softmax exponential table (`xir.quant.rownorm.softmax_consts`) as little-endian
+    int32 bytes."""
+    return np.ascontiguousarray(np.asarray(table, dtype="<i4")).view(np.uint8)
+
+
+def pack_float64(values: np.ndarray) -> np.ndarray:
+    """float64 constants (a LayerNorm block) as little-endian bytes."""
+    return np.ascontiguousarray(np.asarray(values, dtype="<f8")).view(np.uint8)
 
 
 def avgpool_table_size(kh: int, kw: int) -> int:

@@ -26,17 +26,19 @@ from .asm import AVG_RECORD, PARAM_RECORD, TAP_RECORD, conv_weight_bytes
 from .config import CODE_DTYPES, NP_DTYPES, NpuConfig
 from .dma import TileCounters
 from .isa import (
+    RUN_OPS,
     ConvMode,
     CopyMode,
     F,
     MatmulMode,
+    NormMode,
     Op,
     PoolMode,
     UpsampleMode,
     decode_arrays,
     unpack_payload,
 )
-from .kernels import igemm, matmul, mpe, vector
+from .kernels import igemm, matmul, mpe, rownorm, vector
 from .mmu import MEM_ETM, MEM_OCM, MmuFault, MmuTable
 from .program import MAX_PROGRAMS, Program, Recording
 
@@ -264,7 +266,7 @@ class Icore:
                 words_in_layer = 0
             elif op == Op.END:
                 break
-            elif op in (Op.CONV, Op.MATMUL, Op.ELTW, Op.POOL, Op.LUT, Op.UPSAMPLE, Op.COPY):
+            elif op in RUN_OPS:
                 try:
                     lv = self._execute(op, p & 0xFF, d, mmu, rows)
                 except MmuFault as exc:
@@ -431,6 +433,8 @@ class Icore:
                 qmin = int(np.iinfo(NP_DTYPES[x.dtype]).min)
                 self._rec.call(vector.lut, x.arr, x.rs, x.pitch, x.coff, table, qmin, y.arr, y.rs,
                                y.pitch, y.coff, y.h, y.w, y.c)
+        elif op == Op.NORM:
+            self._norm(mode, d, mmu, x, y, lv, lo, hi, compute)
         elif op == Op.UPSAMPLE:
             if mode == UpsampleMode.TABLE:
                 self._resize(d, mmu, x, y, lv, lo, hi, compute)
@@ -463,6 +467,36 @@ class Icore:
                 self._rec.call(vector.copy, x.arr, x.rs, x.pitch, x.coff, y.arr, y.rs, y.pitch,
                                y.coff, x.h, x.w, x.c, step)
         return lv
+
+    def _norm(self, mode, d, mmu, x: Operand, y: Operand, lv, lo, hi, compute):
+        """NORM: Softmax or LayerNorm over each pixel's channels (`kernels.rownorm`)."""
+        if (x.h, x.w, x.c) != (y.h, y.w, y.c):
+            raise NpuFault("NORM in and out shapes differ")
+        lv[cy.L_KIND], lv[cy.L_TAPS] = cy.K_NORM, 3  # statistics, normalise, divide / scale
+        if mode == NormMode.SOFTMAX:
+            n = d.get(F.PRM_LEN, 0)
+            if n < 2 or n % 2:
+                raise NpuFault(f"NORM SOFTMAX: table of {n} entries (an even number >= 2)")
+            _, raw = self._const(d, mmu, F.PRM_ADDR, 4 * n, "softmax table")
+            rq = unpack_payload(F.RQ, d.get(F.RQ, 0))
+            if not 0 < rq["mult"] < 1 << 30 or rq["shift"] > 16:
+                raise NpuFault(f"NORM SOFTMAX: divisor R={rq['mult']}, F={rq['shift']} out of "
+                               f"range")
+            lv[cy.L_PRM_BYTES] = raw.size
+            if compute:
+                table = np.frombuffer(raw.tobytes(), dtype="<i4").astype(np.int32)
+                self._rec.call(rownorm.softmax_rows, x.arr, x.rs, x.pitch, x.coff, table,
+                               rq["mult"], rq["shift"], hi, y.arr, y.rs, y.pitch, y.coff,
+                               y.h, y.w, y.c)
+        elif mode == NormMode.LAYERNORM:
+            _, raw = self._const(d, mmu, F.PRM_ADDR, 8 * (3 + 2 * x.c), "layernorm constants")
+            lv[cy.L_PRM_BYTES] = raw.size
+            if compute:
+                prm = np.frombuffer(raw.tobytes(), dtype="<f8").astype(np.float64)
+                self._rec.call(rownorm.layer_norm_rows, x.arr, x.rs, x.pitch, x.coff, prm, lo,
+                               hi, y.arr, y.rs, y.pitch, y.coff, y.h, y.w, y.c)
+        else:
+            raise NpuFault(f"NORM mode {mode} is not softmax/layernorm")
 
     def _resize(self, d, mmu, x: Operand, y: Operand, lv, lo, hi, compute):
         """UPSAMPLE TABLE: every tap is checked against the input map before any is used."""

@@ -35,8 +35,8 @@ HW_ROWS, HW_COLS, HW_VLANES, HW_ETM_BW1024, HW_OCM_BW1024, HW_IBUF, HW_WBUF, HW_
 L_SIZE = 32
 
 # layer kinds
-K_CONV, K_DW, K_MATMUL, K_ELTW, K_MAXPOOL, K_AVGPOOL, K_LUT, K_UPSAMPLE, K_COPY, K_RESIZE = \
-    range(10)
+K_CONV, K_DW, K_MATMUL, K_ELTW, K_MAXPOOL, K_AVGPOOL, K_LUT, K_UPSAMPLE, K_COPY, K_RESIZE, \
+    K_NORM = range(11)
 
 # --- result vector indices -----------------------------------------------------------------------
 (R_CYCLES, R_COMPUTE, R_DMA, R_ETM_RD, R_ETM_WR, R_OCM_RD, R_OCM_WR, R_RTILES, R_WTILES,
@@ -108,7 +108,8 @@ def layer_cycles(lv, hw, res):
     for r in range(n_rt):
         ro = tile_rows if (r + 1) * tile_rows <= out_h else out_h - r * tile_rows
         # --- loads of this tile -----------------------------------------------------------------
-        if kind == K_MATMUL or kind == K_ELTW or kind == K_LUT or kind == K_COPY:
+        if kind == K_MATMUL or kind == K_ELTW or kind == K_LUT or kind == K_COPY or \
+                kind == K_NORM:
             ri = ro
         elif kind == K_UPSAMPLE:
             ri = _cdiv(ro, sh) + 1

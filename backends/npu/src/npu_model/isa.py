@@ -7,7 +7,7 @@ Every word is ``opcode[63:56] | a[55:48] | payload[47:0]``.
   (`FIELDS` lists their bit ranges). Fields keep their value until set again or until END, so
   consecutive layers only reload what changes; the emitters always write every field a layer
   uses, so a layer never depends on its predecessor.
-- A run opcode (CONV, MATMUL, ELTW, POOL, LUT, UPSAMPLE, COPY) executes one layer from the
+- A run opcode (CONV, MATMUL, ELTW, POOL, LUT, UPSAMPLE, COPY, NORM) executes one layer from the
   descriptor; its payload carries a mode (``mode[7:0]``).
 - ``SYNC`` ends a layer: the layer counter advances and timer/profiler records are written.
 - ``NOP`` pads (each HardOp's instructions are padded to 64 bytes), ``END`` stops the stream.
@@ -41,11 +41,13 @@ class Op(IntEnum):
     LUT = 0x14
     UPSAMPLE = 0x15
     COPY = 0x16
+    NORM = 0x17
     SYNC = 0x20
     END = 0x3F
 
 
-RUN_OPS = frozenset({Op.CONV, Op.MATMUL, Op.ELTW, Op.POOL, Op.LUT, Op.UPSAMPLE, Op.COPY})
+RUN_OPS = frozenset({Op.CONV, Op.MATMUL, Op.ELTW, Op.POOL, Op.LUT, Op.UPSAMPLE, Op.COPY,
+                     Op.NORM})
 
 
 class ConvMode(IntEnum):
@@ -71,6 +73,15 @@ class UpsampleMode(IntEnum):
     #: then per output column, (i0, i1, w1) int32; ``r = q[i0] * (1024 - w1) + q[i1] * w1`` along
     #: H, then W, exact in int64, requantized with RQ
     TABLE = 2
+
+
+class NormMode(IntEnum):
+    """Row normalisations over a pixel's channels (`xir.quant.rownorm` defines the integers)."""
+
+    #: exponential table of PRM_LEN int32 entries at PRM_ADDR, ``R``/``F`` in RQ mult/shift
+    SOFTMAX = 0
+    #: float64 block at PRM_ADDR: s_in, s_in**2, eps, then (gamma/s_out, beta/s_out) per channel
+    LAYERNORM = 1
 
 
 class CopyMode(IntEnum):
@@ -112,6 +123,7 @@ class F(IntEnum):
     TILE = 0x1C
     ELTW_KB = 0x1D
     CSTEP = 0x1E
+    PRM_LEN = 0x1F
 
 
 @dataclass(frozen=True)
@@ -152,6 +164,7 @@ FIELDS: dict[F, tuple[Sub, ...]] = {
     F.SCALE: (Sub("sh", 0, 8), Sub("sw", 8, 8)),
     F.TILE: (Sub("rows", 0, 16), Sub("oc_blocks", 16, 16)),
     F.CSTEP: (Sub("out", 0, 16),),
+    F.PRM_LEN: (Sub("value", 0, 48),),
 }
 
 

@@ -98,6 +98,8 @@ INT_KERNELS: dict[str, IntKernel] = {
     "Hardswish": activation.hardswish_int,
     "Gelu": activation.gelu_int,
     "Power": activation.power_int,
+    "Softmax": activation.softmax_int,
+    "LayerNorm": norm.layer_norm_int,
     "Resize": resize.resize_int,
     "Upsample": resize.upsample_int,
     "AlignAxis": layout.align_axis_int,

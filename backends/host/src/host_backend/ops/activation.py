@@ -146,3 +146,29 @@ silu_int = _lut_kernel("Silu", "silu")
 hardswish_int = _lut_kernel("Hardswish", "hardswish")
 gelu_int = _lut_kernel("Gelu", "gelu")
 power_int = _lut_kernel("Power", "power")
+
+
+@lru_cache(maxsize=64)
+def _softmax_consts(s_in: float, s_out: float, in_dt: str) -> tuple[np.ndarray, int, int]:
+    from xir.quant.rownorm import softmax_consts
+
+    return softmax_consts(s_in, s_out, np.dtype(in_dt))
+
+
+def softmax_int(inputs, attrs, in_types, out_types, *, fake=False):
+    """Softmax over the last axis in integers: an exponential table indexed by the distance
+    to the row's maximum, exact row sums, a rounded division (xir.quant.rownorm)."""
+    from xir.quant.rownorm import softmax_codes
+
+    from ._common import scale1
+
+    x = np.asarray(inputs[0])
+    axis = int(attrs.get("axis", -1))
+    if axis % max(x.ndim, 1) != x.ndim - 1:
+        raise ValueError(f"Softmax: the integer form runs over the last axis, not axis {axis}")
+    s_in, s_out = scale1(in_types[0]), scale1(out_types[0])
+    if fake:
+        return [softmax([x.astype(np.float64) * s_in], attrs)[0].astype(np.float64) / s_out]
+    in_dt = in_types[0].numpy_dtype
+    table, r, f = _softmax_consts(s_in, s_out, in_dt.str)
+    return [softmax_codes(x, table, r, f, out_types[0].numpy_dtype)]

@@ -123,3 +123,28 @@ def lrn(inputs: list[np.ndarray], attrs: dict) -> list[np.ndarray]:
     alpha, beta, bias = (float(attrs.get(k, d)) for k, d in
                          (("alpha", 1e-4), ("beta", 0.75), ("bias", 1.0)))
     return [out32(x / np.power(bias + alpha / size * win, beta))]
+
+
+def layer_norm_int(inputs, attrs, in_types, out_types, *, fake=False):
+    """LayerNorm over the last axis in integers: exact integer row statistics, one float64
+    scale per row, float gamma and beta (xir.quant.rownorm)."""
+    from xir.quant.rownorm import layer_norm_codes, layer_norm_consts
+
+    from ._common import scale1
+
+    x = np.asarray(inputs[0])
+    axis = int(attrs.get("axis", -1))
+    if axis % max(x.ndim, 1) != x.ndim - 1 or attrs.get("stats", False):
+        raise ValueError("LayerNorm: the integer form normalizes the last axis only, "
+                         "without the stats outputs")
+    s_in, s_out = scale1(in_types[0]), scale1(out_types[0])
+    eps = float(attrs.get("epsilon", 1e-5))
+    n = x.shape[-1]
+    gamma = np.broadcast_to(np.asarray(inputs[1], dtype=np.float64).reshape(-1), (n,))
+    beta = np.broadcast_to(np.asarray(inputs[2], dtype=np.float64).reshape(-1), (n,)) \
+        if len(inputs) > 2 else np.zeros(n)
+    if fake:
+        y = layer_norm([x.astype(np.float64) * s_in, gamma, beta], attrs)[0]
+        return [y.astype(np.float64) / s_out]
+    return [layer_norm_codes(x, layer_norm_consts(s_in, s_out, eps, gamma, beta),
+                             out_types[0].numpy_dtype)]

@@ -25,6 +25,7 @@ from xir.quant.fixed_point import (
     requant_multiplier,
 )
 from xir.quant.lut import LUT_OPS, build_lut, lut_params
+from xir.quant.rownorm import layer_norm_consts, softmax_consts
 from xir.types import QuantizedType, TensorType
 from xir.values import Value
 
@@ -469,6 +470,48 @@ def lower_lut(op, cfg) -> OpLowering:
     return OpLowering("lut", [asm.pack_lut(np.asarray(table))], make)
 
 
+def _row_operands(op) -> tuple[Value, Value]:
+    """Input and output of a Softmax / LayerNorm that normalises the NPU's channel axis."""
+    _feature_dtypes(op, rescales=True)
+    x, y = op.inputs[0], op.outputs[0]
+    if int(_attr(op, "axis", -1)) % len(x.shape) != len(x.shape) - 1:
+        raise NotLowerable(f"{op.op_type} over axis {_attr(op, 'axis', -1)}: the NPU normalises "
+                           f"the last (channel) axis")
+    return x, y
+
+
+def lower_softmax(op, cfg) -> OpLowering:
+    """Softmax over the channels: one NORM SOFTMAX layer, the host reference's table."""
+    x, y = _row_operands(op)
+    table, r, f = softmax_consts(scale_of(x), scale_of(y), x.dtype.numpy_dtype)
+
+    def make(R: Resolver) -> list[asm.Layer]:
+        return [asm.Softmax(R.fmap(x), R.fmap(y), R.const(0), table.size, r, f, tag=op.op_id)]
+
+    return OpLowering("norm", [asm.pack_exp_table(table)], make)
+
+
+def lower_layer_norm(op, cfg) -> OpLowering:
+    """LayerNorm over the channels: one NORM LAYERNORM layer."""
+    x, y = _row_operands(op)
+    if op.attrs.get("stats", False) or len(op.inputs) not in (2, 3) or \
+            not all(v.is_params for v in op.inputs[1:]):
+        raise NotLowerable("LayerNorm with stats outputs or a computed scale/bias")
+    n = int(x.shape[-1])
+    gamma, beta = [np.asarray(v.data, np.float64).reshape(-1) for v in op.inputs[1:]] + \
+        ([np.zeros(1)] if len(op.inputs) == 2 else [])
+    if gamma.size not in (1, n) or beta.size not in (1, n):
+        raise NotLowerable(f"LayerNorm scale/bias of {gamma.size}/{beta.size} values for rows "
+                           f"of {n}")
+    consts = layer_norm_consts(scale_of(x), scale_of(y), float(_attr(op, "epsilon", 1e-5)),
+                               np.broadcast_to(gamma, (n,)), np.broadcast_to(beta, (n,)))
+
+    def make(R: Resolver) -> list[asm.Layer]:
+        return [asm.LayerNorm(R.fmap(x), R.fmap(y), R.const(0), tag=op.op_id)]
+
+    return OpLowering("norm", [asm.pack_float64(consts)], make)
+
+
 def lower_resize(op, cfg) -> OpLowering:
     """Resize (nearest or bilinear, every coordinate mode, any sizes) and bilinear Upsample:
     one UPSAMPLE TABLE layer whose taps are the host reference's (`xir.ops.resize_taps`)."""
@@ -536,7 +579,7 @@ RULES: dict[str, Callable[[Any, Any], OpLowering]] = {
     "Sigmoid": lower_lut, "Tanh": lower_lut, "Silu": lower_lut, "Hardswish": lower_lut,
     "Gelu": lower_lut, "Power": lower_lut,
     "Upsample": lower_upsample, "Resize": lower_resize, "ChannelShuffle": lower_channel_shuffle,
-    "Cast": lower_requant_cast,
+    "Cast": lower_requant_cast, "Softmax": lower_softmax, "LayerNorm": lower_layer_norm,
 }
 
 
