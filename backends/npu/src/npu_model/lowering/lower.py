@@ -145,7 +145,8 @@ class _Lowering:
         if op.op_type in ("Cast", "AlignAxis", "PruneAxis"):
             return EDGE_REASON
         if not op.is_quantized():
-            return "float op: no integer form, computes in float32 on the host"
+            return ("float op: kept float by the quantizer (no integer form, or probabilities "
+                    "leaving the network), computes in float32 on the host")
         if op.op_type in ALIAS_OPS:
             return "moves codes between host ops (an NPU alias only next to NPU ops)"
         return f"no {self.target.name} lowering for {op.op_type}"
