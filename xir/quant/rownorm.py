@@ -33,14 +33,12 @@ same bits::
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from xir.quant.fixed_point import qrange, round_half_away
 
 __all__ = ["EXP_BITS", "softmax_consts", "softmax_codes", "layer_norm_consts",
-           "layer_norm_codes", "LN_HEADER", "row_fits"]
+           "layer_norm_codes", "LN_HEADER"]
 
 #: fraction bits of the exponential table (EXP[0] = 2**EXP_BITS)
 EXP_BITS = 20
@@ -109,8 +107,3 @@ def layer_norm_codes(q: np.ndarray, consts: np.ndarray, out_dtype) -> np.ndarray
     lo, hi = qrange(np.dtype(out_dtype))
     return np.clip(round_half_away(y), lo, hi).astype(out_dtype)
 
-
-def row_fits(n: int, in_dtype) -> bool:
-    """Whether rows of `n` codes of `in_dtype` keep every int64 product of both forms exact."""
-    bits = np.dtype(in_dtype).itemsize * 8
-    return 0 < n < 1 << 16 and math.log2(n) * 2 + 2 * (bits - 1) < 62

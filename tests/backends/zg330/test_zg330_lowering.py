@@ -358,6 +358,39 @@ def test_resize_taps_are_checked_by_the_chip(zdev):  # noqa: F811
         s.close()
 
 
+def test_softmax_table_is_read_from_device_memory(zdev):  # noqa: F811
+    """The NORM unit reads its exponential table from the weight segment as it runs: a table
+    corrupted in device memory changes the probabilities, one that cannot be a table faults."""
+    import pytest
+
+    from host_backend import HostBackend
+    from xrt import DeviceError, HostDevice, Session
+    from zg330backend import SegmentType, ZG330Backend
+    from zg330backend.lowering import lower
+
+    b = NetworkBuilder("softmax")
+    x = qin(b, (1, 2, 3, 40), 8, 0.05)
+    b.output(b.op("Softmax", [x], out_types=[out_type((1, 2, 3, 40), 8, 1 / 127)], axis=-1))
+    s = Session.Create([ZG330Backend, HostBackend], lower(b.build()).view(0),
+                       [zdev, HostDevice.Default()])
+    s.apply()
+    try:
+        xs = [np.random.default_rng(0).integers(-128, 128, (1, 2, 3, 40)).astype(np.int8)]
+        good = np.asarray(s.forward(xs)[0]).copy()
+        wchunk = s.backends[0].phy_segment_map[SegmentType.WEIGHT].single_chunk.memChunk
+        table = np.empty(256, dtype="<i4")
+        wchunk.read(table, 0)
+        table[1:] = table[1:] // 2  # every logit below its row's maximum halves its weight
+        wchunk.write(0, table.tobytes())
+        assert not np.array_equal(np.asarray(s.forward(xs)[0]), good)
+        table[0] = -1
+        wchunk.write(0, table.tobytes())
+        with pytest.raises(DeviceError, match="exponential table"):
+            s.forward(xs)
+    finally:
+        s.close()
+
+
 @settings(max_examples=30, **SETTINGS)
 @given(st.integers(1, 4), st.integers(1, 20), st.integers(1, 70), st.integers(1, 40),
        st.booleans(), st.booleans(), st.sampled_from([8, 16]), st.integers(0, 2 ** 31))

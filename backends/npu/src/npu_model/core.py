@@ -483,8 +483,11 @@ class Icore:
                 raise NpuFault(f"NORM SOFTMAX: divisor R={rq['mult']}, F={rq['shift']} out of "
                                f"range")
             lv[cy.L_PRM_BYTES] = raw.size
+            table = np.frombuffer(raw.tobytes(), dtype="<i4").astype(np.int32)
+            if table[0] <= 0 or table.min() < 0 or table.max() >= 1 << 24:
+                raise NpuFault("NORM SOFTMAX: the exponential table must start positive and "
+                               "hold entries in [0, 2**24)")
             if compute:
-                table = np.frombuffer(raw.tobytes(), dtype="<i4").astype(np.int32)
                 self._rec.call(rownorm.softmax_rows, x.arr, x.rs, x.pitch, x.coff, table,
                                rq["mult"], rq["shift"], hi, y.arr, y.rs, y.pitch, y.coff,
                                y.h, y.w, y.c)
