@@ -76,14 +76,18 @@ def softmax_codes(q: np.ndarray, table: np.ndarray, r: int, f: int, out_dtype) -
     return np.minimum(y, qrange(np.dtype(out_dtype))[1]).astype(out_dtype)
 
 
-def layer_norm_consts(s_in: float, s_out: float, eps: float, gamma: np.ndarray,
-                      beta: np.ndarray) -> np.ndarray:
-    """The float64 constant block of the integer LayerNorm: s_in, s_in**2, eps, then
-    (gamma[c] / s_out, beta[c] / s_out) per channel."""
-    g = np.asarray(gamma, dtype=np.float64).reshape(-1) / np.float64(s_out)
-    b = np.asarray(beta, dtype=np.float64).reshape(-1) / np.float64(s_out)
-    if g.shape != b.shape:
-        raise ValueError(f"LayerNorm scale ({g.size}) and bias ({b.size}) lengths differ")
+def layer_norm_consts(s_in: float, s_out: float, eps: float, n: int, gamma: np.ndarray,
+                      beta: np.ndarray | None = None) -> np.ndarray:
+    """The float64 constant block of the integer LayerNorm over rows of `n`: s_in, s_in**2,
+    eps, then (gamma[c] / s_out, beta[c] / s_out) per channel (gamma and beta of one value or
+    `n`; no beta: 0)."""
+    per_c = []
+    for name, v in (("scale", gamma), ("bias", np.zeros(1) if beta is None else beta)):
+        v = np.asarray(v, dtype=np.float64).reshape(-1)
+        if v.size not in (1, n):
+            raise ValueError(f"LayerNorm {name} has {v.size} values for rows of {n}")
+        per_c.append(np.broadcast_to(v, (n,)) / np.float64(s_out))
+    g, b = per_c
     head = np.array([s_in, np.float64(s_in) * np.float64(s_in), eps], dtype=np.float64)
     pairs = np.stack([g, b], axis=1).reshape(-1)
     return np.concatenate([head, pairs])

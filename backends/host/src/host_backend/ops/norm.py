@@ -153,12 +153,8 @@ def layer_norm_int(inputs, attrs, in_types, out_types, *, fake=False):
                          "without the stats outputs")
     s_in, s_out = scale1(in_types[0]), scale1(out_types[0])
     eps = float(attrs.get("epsilon", 1e-5))
-    n = x.shape[-1]
-    gamma = np.broadcast_to(np.asarray(inputs[1], dtype=np.float64).reshape(-1), (n,))
-    beta = np.broadcast_to(np.asarray(inputs[2], dtype=np.float64).reshape(-1), (n,)) \
-        if len(inputs) > 2 else np.zeros(n)
     if fake:
-        y = layer_norm([x.astype(np.float64) * s_in, gamma, beta], attrs)[0]
+        y = layer_norm([x.astype(np.float64) * s_in, *inputs[1:]], attrs)[0]
         return [y.astype(np.float64) / s_out]
-    return [layer_norm_codes(x, layer_norm_consts(s_in, s_out, eps, gamma, beta),
-                             out_types[0].numpy_dtype)]
+    consts = layer_norm_consts(s_in, s_out, eps, x.shape[-1], *inputs[1:3])
+    return [layer_norm_codes(x, consts, out_types[0].numpy_dtype)]

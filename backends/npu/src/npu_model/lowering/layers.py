@@ -497,14 +497,11 @@ def lower_layer_norm(op, cfg) -> OpLowering:
     if op.attrs.get("stats", False) or len(op.inputs) not in (2, 3) or \
             not all(v.is_params for v in op.inputs[1:]):
         raise NotLowerable("LayerNorm with stats outputs or a computed scale/bias")
-    n = int(x.shape[-1])
-    gamma, beta = [np.asarray(v.data, np.float64).reshape(-1) for v in op.inputs[1:]] + \
-        ([np.zeros(1)] if len(op.inputs) == 2 else [])
-    if gamma.size not in (1, n) or beta.size not in (1, n):
-        raise NotLowerable(f"LayerNorm scale/bias of {gamma.size}/{beta.size} values for rows "
-                           f"of {n}")
-    consts = layer_norm_consts(scale_of(x), scale_of(y), float(_attr(op, "epsilon", 1e-5)),
-                               np.broadcast_to(gamma, (n,)), np.broadcast_to(beta, (n,)))
+    try:
+        consts = layer_norm_consts(scale_of(x), scale_of(y), float(_attr(op, "epsilon", 1e-5)),
+                                   int(x.shape[-1]), *(v.data for v in op.inputs[1:]))
+    except ValueError as exc:
+        raise NotLowerable(str(exc)) from None
 
     def make(R: Resolver) -> list[asm.Layer]:
         return [asm.LayerNorm(R.fmap(x), R.fmap(y), R.const(0), tag=op.op_id)]
