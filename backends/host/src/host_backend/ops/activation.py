@@ -9,7 +9,9 @@ from functools import lru_cache
 import numpy as np
 from numba import njit
 
-from ._common import f32, out32
+from xir.quant.rownorm import softmax_codes, softmax_consts
+
+from ._common import f32, out32, scale1
 
 
 def relu(inputs: list[np.ndarray], attrs: dict) -> list[np.ndarray]:
@@ -100,7 +102,7 @@ def relu_int(inputs, attrs, in_types, out_types, *, fake=False):
     with the Relu folded in (ReLU floor, max_value clip, LeakyReLU pair)."""
     from xir.quant.fixed_point import requant_multiplier
 
-    from ._common import folded_act, rq_any, scale1
+    from ._common import folded_act, rq_any
 
     if float(attrs.get("threshold", 0.0)) != 0.0:
         raise ValueError("Relu with a non-zero threshold has no integer form; keep it float")
@@ -133,8 +135,6 @@ def _lut_kernel(op_type: str, fn_name: str):
     def kernel(inputs, attrs, in_types, out_types, *, fake=False):
         from xir.quant.lut import apply_lut, lut_function, lut_params
 
-        from ._common import scale1
-
         s_in, s_out = scale1(in_types[0]), scale1(out_types[0])
         params = lut_params(op_type, attrs)
         if fake:
@@ -161,18 +161,12 @@ power_int = _lut_kernel("Power", "power")
 
 @lru_cache(maxsize=64)
 def _softmax_consts(s_in: float, s_out: float, in_dt: str) -> tuple[np.ndarray, int, int]:
-    from xir.quant.rownorm import softmax_consts
-
     return softmax_consts(s_in, s_out, np.dtype(in_dt))
 
 
 def softmax_int(inputs, attrs, in_types, out_types, *, fake=False):
     """Softmax over the last axis in integers: an exponential table indexed by the distance
     to the row's maximum, exact row sums, a rounded division (xir.quant.rownorm)."""
-    from xir.quant.rownorm import softmax_codes
-
-    from ._common import scale1
-
     x = np.asarray(inputs[0])
     axis = int(attrs.get("axis", -1))
     if axis % max(x.ndim, 1) != x.ndim - 1:

@@ -9,7 +9,9 @@ import math
 import numpy as np
 from numba import njit
 
-from ._common import f32, out32
+from xir.quant.rownorm import layer_norm_codes, layer_norm_consts
+
+from ._common import f32, out32, scale1
 
 
 def batch_norm2d(inputs: list[np.ndarray], attrs: dict) -> list[np.ndarray]:
@@ -142,10 +144,6 @@ def lrn(inputs: list[np.ndarray], attrs: dict) -> list[np.ndarray]:
 def layer_norm_int(inputs, attrs, in_types, out_types, *, fake=False):
     """LayerNorm over the last axis in integers: exact integer row statistics, one float64
     scale per row, float gamma and beta (xir.quant.rownorm)."""
-    from xir.quant.rownorm import layer_norm_codes, layer_norm_consts
-
-    from ._common import scale1
-
     x = np.asarray(inputs[0])
     axis = int(attrs.get("axis", -1))
     if axis % max(x.ndim, 1) != x.ndim - 1 or attrs.get("stats", False):
