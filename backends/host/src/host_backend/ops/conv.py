@@ -1,8 +1,12 @@
 """Conv2d and ConvTranspose2d, float32, NHWC feature maps and HWIO weights.
 
-Conv2d is im2col (a strided view copied once) plus one BLAS matmul per group, batched over
-groups; 1x1 convolutions skip im2col, and depthwise convolutions sum kh*kw shifted slices.
-ConvTranspose2d is one matmul to columns followed by a col2im scatter over the kernel taps.
+Float Conv2d without groups runs on the project's own single-precision GEMM (`sgemm`) where the
+CPU has AVX-512: stride-1 convolutions read their taps straight from the zero-padded input laid
+out flat (each output pixel of the padded grid is one GEMM row, each tap one row offset; the
+pad columns' results are dropped), the others read an im2col copy. Elsewhere, and for grouped
+convolutions, Conv2d is im2col (a strided view copied once) plus one BLAS matmul per group,
+batched over groups; 1x1 convolutions skip im2col, and depthwise convolutions sum kh*kw shifted
+slices. ConvTranspose2d is one matmul to columns followed by a col2im scatter over the taps.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from numpy.lib.stride_tricks import as_strided
 
 from xir.quant.fixed_point import requant_multiplier
 
+from . import sgemm
 from ._common import (
     ACC_CHUNK_F32,
     f32,
@@ -54,10 +59,77 @@ def conv2d(inputs: list[np.ndarray], attrs: dict) -> list[np.ndarray]:
     """Conv2d: x NHWC, w (kh, kw, cin/groups, cout), optional bias (cout,), folded act."""
     x, w = f32(inputs[0]), f32(inputs[1])
     bias = f32(inputs[2]) if len(inputs) > 2 else None
-    y = out32(_conv2d_core(x, w, attrs, None))
-    if bias is not None:
-        y += bias
+    if int_attr(attrs, "groups", 1) == 1 and (bias is None or bias.shape == w.shape[3:]) and \
+            sgemm.enabled():
+        y = _conv2d_sgemm(x, w, bias, attrs)
+    else:
+        y = out32(_conv2d_core(x, w, attrs, None))
+        if bias is not None:
+            y += bias
     return [fold_act(y, attrs, "Conv2d")]
+
+
+def _conv2d_sgemm(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None,
+                  attrs: dict) -> np.ndarray:
+    """Conv2d without groups on `sgemm`: the sums plus bias, (n, ho, wo, cout) float32."""
+    sh, sw, dh, dw, _ = _conv_attrs(attrs)
+    pt, pb, pl, pr = pads4(attrs)
+    mode = _pad_mode(attrs)
+    n, h, wd, cin = x.shape
+    kh, kw, wcin, cout = w.shape
+    if wcin != cin:
+        raise ValueError(f"Conv2d: weights {w.shape} do not fit input channels {cin}")
+    hp, wp = h + pt + pb, wd + pl + pr
+    if min(pt, pb, pl, pr) < 0:
+        raise ValueError(f"negative padding ({pt}, {pb}, {pl}, {pr}) is not supported")
+    ho = _out_size(hp, kh, sh, dh, "Conv2d")
+    wo = _out_size(wp, kw, sw, dw, "Conv2d")
+    k = kh * kw * cin
+    b, npad = sgemm.padded_b(w.reshape(k, cout))
+    grid, m = n * hp * wp, n * ho * wo
+    # Stride 1: every pixel of the padded grid is a GEMM row, tap (i, j) a row offset into it;
+    # the rows of pad pixels are wasted work, which pays while it costs less than an im2col
+    # copy (about 8 / npad of the GEMM's time, measured)
+    if sh == sw == 1 and mode == "constant" and cin >= sgemm.VW and (grid - m) * npad <= 8 * m:
+        rows = -(-grid // sgemm.MR) * sgemm.MR
+        reach = (kh - 1) * dh * wp + (kw - 1) * dw
+        a = np.zeros((rows + reach, cin), np.float32)
+        a[:grid].reshape(n, hp, wp, cin)[:, pt:pt + h, pl:pl + wd] = x
+        if dw == 1:  # a kernel row's taps are adjacent pixels: one run of kw * cin values
+            offs = np.array([i * dh * wp * cin for i in range(kh)], np.int64)
+            kt = kw * cin
+        else:
+            offs = np.array([(i * dh * wp + j * dw) * cin for i in range(kh) for j in range(kw)],
+                            np.int64)
+            kt = cin
+        c = sgemm.accumulator(bias, rows, npad)
+        sgemm.gemm_taps(a.reshape(-1), cin, offs, kt, rows, b.reshape(-1), npad, npad,
+                        c.reshape(-1), npad)
+        y = c[:grid].reshape(n, hp, wp, npad)[:, :ho, :wo, :cout]
+        return np.ascontiguousarray(y)
+    xp = pad_hw(x, pt, pb, pl, pr, mode=mode)
+    s_n, s_h, s_w, s_c = xp.strides
+    patches = as_strided(xp, shape=(n, ho, wo, kh, kw, cin),
+                         strides=(s_n, s_h * sh, s_w * sw, s_h * dh, s_w * dw, s_c),
+                         writeable=False)
+    rows = -(-m // sgemm.MR) * sgemm.MR
+    if rows == m:
+        a = np.ascontiguousarray(patches.reshape(m, k))
+    else:  # whole tiles: B is packed once per call, so no row is left for a second pass
+        a = np.empty((rows, k), np.float32)
+        a[:m].reshape(patches.shape)[...] = patches
+        a[m:] = 0.0
+    c = sgemm.accumulator(bias, rows, npad)
+    sgemm.gemm_taps(a.reshape(-1), k, np.zeros(1, np.int64), k, rows, b.reshape(-1), npad,
+                    npad, c.reshape(-1), npad)
+    return np.ascontiguousarray(c[:m, :cout]).reshape(n, ho, wo, cout)
+
+
+def _pad_mode(attrs: dict) -> str:
+    mode = str(attrs.get("padding_mode", "zeros"))
+    if mode not in _PAD_MODES:
+        raise ValueError(f"Conv2d: padding_mode {mode!r} is not one of {sorted(_PAD_MODES)}")
+    return _PAD_MODES[mode]
 
 
 def _mm(a: np.ndarray, b: np.ndarray, kchunk: int | None) -> np.ndarray:
@@ -77,9 +149,7 @@ def _conv2d_core(x: np.ndarray, w: np.ndarray, attrs: dict, kchunk: int | None) 
     """The convolution sums (no bias, no act) in x's float dtype, shape (n, ho, wo, cout)."""
     sh, sw, dh, dw, g = _conv_attrs(attrs)
     pt, pb, pl, pr = pads4(attrs)
-    mode = str(attrs.get("padding_mode", "zeros"))
-    if mode not in _PAD_MODES:
-        raise ValueError(f"Conv2d: padding_mode {mode!r} is not one of {sorted(_PAD_MODES)}")
+    mode = _pad_mode(attrs)
     n, _, _, cin = x.shape
     kh, kw, cig, cout = w.shape
     if cig * g != cin or cout % g:
@@ -87,7 +157,7 @@ def _conv2d_core(x: np.ndarray, w: np.ndarray, attrs: dict, kchunk: int | None) 
             f"Conv2d: weights {w.shape} with groups={g} do not fit input channels {cin}"
         )
     og = cout // g
-    xp = pad_hw(x, pt, pb, pl, pr, mode=_PAD_MODES[mode])
+    xp = pad_hw(x, pt, pb, pl, pr, mode=mode)
     hp, wp = xp.shape[1:3]
     ho = _out_size(hp, kh, sh, dh, "Conv2d")
     wo = _out_size(wp, kw, sw, dw, "Conv2d")

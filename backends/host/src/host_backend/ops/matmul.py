@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import sgemm
 from ._common import f32, fold_act, out32
 
 
@@ -18,9 +19,15 @@ def matmul(inputs: list[np.ndarray], attrs: dict) -> list[np.ndarray]:
         a = _t(a)
     if attrs.get("transpose_b", False):
         b = _t(b)
+    bias = f32(inputs[2]) if len(inputs) > 2 else None
+    if a.ndim >= 2 and b.ndim == 2 and (bias is None or bias.shape == b.shape[1:]) and \
+            sgemm.enabled():
+        # a weight matrix: the batch rows are GEMM rows, the bias starts each row
+        y = sgemm.matmul(a.reshape(-1, a.shape[-1]), b, bias).reshape(*a.shape[:-1], b.shape[1])
+        return [fold_act(y, attrs, "Matmul")]
     y = out32(np.matmul(a, b))
-    if len(inputs) > 2:
-        y = out32(y + f32(inputs[2]))  # not in place: the bias may broadcast a 1-D result
+    if bias is not None:
+        y = out32(y + bias)  # not in place: the bias may broadcast a 1-D result
     return [fold_act(y, attrs, "Matmul")]
 
 
