@@ -106,20 +106,29 @@ def test_conv2d_on_sgemm_matches_the_blas_path(case, seed):
     np.testing.assert_allclose(got, ref, rtol=0, atol=2e-5 * scale)
 
 
-@pytest.mark.parametrize("shape,k,dil,pad", [((1, 40, 44, 16), (3, 3), 1, 1),
-                                            ((2, 33, 35, 20), (3, 2), 1, (1, 0, 2, 1)),
-                                            ((1, 48, 48, 17), (3, 3), 2, 2),
-                                            ((1, 30, 30, 64), (1, 1), 1, 0)])
-def test_stride1_conv2d_reads_its_taps_from_the_padded_input(monkeypatch, rng, shape, k, dil,
-                                                             pad):
-    """Stride-1 zero-padded convolutions skip im2col: A's rows are cin apart (one per pixel of
-    the padded grid) and each tap, or each kernel row when dilation_width is 1, is an offset."""
+@pytest.mark.parametrize("shape,k,stride,dil,pad", [
+    ((1, 40, 44, 16), (3, 3), 1, 1, 1),
+    ((2, 33, 35, 20), (3, 2), 1, 1, (1, 0, 2, 1)),
+    ((1, 48, 48, 17), (3, 3), 1, 2, 2),
+    ((1, 30, 30, 64), (1, 1), 1, 1, 0),
+    ((1, 61, 64, 3), (7, 7), 2, 1, 3),
+    ((2, 40, 37, 8), (3, 3), (2, 1), 1, 1),
+])
+def test_conv2d_reads_its_taps_from_the_padded_input(monkeypatch, rng, shape, k, stride, dil,
+                                                     pad):
+    """Zero-padded convolutions skip im2col: A's rows are one pixel apart (stride 1: every
+    pixel of the padded grid) or one output pixel apart within an output row (any stride: one
+    group of tiles per output row), and each tap, or each kernel row when dilation_width is
+    1, is an offset."""
     pt, pb, pl, pr = pad if isinstance(pad, tuple) else (pad,) * 4
+    sh, sw = stride if isinstance(stride, tuple) else (stride, stride)
+    n, cin = shape[0], shape[3]
     x = rng.standard_normal(shape).astype(np.float32)
-    w = rng.standard_normal((*k, shape[3], 24)).astype(np.float32)
+    w = rng.standard_normal((*k, cin, 24)).astype(np.float32)
     bias = rng.standard_normal(24).astype(np.float32)
-    attrs = {"dilation_height": dil, "dilation_width": dil, "pad_top": pt, "pad_bottom": pb,
-             "pad_left": pl, "pad_right": pr}
+    attrs = {"stride_height": sh, "stride_width": sw, "dilation_height": dil,
+             "dilation_width": dil, "pad_top": pt, "pad_bottom": pb, "pad_left": pl,
+             "pad_right": pr}
     monkeypatch.setenv("HOST_GEMM", "blas")
     ref = conv.conv2d([x, w, bias], attrs)[0]
     calls = []
@@ -127,16 +136,21 @@ def test_stride1_conv2d_reads_its_taps_from_the_padded_input(monkeypatch, rng, s
     monkeypatch.setattr(sgemm, "gemm_taps", lambda *a: calls.append(a) or real(*a))
     monkeypatch.setenv("HOST_GEMM", "own")
     got = conv.conv2d([x, w, bias], attrs)[0]
-    (args,) = calls
-    lda, offs, kt = args[1], args[2], args[3]
-    assert lda == shape[3]
-    assert len(offs) == (k[0] if dil == 1 else k[0] * k[1])
-    assert kt * len(offs) == k[0] * k[1] * shape[3]
+    grouped = (sh, sw) != (1, 1)
+    assert len(calls) == (n if grouped else 1)
+    for args in calls:
+        lda, offs, kt = args[1], args[2], args[3]
+        assert lda == sw * cin
+        assert len(offs) == (k[0] if dil == 1 else k[0] * k[1])
+        assert kt * len(offs) == k[0] * k[1] * cin
+        if grouped:
+            assert args[10] == -(-ref.shape[2] // sgemm.MR) * sgemm.MR
+            assert args[11] == sh * (shape[2] + pl + pr) * cin
     np.testing.assert_allclose(got, ref, rtol=0, atol=2e-5 * np.abs(ref).max())
 
 
-@pytest.mark.parametrize("a_shape,n,bias", [((5, 7), 3, True), ((2, 9, 64), 70, False),
-                                            ((1, 512), 1000, True), ((3, 4, 6, 33), 16, True)])
+@pytest.mark.parametrize("a_shape,n,bias", [((1, 7), 3, True), ((25, 7), 3, True), ((2, 19, 64), 70, False),
+                                            ((1, 512), 1000, True), ((31, 512), 1000, True), ((3, 4, 6, 33), 16, True)])
 def test_matmul_by_a_weight_matrix_runs_on_sgemm(monkeypatch, rng, a_shape, n, bias):
     a = rng.standard_normal(a_shape).astype(np.float32)
     b = rng.standard_normal((a_shape[-1], n)).astype(np.float32)

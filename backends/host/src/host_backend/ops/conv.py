@@ -86,27 +86,12 @@ def _conv2d_sgemm(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None,
     wo = _out_size(wp, kw, sw, dw, "Conv2d")
     k = kh * kw * cin
     b, npad = sgemm.padded_b(w.reshape(k, cout))
-    grid, m = n * hp * wp, n * ho * wo
-    # Stride 1: every pixel of the padded grid is a GEMM row, tap (i, j) a row offset into it;
-    # the rows of pad pixels are wasted work, which pays while it costs less than an im2col
-    # copy (about 8 / npad of the GEMM's time, measured)
-    if sh == sw == 1 and mode == "constant" and cin >= sgemm.VW and (grid - m) * npad <= 8 * m:
-        rows = -(-grid // sgemm.MR) * sgemm.MR
-        reach = (kh - 1) * dh * wp + (kw - 1) * dw
-        a = np.zeros((rows + reach, cin), np.float32)
-        a[:grid].reshape(n, hp, wp, cin)[:, pt:pt + h, pl:pl + wd] = x
-        if dw == 1:  # a kernel row's taps are adjacent pixels: one run of kw * cin values
-            offs = np.array([i * dh * wp * cin for i in range(kh)], np.int64)
-            kt = kw * cin
-        else:
-            offs = np.array([(i * dh * wp + j * dw) * cin for i in range(kh) for j in range(kw)],
-                            np.int64)
-            kt = cin
-        c = sgemm.accumulator(bias, rows, npad)
-        sgemm.gemm_taps(a.reshape(-1), cin, offs, kt, rows, b.reshape(-1), npad, npad,
-                        c.reshape(-1), npad)
-        y = c[:grid].reshape(n, hp, wp, npad)[:, :ho, :wo, :cout]
-        return np.ascontiguousarray(y)
+    m = n * ho * wo
+    run = kw * cin if dw == 1 else cin  # A values per tap read: a kernel row's when dw == 1
+    if mode == "constant" and run >= sgemm.VW:
+        y = _conv2d_taps(x, b, npad, bias, (pt, pb, pl, pr), (sh, sw, dh, dw), (kh, kw), ho, wo)
+        if y is not None:
+            return np.ascontiguousarray(y[..., :cout])
     xp = pad_hw(x, pt, pb, pl, pr, mode=mode)
     s_n, s_h, s_w, s_c = xp.strides
     patches = as_strided(xp, shape=(n, ho, wo, kh, kw, cin),
@@ -123,6 +108,50 @@ def _conv2d_sgemm(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None,
     sgemm.gemm_taps(a.reshape(-1), k, np.zeros(1, np.int64), k, rows, b.reshape(-1), npad,
                     npad, c.reshape(-1), npad)
     return np.ascontiguousarray(c[:m, :cout]).reshape(n, ho, wo, cout)
+
+
+def _conv2d_taps(x: np.ndarray, b: np.ndarray, npad: int, bias: np.ndarray | None,
+                 pads: tuple, steps: tuple, kernel: tuple, ho: int, wo: int) -> np.ndarray | None:
+    """A zero-padded Conv2d whose GEMM reads its taps from the padded input itself: each tap,
+    or each kernel row when dilation_width is 1 (adjacent pixels), is an offset into it.
+
+    Two row layouts: with stride 1 every pixel of the padded grid is a row ("flat"); with any
+    stride each output row is a group of whole tiles. The rows of pad pixels, or the tile
+    rows past the output width, are wasted work; this returns None (use im2col) unless the
+    cheaper layout wastes less than an im2col copy costs (about 8 / npad of the GEMM's time,
+    measured). Otherwise (n, ho, wo, npad) with the bias added."""
+    (pt, pb, pl, pr), (sh, sw, dh, dw), (kh, kw) = pads, steps, kernel
+    n, h, wd, cin = x.shape
+    hp, wp = h + pt + pb, wd + pl + pr
+    mr, m = sgemm.MR, n * ho * wo
+    flat_rows = -(-n * hp * wp // mr) * mr if sh == sw == 1 else None
+    group_rows = -(-wo // mr) * mr
+    waste = min(n * ho * group_rows, flat_rows or n * ho * group_rows) - m
+    if waste * npad > 8 * m:
+        return None
+    if dw == 1:
+        offs = np.array([i * dh * wp * cin for i in range(kh)], np.int64)
+        kt = kw * cin
+    else:
+        offs = np.array([(i * dh * wp + j * dw) * cin for i in range(kh) for j in range(kw)],
+                        np.int64)
+        kt = cin
+    # room past the padded grid for the rows the last tiles read
+    extra = max(mr, group_rows * sw) + (kh - 1) * dh * wp + (kw - 1) * dw
+    a = np.zeros(((n * hp * wp + extra), cin), np.float32)
+    a[:n * hp * wp].reshape(n, hp, wp, cin)[:, pt:pt + h, pl:pl + wd] = x
+    a = a.reshape(-1)
+    bf = b.reshape(-1)
+    if flat_rows is not None and flat_rows <= n * ho * group_rows:
+        c = sgemm.accumulator(bias, flat_rows, npad)
+        sgemm.gemm_taps(a, cin, offs, kt, flat_rows, bf, npad, npad, c.reshape(-1), npad)
+        return c[:n * hp * wp].reshape(n, hp, wp, npad)[:, :ho, :wo]
+    c = sgemm.accumulator(bias, n * ho * group_rows, npad)
+    per_image = ho * group_rows
+    for i in range(n):
+        sgemm.gemm_taps(a[i * hp * wp * cin:], sw * cin, offs, kt, per_image, bf, npad, npad,
+                        c[i * per_image:].reshape(-1), npad, group_rows, sh * wp * cin)
+    return c.reshape(n, ho, group_rows, npad)[:, :, :wo]
 
 
 def _pad_mode(attrs: dict) -> str:

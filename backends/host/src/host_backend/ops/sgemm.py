@@ -31,13 +31,15 @@ VW = 16
 #: micro-tile rows (output pixels) and the widest panel of columns (output channels)
 MR = 6
 NR = 4 * VW
+#: fewer rows than this are a matrix-vector product (`_gemv_taps`)
+FEW_ROWS = 4 * MR
 #: B rows per K block: a 64-column block of 1024 rows (256 KiB) stays in the L2 cache
 KC = 1024
 
 
-def _micro_kernel(lanes: int):
+def _micro_kernel(lanes: int, mr: int = MR):
     """An intrinsic ``mk(a, aoff, lda, b, boff, ldb, c, coff, ldc, kn)``:
-    ``C[r, :lanes*VW] += A[r, :kn] @ B[:kn, :lanes*VW]`` for the ``MR`` rows ``r`` of one tile,
+    ``C[r, :lanes*VW] += A[r, :kn] @ B[:kn, :lanes*VW]`` for the ``mr`` rows ``r`` of one tile,
     with ``A[r, k] = a[aoff + r*lda + k]``, ``B[k, j] = b[boff + k*ldb + j]``,
     ``C[r, j] = c[coff + r*ldc + j]`` (flat float32 arrays)."""
 
@@ -63,11 +65,11 @@ def _micro_kernel(lanes: int):
                 return ir.Constant(i64, v)
 
             ad, bd, cd = data(0, a_, aoff_), data(3, b_, boff_), data(6, c_, coff_)
-            rows = [builder.gep(ad, [builder.mul(lda_, const(r))]) for r in range(MR)]
+            rows = [builder.gep(ad, [builder.mul(lda_, const(r))]) for r in range(mr)]
             cptr = [[builder.bitcast(builder.gep(cd, [builder.add(builder.mul(ldc_, const(r)),
                                                                   const(VW * j))]),
                                          vptr)
-                     for j in range(lanes)] for r in range(MR)]
+                     for j in range(lanes)] for r in range(mr)]
             init = [[builder.load(p, align=4) for p in row] for row in cptr]
             splat = ir.Constant(ir.VectorType(i32, VW), None)
             entry = builder.block
@@ -78,20 +80,20 @@ def _micro_kernel(lanes: int):
             builder.position_at_end(loop)
             k = builder.phi(i64)
             k.add_incoming(const(0), entry)
-            acc = [[builder.phi(vec) for _ in range(lanes)] for _ in range(MR)]
-            for r in range(MR):
+            acc = [[builder.phi(vec) for _ in range(lanes)] for _ in range(mr)]
+            for r in range(mr):
                 for j in range(lanes):
                     acc[r][j].add_incoming(init[r][j], entry)
             brow = builder.gep(bd, [builder.mul(k, ldb_)])
             bs = [builder.load(builder.bitcast(builder.gep(brow, [const(VW * j)]), vptr), align=4)
                   for j in range(lanes)]
             new = []
-            for r in range(MR):
+            for r in range(mr):
                 s = builder.load(builder.gep(rows[r], [k]), align=4)
                 one = builder.insert_element(ir.Constant(vec, ir.Undefined), s, ir.Constant(i32, 0))
                 av = builder.shuffle_vector(one, one, splat)
                 new.append([builder.call(fma, [av, bs[j], acc[r][j]]) for j in range(lanes)])
-            for r in range(MR):
+            for r in range(mr):
                 for j in range(lanes):
                     acc[r][j].add_incoming(new[r][j], loop)
             k1 = builder.add(k, const(1))
@@ -100,7 +102,7 @@ def _micro_kernel(lanes: int):
 
             builder.position_at_end(done)
             out = []
-            for r in range(MR):
+            for r in range(mr):
                 for j in range(lanes):
                     p = builder.phi(vec)
                     p.add_incoming(init[r][j], entry)
@@ -140,6 +142,7 @@ def _row_copy(lanes: int):
 
 
 _mk1, _mk2, _mk3, _mk4 = (_micro_kernel(lanes) for lanes in (1, 2, 3, 4))
+_row1, _row2, _row3, _row4 = (_micro_kernel(lanes, 1) for lanes in (1, 2, 3, 4))
 _cp1, _cp2, _cp3, _cp4 = (_row_copy(lanes) for lanes in (1, 2, 3, 4))
 
 
@@ -153,6 +156,18 @@ def _tile(lanes, a, aoff, lda, b, boff, ldb, c, coff, ldc, kn):
         _mk2(a, aoff, lda, b, boff, ldb, c, coff, ldc, kn)
     else:
         _mk1(a, aoff, lda, b, boff, ldb, c, coff, ldc, kn)
+
+
+@njit(cache=True)
+def _row(lanes, a, aoff, b, boff, ldb, c, coff, kn):
+    if lanes == 4:
+        _row4(a, aoff, 0, b, boff, ldb, c, coff, 0, kn)
+    elif lanes == 3:
+        _row3(a, aoff, 0, b, boff, ldb, c, coff, 0, kn)
+    elif lanes == 2:
+        _row2(a, aoff, 0, b, boff, ldb, c, coff, 0, kn)
+    else:
+        _row1(a, aoff, 0, b, boff, ldb, c, coff, 0, kn)
 
 
 @njit(cache=True)
@@ -196,23 +211,44 @@ def _blocks(offs, kt):
 
 
 def gemm_taps(a: np.ndarray, lda: int, offs: np.ndarray, kt: int, rows: int, b: np.ndarray,
-              ldb: int, n: int, c: np.ndarray, ldc: int) -> None:
+              ldb: int, n: int, c: np.ndarray, ldc: int, group_rows: int = 0,
+              group_stride: int = 0) -> None:
     """``C[:rows, :n] += sum_t A_t @ B[t*kt:(t+1)*kt, :n]`` with ``A_t[r, k] = a[offs[t] +
     r*lda + k]`` (flat float32 ``a``, ``b``, ``c``; ``b`` rows ``ldb`` apart, ``c`` rows ``ldc``
-    apart). ``rows`` is a multiple of MR and ``n`` of VW. With more than one Numba thread
-    (``NUMBA_NUM_THREADS``) the tile rows are shared out among that many Python threads, the
-    kernel running without the GIL: no OpenMP pool is left spinning between convolutions."""
-    tiles = rows // MR
-    parts = max(1, min(get_num_threads(), tiles // 4))
-    if parts == 1:
-        _gemm_taps(a, lda, offs, kt, 0, tiles, b, ldb, n, c, ldc)
+    apart). ``n`` is a multiple of VW and ``rows`` one of MR, or below `FEW_ROWS` (then each
+    row is its own tile and B is read in place: a matrix-vector product).
+
+    With ``group_rows`` (a multiple of MR dividing ``rows``) the rows come in groups whose A
+    rows start ``group_stride`` elements apart: row ``g * group_rows + q`` reads
+    ``a[g * group_stride + q * lda + ...]`` (one output row of a strided convolution per
+    group). With more than one Numba thread (``NUMBA_NUM_THREADS``) the tiles are shared out
+    among that many Python threads, the kernel running without the GIL: no OpenMP pool is left
+    spinning between convolutions."""
+    if rows < FEW_ROWS:
+        _gemv_taps(a, lda, offs, kt, rows, b, ldb, n, c, ldc)
         return
+    tiles = rows // MR
+    per_group = group_rows // MR if group_rows else tiles
+    parts = max(1, min(get_num_threads(), tiles // 4))
     cuts = [tiles * p // parts for p in range(parts + 1)]
-    pending = [_pool(parts).submit(_gemm_taps, a, lda, offs, kt, cuts[p], cuts[p + 1], b, ldb,
-                                   n, c, ldc) for p in range(1, parts)]
-    _gemm_taps(a, lda, offs, kt, cuts[0], cuts[1], b, ldb, n, c, ldc)
+    args = (a, lda, offs, kt, b, ldb, n, c, ldc, per_group, group_stride)
+    pending = [_pool(parts).submit(_gemm_taps, *args, cuts[p], cuts[p + 1])
+               for p in range(1, parts)]
+    _gemm_taps(*args, cuts[0], cuts[1])
     for job in pending:
         job.result()
+
+
+@njit(cache=True, nogil=True)
+def _gemv_taps(a, lda, offs, kt, rows, b, ldb, n, c, ldc):
+    """`gemm_taps` for a few rows, one at a time, B read in place (each B row is used once
+    per row, so packing it would cost more than it saves)."""
+    for r in range(rows):
+        for pb in range(0, n, NR):
+            lanes = min(NR, n - pb) // VW
+            for t in range(offs.size):
+                _row(lanes, a, offs[t] + r * lda, b, t * kt * ldb + pb, ldb, c, r * ldc + pb,
+                     kt)
 
 
 _POOL: dict[int, ThreadPoolExecutor] = {}
@@ -230,9 +266,9 @@ def _pool(parts: int) -> ThreadPoolExecutor:
 
 
 @njit(cache=True, nogil=True)
-def _gemm_taps(a, lda, offs, kt, t0, t1, b, ldb, n, c, ldc):
-    """`gemm_taps` over tiles ``t0 .. t1`` (MR rows each): per K block, B packed
-    panel-major once, then per panel every tile."""
+def _gemm_taps(a, lda, offs, kt, b, ldb, n, c, ldc, per_group, group_stride, t0, t1):
+    """`gemm_taps` over tiles ``t0 .. t1`` (MR rows each, ``per_group`` tiles per group):
+    per K block, B packed panel-major once, then per panel every tile."""
     seg_a, seg_b, seg_n, starts = _blocks(offs, kt)
     # one K block of B, all columns, packed panel-major: B rows are read whole (a stream
     # through memory) and each panel is then contiguous for the micro-kernel
@@ -250,11 +286,11 @@ def _gemm_taps(a, lda, offs, kt, t0, t1, b, ldb, n, c, ldc):
             width = min(NR, n - pb)
             lanes = width // VW
             for t in range(t0, t1):
-                m0 = t * MR
+                a0 = (t // per_group) * group_stride + (t % per_group) * MR * lda
                 row = 0
                 for s in range(starts[blk], starts[blk + 1]):
-                    _tile(lanes, a, seg_a[s] + m0 * lda, lda, packed, pb * KC + row * width,
-                          width, c, m0 * ldc + pb, ldc, seg_n[s])
+                    _tile(lanes, a, seg_a[s] + a0, lda, packed, pb * KC + row * width,
+                          width, c, t * MR * ldc + pb, ldc, seg_n[s])
                     row += seg_n[s]
 
 
@@ -285,7 +321,7 @@ def matmul(a: np.ndarray, b: np.ndarray, bias: np.ndarray | None = None) -> np.n
     float32 (M x N)."""
     m, k = a.shape
     bp, npad = padded_b(b)
-    rows = -(-m // MR) * MR
+    rows = m if m < FEW_ROWS else -(-m // MR) * MR
     if rows == m:
         ap = np.ascontiguousarray(a, dtype=np.float32)
     else:
