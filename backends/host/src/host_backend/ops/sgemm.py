@@ -224,11 +224,12 @@ def gemm_taps(a: np.ndarray, lda: int, offs: np.ndarray, kt: int, rows: int, b: 
     group). With more than one Numba thread (``NUMBA_NUM_THREADS``) the tiles are shared out
     among that many Python threads, the kernel running without the GIL: no OpenMP pool is left
     spinning between convolutions."""
+    group_rows = group_rows or rows
     if rows < FEW_ROWS:
-        _gemv_taps(a, lda, offs, kt, rows, b, ldb, n, c, ldc)
+        _gemv_taps(a, lda, offs, kt, rows, b, ldb, n, c, ldc, group_rows, group_stride)
         return
     tiles = rows // MR
-    per_group = group_rows // MR if group_rows else tiles
+    per_group = group_rows // MR
     parts = max(1, min(get_num_threads(), tiles // 4))
     cuts = [tiles * p // parts for p in range(parts + 1)]
     args = (a, lda, offs, kt, b, ldb, n, c, ldc, per_group, group_stride)
@@ -240,15 +241,15 @@ def gemm_taps(a: np.ndarray, lda: int, offs: np.ndarray, kt: int, rows: int, b: 
 
 
 @njit(cache=True, nogil=True)
-def _gemv_taps(a, lda, offs, kt, rows, b, ldb, n, c, ldc):
+def _gemv_taps(a, lda, offs, kt, rows, b, ldb, n, c, ldc, group_rows, group_stride):
     """`gemm_taps` for a few rows, one at a time, B read in place (each B row is used once
     per row, so packing it would cost more than it saves)."""
     for r in range(rows):
+        a0 = (r // group_rows) * group_stride + (r % group_rows) * lda
         for pb in range(0, n, NR):
             lanes = min(NR, n - pb) // VW
             for t in range(offs.size):
-                _row(lanes, a, offs[t] + r * lda, b, t * kt * ldb + pb, ldb, c, r * ldc + pb,
-                     kt)
+                _row(lanes, a, offs[t] + a0, b, t * kt * ldb + pb, ldb, c, r * ldc + pb, kt)
 
 
 _POOL: dict[int, ThreadPoolExecutor] = {}
