@@ -1,6 +1,8 @@
 """HostBackend float forward of resnet18 (1x224x224x3) against onnxruntime, same weights, same run.
 
-Target (issue 2): HostBackend at most 2x onnxruntime's single-thread time.
+Target (issue 11): HostBackend at most 1.5x onnxruntime's single-thread time. The float
+convolutions run on the backend's own AVX-512 GEMM where the CPU has it (`host_backend.ops.sgemm`;
+``HOST_GEMM=blas`` measures the numpy BLAS path instead).
 """
 
 import numpy as np
@@ -31,4 +33,4 @@ def test_host_resnet18_vs_onnxruntime(benchmark):
     np.testing.assert_allclose(ours, ref.reshape(ours.shape), rtol=1e-3, atol=1e-3)
     print(f"\nresnet18 host {host_s * 1e3:.1f} ms, onnxruntime {ort_s * 1e3:.1f} ms, "
           f"ratio {ratio:.2f} ({load_average()})")
-    assert ratio <= 2.0, f"HostBackend is {ratio:.2f}x onnxruntime (target <= 2x)"
+    assert ratio <= 1.5, f"HostBackend is {ratio:.2f}x onnxruntime (target <= 1.5x)"

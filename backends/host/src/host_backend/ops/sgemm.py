@@ -240,16 +240,29 @@ def gemm_taps(a: np.ndarray, lda: int, offs: np.ndarray, kt: int, rows: int, b: 
         job.result()
 
 
+#: B rows per pass over all panels in `_gemv_taps`
+GEMV_KC = 16
+
+
 @njit(cache=True, nogil=True)
 def _gemv_taps(a, lda, offs, kt, rows, b, ldb, n, c, ldc, group_rows, group_stride):
-    """`gemm_taps` for a few rows, one at a time, B read in place (each B row is used once
-    per row, so packing it would cost more than it saves)."""
+    """`gemm_taps` for a few rows, one at a time: each B row is used once per row, so B is
+    read in place, a few rows at a time across all columns (near the order it lies in
+    memory, which the prefetchers follow); columns past the last whole vector one by one."""
+    nv = n - n % VW
     for r in range(rows):
         a0 = (r // group_rows) * group_stride + (r % group_rows) * lda
-        for pb in range(0, n, NR):
-            lanes = min(NR, n - pb) // VW
-            for t in range(offs.size):
-                _row(lanes, a, offs[t] + a0, b, t * kt * ldb + pb, ldb, c, r * ldc + pb, kt)
+        for t in range(offs.size):
+            for k0 in range(0, kt, GEMV_KC):
+                kn = min(GEMV_KC, kt - k0)
+                for pb in range(0, nv, NR):
+                    _row(min(NR, nv - pb) // VW, a, offs[t] + a0 + k0, b,
+                         (t * kt + k0) * ldb + pb, ldb, c, r * ldc + pb, kn)
+                for j in range(nv, n):
+                    acc = c[r * ldc + j]
+                    for k in range(k0, k0 + kn):
+                        acc += a[offs[t] + a0 + k] * b[(t * kt + k) * ldb + j]
+                    c[r * ldc + j] = acc
 
 
 _POOL: dict[int, ThreadPoolExecutor] = {}
@@ -321,8 +334,15 @@ def matmul(a: np.ndarray, b: np.ndarray, bias: np.ndarray | None = None) -> np.n
     """``a @ b (+ bias)`` for a 2-D float32 ``a`` (M x K) and ``b`` (K x N): C-contiguous
     float32 (M x N)."""
     m, k = a.shape
+    n = b.shape[1]
+    if m < FEW_ROWS:  # B in place, no padding
+        bf = np.ascontiguousarray(b, dtype=np.float32).reshape(-1)
+        c = accumulator(bias, m, n)
+        _gemv_taps(np.ascontiguousarray(a, dtype=np.float32).reshape(-1), k,
+                   np.zeros(1, np.int64), k, m, bf, n, n, c.reshape(-1), n, m, 0)
+        return c
     bp, npad = padded_b(b)
-    rows = m if m < FEW_ROWS else -(-m // MR) * MR
+    rows = -(-m // MR) * MR
     if rows == m:
         ap = np.ascontiguousarray(a, dtype=np.float32)
     else:
@@ -331,7 +351,7 @@ def matmul(a: np.ndarray, b: np.ndarray, bias: np.ndarray | None = None) -> np.n
     c = accumulator(bias, rows, npad)
     gemm_taps(ap.reshape(-1), k, np.zeros(1, np.int64), k, rows, bp.reshape(-1), npad, npad,
               c.reshape(-1), npad)
-    return np.ascontiguousarray(c[:m, :b.shape[1]])
+    return np.ascontiguousarray(c[:m, :n])
 
 
 def enabled() -> bool:
