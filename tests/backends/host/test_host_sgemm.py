@@ -16,28 +16,28 @@ from host_backend.ops import conv, matmul, sgemm
 
 
 def _gemm(a: np.ndarray, b: np.ndarray, parts: int = 1) -> np.ndarray:
-    """``a @ b`` through `gemm_taps` (one tap) in `parts` threads, with the padding its
-    callers give it."""
+    """``a @ b`` through `gemm_taps` (one tap) in `parts` threads, B's columns padded to whole
+    vectors as its callers do; C has a guard row past M that must stay untouched."""
     m, k = a.shape
     n = b.shape[1]
-    rows = -(-m // sgemm.MR) * sgemm.MR
     npad = -(-n // sgemm.VW) * sgemm.VW
-    ap = np.zeros((rows, k), np.float32)
-    ap[:m] = a
     bp = np.zeros((k, npad), np.float32)
     bp[:, :n] = b
-    c = np.full((rows, npad), 0.5, np.float32)  # C is accumulated into
+    c = np.full((m + 1, npad), 0.5, np.float32)  # C is accumulated into
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(sgemm, "get_num_threads", lambda: parts)
-        sgemm.gemm_taps(ap.reshape(-1), k, np.zeros(1, np.int64), k, rows, bp.reshape(-1), npad,
-                        npad, c.reshape(-1), npad)
+        sgemm.gemm_taps(np.ascontiguousarray(a).reshape(-1), k, np.zeros(1, np.int64), k, m,
+                        bp.reshape(-1), npad, npad, c.reshape(-1), npad)
+    assert (c[m] == np.float32(0.5)).all()
     return c[:m, :n] - np.float32(0.5)
 
 
 @pytest.mark.parametrize("m,k,n,parts", [(1, 1, 1, 1), (6, 3, 16, 1), (13, 7, 5, 1),
-                                         (30, 577, 70, 1), (161, 2500, 144, 3), (70, 1025, 48, 2)])
+                                         (30, 577, 70, 1), (29, 40, 64, 1), (161, 2500, 144, 3),
+                                         (70, 1025, 48, 2)])
 def test_gemm_matches_numpy(rng, m, k, n, parts):
-    """Any M, K past the K block (KC), panels of every width, the rows split among parts."""
+    """Any M (whole tiles and rows left over, or few rows: a matrix-vector product), K past
+    the K block (KC), panels of every width, the work split among parts."""
     a = rng.standard_normal((m, k)).astype(np.float32)
     b = rng.standard_normal((k, n)).astype(np.float32)
     ref = a.astype(np.float64) @ b.astype(np.float64)
@@ -144,13 +144,14 @@ def test_conv2d_reads_its_taps_from_the_padded_input(monkeypatch, rng, shape, k,
         assert len(offs) == (k[0] if dil == 1 else k[0] * k[1])
         assert kt * len(offs) == k[0] * k[1] * cin
         if grouped:
-            assert args[10] == -(-ref.shape[2] // sgemm.MR) * sgemm.MR
+            assert args[10] == ref.shape[2]
             assert args[11] == sh * (shape[2] + pl + pr) * cin
     np.testing.assert_allclose(got, ref, rtol=0, atol=2e-5 * np.abs(ref).max())
 
 
-@pytest.mark.parametrize("a_shape,n,bias", [((1, 7), 3, True), ((25, 7), 3, True), ((2, 19, 64), 70, False),
-                                            ((1, 512), 1000, True), ((31, 512), 1000, True), ((3, 4, 6, 33), 16, True)])
+@pytest.mark.parametrize("a_shape,n,bias", [
+    ((1, 7), 3, True), ((25, 7), 3, True), ((2, 19, 64), 70, False), ((1, 512), 1000, True),
+    ((31, 512), 1000, True), ((3, 4, 6, 33), 16, True)])
 def test_matmul_by_a_weight_matrix_runs_on_sgemm(monkeypatch, rng, a_shape, n, bias):
     a = rng.standard_normal(a_shape).astype(np.float32)
     b = rng.standard_normal((a_shape[-1], n)).astype(np.float32)

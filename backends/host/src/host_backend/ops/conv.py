@@ -22,6 +22,7 @@ from ._common import (
     f32,
     fold_act,
     folded_act,
+    fresh,
     int_attr,
     out32,
     pad_hw,
@@ -87,27 +88,21 @@ def _conv2d_sgemm(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None,
     k = kh * kw * cin
     b, npad = sgemm.padded_b(w.reshape(k, cout))
     m = n * ho * wo
-    run = kw * cin if dw == 1 else cin  # A values per tap read: a kernel row's when dw == 1
-    if mode == "constant" and run >= sgemm.VW:
+    if mode == "constant":
         y = _conv2d_taps(x, b, npad, bias, (pt, pb, pl, pr), (sh, sw, dh, dw), (kh, kw), ho, wo)
         if y is not None:
-            return np.ascontiguousarray(y[..., :cout])
+            return fresh(y[..., :cout])
     xp = pad_hw(x, pt, pb, pl, pr, mode=mode)
     s_n, s_h, s_w, s_c = xp.strides
     patches = as_strided(xp, shape=(n, ho, wo, kh, kw, cin),
                          strides=(s_n, s_h * sh, s_w * sw, s_h * dh, s_w * dw, s_c),
                          writeable=False)
-    rows = -(-m // sgemm.MR) * sgemm.MR
-    if rows == m:
-        a = np.ascontiguousarray(patches.reshape(m, k))
-    else:  # whole tiles: B is packed once per call, so no row is left for a second pass
-        a = np.empty((rows, k), np.float32)
-        a[:m].reshape(patches.shape)[...] = patches
-        a[m:] = 0.0
-    c = sgemm.accumulator(bias, rows, npad)
-    sgemm.gemm_taps(a.reshape(-1), k, np.zeros(1, np.int64), k, rows, b.reshape(-1), npad,
-                    npad, c.reshape(-1), npad)
-    return np.ascontiguousarray(c[:m, :cout]).reshape(n, ho, wo, cout)
+    a = sgemm.scratch("a", m * k)
+    a.reshape(patches.shape)[...] = patches
+    c = sgemm.accumulator(bias, m, npad)
+    sgemm.gemm_taps(a, k, np.zeros(1, np.int64), k, m, b.reshape(-1), npad, npad,
+                    c.reshape(-1), npad)
+    return fresh(c[:, :cout]).reshape(n, ho, wo, cout)
 
 
 def _conv2d_taps(x: np.ndarray, b: np.ndarray, npad: int, bias: np.ndarray | None,
@@ -115,19 +110,22 @@ def _conv2d_taps(x: np.ndarray, b: np.ndarray, npad: int, bias: np.ndarray | Non
     """A zero-padded Conv2d whose GEMM reads its taps from the padded input itself: each tap,
     or each kernel row when dilation_width is 1 (adjacent pixels), is an offset into it.
 
-    Two row layouts: with stride 1 every pixel of the padded grid is a row ("flat"); with any
-    stride each output row is a group of whole tiles. The rows of pad pixels, or the tile
-    rows past the output width, are wasted work; this returns None (use im2col) unless the
-    cheaper layout wastes less than an im2col copy costs (about 8 / npad of the GEMM's time,
-    measured). Otherwise (n, ho, wo, npad) with the bias added."""
+    Two row layouts. "Flat" (stride 1): every pixel of the padded grid up to the last output
+    pixel is a row, whole tiles run across output rows, the rows of pad pixels are computed
+    and dropped; used while they are at most 1/8 of the output. "Grouped" (any stride): each
+    output row is a group of rows, ``stride * cin`` apart; used where a tap reads 16 to 63
+    values (a stem convolution over 3 channels), whose im2col copy would cost as much as its
+    arithmetic. Otherwise None: im2col does as well (measured on resnet's layers), and better
+    where taps read so few values that the kernel's calls would outnumber its work.
+    Returns (n, ho, wo, npad) with the bias added, a view of scratch."""
     (pt, pb, pl, pr), (sh, sw, dh, dw), (kh, kw) = pads, steps, kernel
     n, h, wd, cin = x.shape
     hp, wp = h + pt + pb, wd + pl + pr
-    mr, m = sgemm.MR, n * ho * wo
-    flat_rows = -(-n * hp * wp // mr) * mr if sh == sw == 1 else None
-    group_rows = -(-wo // mr) * mr
-    waste = min(n * ho * group_rows, flat_rows or n * ho * group_rows) - m
-    if waste * npad > 8 * m:
+    m = n * ho * wo
+    run = kw * cin if dw == 1 else cin  # A values a tap reads: a kernel row's when dw == 1
+    flat_rows = (n - 1) * hp * wp + (ho - 1) * wp + wo  # up to the last output pixel
+    flat = sh == sw == 1 and (flat_rows - m) * 8 <= m and run >= sgemm.VW
+    if not flat and not sgemm.VW <= run < 64:
         return None
     if dw == 1:
         offs = np.array([i * dh * wp * cin for i in range(kh)], np.int64)
@@ -136,22 +134,19 @@ def _conv2d_taps(x: np.ndarray, b: np.ndarray, npad: int, bias: np.ndarray | Non
         offs = np.array([(i * dh * wp + j * dw) * cin for i in range(kh) for j in range(kw)],
                         np.int64)
         kt = cin
-    # room past the padded grid for the rows the last tiles read
-    extra = max(mr, group_rows * sw) + (kh - 1) * dh * wp + (kw - 1) * dw
-    a = np.zeros(((n * hp * wp + extra), cin), np.float32)
-    a[:n * hp * wp].reshape(n, hp, wp, cin)[:, pt:pt + h, pl:pl + wd] = x
-    a = a.reshape(-1)
+    a = sgemm.scratch("a", n * hp * wp * cin)
+    a[...] = 0.0
+    a.reshape(n, hp, wp, cin)[:, pt:pt + h, pl:pl + wd] = x
     bf = b.reshape(-1)
-    if flat_rows is not None and flat_rows <= n * ho * group_rows:
-        c = sgemm.accumulator(bias, flat_rows, npad)
+    if flat:
+        c = sgemm.accumulator(bias, n * hp * wp, npad)
         sgemm.gemm_taps(a, cin, offs, kt, flat_rows, bf, npad, npad, c.reshape(-1), npad)
-        return c[:n * hp * wp].reshape(n, hp, wp, npad)[:, :ho, :wo]
-    c = sgemm.accumulator(bias, n * ho * group_rows, npad)
-    per_image = ho * group_rows
+        return c.reshape(n, hp, wp, npad)[:, :ho, :wo]
+    c = sgemm.accumulator(bias, m, npad)
     for i in range(n):
-        sgemm.gemm_taps(a[i * hp * wp * cin:], sw * cin, offs, kt, per_image, bf, npad, npad,
-                        c[i * per_image:].reshape(-1), npad, group_rows, sh * wp * cin)
-    return c.reshape(n, ho, group_rows, npad)[:, :, :wo]
+        sgemm.gemm_taps(a[i * hp * wp * cin:], sw * cin, offs, kt, ho * wo, bf, npad, npad,
+                        c[i * ho * wo:].reshape(-1), npad, wo, sh * wp * cin)
+    return c.reshape(n, ho, wo, npad)
 
 
 def _pad_mode(attrs: dict) -> str:

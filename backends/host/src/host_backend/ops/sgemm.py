@@ -16,6 +16,7 @@ different order than BLAS's, so they agree to rounding, not bit for bit.
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -25,6 +26,8 @@ import numpy as np
 from llvmlite import ir
 from numba import get_num_threads, njit, types
 from numba.extending import intrinsic
+
+from ._common import fresh
 
 #: float32 lanes per vector register (AVX-512)
 VW = 16
@@ -215,27 +218,26 @@ def gemm_taps(a: np.ndarray, lda: int, offs: np.ndarray, kt: int, rows: int, b: 
               group_stride: int = 0) -> None:
     """``C[:rows, :n] += sum_t A_t @ B[t*kt:(t+1)*kt, :n]`` with ``A_t[r, k] = a[offs[t] +
     r*lda + k]`` (flat float32 ``a``, ``b``, ``c``; ``b`` rows ``ldb`` apart, ``c`` rows ``ldc``
-    apart). ``n`` is a multiple of VW and ``rows`` one of MR, or below `FEW_ROWS` (then each
-    row is its own tile and B is read in place: a matrix-vector product).
+    apart; ``n`` a multiple of VW). Rows go MR at a time, the few left over one at a time;
+    below `FEW_ROWS` rows B is read in place (a matrix-vector product).
 
-    With ``group_rows`` (a multiple of MR dividing ``rows``) the rows come in groups whose A
-    rows start ``group_stride`` elements apart: row ``g * group_rows + q`` reads
-    ``a[g * group_stride + q * lda + ...]`` (one output row of a strided convolution per
-    group). With more than one Numba thread (``NUMBA_NUM_THREADS``) the tiles are shared out
-    among that many Python threads, the kernel running without the GIL: no OpenMP pool is left
-    spinning between convolutions."""
+    With ``group_rows`` (dividing ``rows``) the rows come in groups whose A rows start
+    ``group_stride`` elements apart: row ``g * group_rows + q`` reads ``a[g * group_stride +
+    q * lda + ...]`` (one output row of a strided convolution per group). With more than one
+    Numba thread (``NUMBA_NUM_THREADS``) the work is shared out among that many Python
+    threads, the kernel running without the GIL: no OpenMP pool is left spinning between
+    convolutions."""
     group_rows = group_rows or rows
     if rows < FEW_ROWS:
         _gemv_taps(a, lda, offs, kt, rows, b, ldb, n, c, ldc, group_rows, group_stride)
         return
-    tiles = rows // MR
-    per_group = group_rows // MR
-    parts = max(1, min(get_num_threads(), tiles // 4))
-    cuts = [tiles * p // parts for p in range(parts + 1)]
-    args = (a, lda, offs, kt, b, ldb, n, c, ldc, per_group, group_stride)
-    pending = [_pool(parts).submit(_gemm_taps, *args, cuts[p], cuts[p + 1])
-               for p in range(1, parts)]
-    _gemm_taps(*args, cuts[0], cuts[1])
+    units = rows // group_rows * (group_rows // MR + group_rows % MR)
+    parts = max(1, min(get_num_threads(), rows // FEW_ROWS))
+    cuts = [units * p // parts for p in range(parts + 1)]
+    args = (a, lda, offs, kt, b, ldb, n, c, ldc, group_rows, group_stride)
+    pending = [_pool(parts).submit(_gemm_taps, *args, cuts[p], cuts[p + 1],
+                                   scratch(f"pack{p}", KC * n)) for p in range(1, parts)]
+    _gemm_taps(*args, cuts[0], cuts[1], scratch("pack0", KC * n))
     for job in pending:
         job.result()
 
@@ -280,13 +282,15 @@ def _pool(parts: int) -> ThreadPoolExecutor:
 
 
 @njit(cache=True, nogil=True)
-def _gemm_taps(a, lda, offs, kt, b, ldb, n, c, ldc, per_group, group_stride, t0, t1):
-    """`gemm_taps` over tiles ``t0 .. t1`` (MR rows each, ``per_group`` tiles per group):
-    per K block, B packed panel-major once, then per panel every tile."""
+def _gemm_taps(a, lda, offs, kt, b, ldb, n, c, ldc, group_rows, group_stride, u0, u1, packed):
+    """`gemm_taps` over work units ``u0 .. u1``: per group, its whole MR-row tiles, then its
+    left-over rows one by one. Per K block, B is packed panel-major once (into ``packed``,
+    KC * n floats), then each panel serves every unit."""
     seg_a, seg_b, seg_n, starts = _blocks(offs, kt)
+    full = group_rows // MR
+    per_group = full + group_rows % MR
     # one K block of B, all columns, packed panel-major: B rows are read whole (a stream
     # through memory) and each panel is then contiguous for the micro-kernel
-    packed = np.empty(KC * n, np.float32)
     for blk in range(starts.size - 1):
         rows_blk = 0
         for s in range(starts[blk], starts[blk + 1]):
@@ -299,12 +303,19 @@ def _gemm_taps(a, lda, offs, kt, b, ldb, n, c, ldc, per_group, group_stride, t0,
         for pb in range(0, n, NR):
             width = min(NR, n - pb)
             lanes = width // VW
-            for t in range(t0, t1):
-                a0 = (t // per_group) * group_stride + (t % per_group) * MR * lda
+            for u in range(u0, u1):
+                g, j = u // per_group, u % per_group
+                q = j * MR if j < full else full * MR + j - full
+                a0 = g * group_stride + q * lda
+                c0 = (g * group_rows + q) * ldc + pb
                 row = 0
                 for s in range(starts[blk], starts[blk + 1]):
-                    _tile(lanes, a, seg_a[s] + a0, lda, packed, pb * KC + row * width,
-                          width, c, t * MR * ldc + pb, ldc, seg_n[s])
+                    if j < full:
+                        _tile(lanes, a, seg_a[s] + a0, lda, packed, pb * KC + row * width,
+                              width, c, c0, ldc, seg_n[s])
+                    else:
+                        _row(lanes, a, seg_a[s] + a0, packed, pb * KC + row * width, width,
+                             c, c0, seg_n[s])
                     row += seg_n[s]
 
 
@@ -320,13 +331,32 @@ def padded_b(b: np.ndarray) -> tuple[np.ndarray, int]:
     return out, npad
 
 
+_LOCAL = threading.local()
+
+
+def scratch(tag: str, size: int) -> np.ndarray:
+    """This thread's work buffer `tag`: `size` float32 (contents undefined), reused from call
+    to call. A fresh multi-megabyte array comes from the kernel as untouched pages, and the
+    page faults on first use cost more than a convolution's arithmetic (measured: 1,500
+    faults, 3 ms, on resnet's first layer); the buffers grow to the largest layer and stay."""
+    bufs = getattr(_LOCAL, "bufs", None)
+    if bufs is None:
+        bufs = _LOCAL.bufs = {}
+    buf = bufs.get(tag)
+    if buf is None or buf.size < size:
+        buf = bufs[tag] = np.empty(size, np.float32)
+    return buf[:size]
+
+
 def accumulator(bias: np.ndarray | None, rows: int, npad: int) -> np.ndarray:
-    """C for `gemm_taps`: ``rows x npad`` float32, each row starting at the bias (0 past it)."""
+    """C for `gemm_taps` (this thread's scratch: copy the result out): ``rows x npad``
+    float32, each row starting at the bias (0 past it)."""
+    c = scratch("c", rows * npad).reshape(rows, npad)
     if bias is None:
-        return np.zeros((rows, npad), np.float32)
-    c = np.empty((rows, npad), np.float32)
-    c[:, :bias.size] = bias
-    c[:, bias.size:] = 0.0
+        c[...] = 0.0
+    else:
+        c[:, :bias.size] = bias
+        c[:, bias.size:] = 0.0
     return c
 
 
@@ -340,18 +370,12 @@ def matmul(a: np.ndarray, b: np.ndarray, bias: np.ndarray | None = None) -> np.n
         c = accumulator(bias, m, n)
         _gemv_taps(np.ascontiguousarray(a, dtype=np.float32).reshape(-1), k,
                    np.zeros(1, np.int64), k, m, bf, n, n, c.reshape(-1), n, m, 0)
-        return c
+        return fresh(c)
     bp, npad = padded_b(b)
-    rows = -(-m // MR) * MR
-    if rows == m:
-        ap = np.ascontiguousarray(a, dtype=np.float32)
-    else:
-        ap = np.zeros((rows, k), np.float32)
-        ap[:m] = a
-    c = accumulator(bias, rows, npad)
-    gemm_taps(ap.reshape(-1), k, np.zeros(1, np.int64), k, rows, bp.reshape(-1), npad, npad,
-              c.reshape(-1), npad)
-    return np.ascontiguousarray(c[:m, :n])
+    c = accumulator(bias, m, npad)
+    gemm_taps(np.ascontiguousarray(a, dtype=np.float32).reshape(-1), k, np.zeros(1, np.int64),
+              k, m, bp.reshape(-1), npad, npad, c.reshape(-1), npad)
+    return fresh(c[:, :n])
 
 
 def enabled() -> bool:
@@ -360,4 +384,10 @@ def enabled() -> bool:
     choice = os.environ.get("HOST_GEMM", "").strip().lower()
     if choice in ("blas", "own"):
         return choice == "own"
+    return _has_avx512()
+
+
+@functools.cache
+def _has_avx512() -> bool:
+    """Asked once: LLVM's CPU query takes about 0.1 ms."""
     return bool(ll.get_host_cpu_features().get("avx512f"))
