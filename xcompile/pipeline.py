@@ -77,11 +77,10 @@ def _quantize(optimized: Any, samples: Any, opts: dict[str, Any], runner: Runner
                                 op_bits=op_bits, runner=runner)
 
     user_bits = _op_bits(opts.get("op_bits"))
-    quantized = quantize(user_bits)
     min_cos = float(opts.get("min_cosine") or 0.0)
     if min_cos <= 0.0 or int(opts["bits"]) != 8:
-        return quantized
-    quantized, mixed = raise_until(optimized, quantized, quantize, samples, min_cos,
+        return quantize(user_bits)
+    quantized, mixed = raise_until(optimized, quantize(user_bits), quantize, samples, min_cos,
                                    op_bits=user_bits, runner=runner)
     quantized.tags["quantization"]["mixed_precision"] = {
         "min_cosine": min_cos, "cosines": [round(c, 6) for c in mixed.cosines],

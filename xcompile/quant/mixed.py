@@ -20,6 +20,8 @@ end short of the aim.
 
 from __future__ import annotations
 
+import ctypes
+import gc
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -49,6 +51,17 @@ class MixedPrecision:
     @property
     def reached(self) -> float:
         return max(self.cosines) if self.cosines else 0.0
+
+
+def _release() -> None:
+    """Give the memory of dropped networks back: a network is a graph of cycles (ops <->
+    values), so only the cycle collector frees one, and glibc keeps freed arrays below its
+    (self-raising) mmap threshold in the heap, resident, unless asked to trim."""
+    gc.collect()
+    try:
+        ctypes.CDLL(None).malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc
+        pass
 
 
 def aim(min_cosine: float) -> float:
@@ -96,7 +109,8 @@ def raise_until(float_net: Any, quantized: Any, quantize: Callable[[dict[int, in
     bits) whose outputs come closest to `float_net`'s, stopping as soon as the lowest output
     cosine over the calibration samples and their variants (`probe_samples`) reaches
     `aim(min_cosine)`; and what was chosen. `op_bits` are the user's own choices, kept in every
-    round."""
+    round. The caller should hold no other reference to `quantized`: a worse network is
+    dropped as soon as a better one exists."""
     from .calibrate import load_calibration
 
     data = load_calibration(samples, float_net)
@@ -109,7 +123,11 @@ def raise_until(float_net: Any, quantized: Any, quantize: Callable[[dict[int, in
     if cos >= target:
         return quantized, result
     rep = accuracy_report(float_net, quantized, sub, runner)
+    # at most two quantized networks alive at once (the best so far and the one being made):
+    # a vgg19's are 0.35 GB each
     best, best_cos = quantized, cos
+    del quantized
+    _release()
     n = max(2, len(rep.raisable()) // 32)
     for k in range(max_rounds + 1):
         if best_cos >= target:
@@ -127,5 +145,7 @@ def raise_until(float_net: Any, quantized: Any, quantize: Callable[[dict[int, in
         log.info("mixed precision: %d ops at 16 bits, output cosine %.4f", len(chosen), cos)
         if cos > best_cos:
             best, best_cos, result.op_bits = q, cos, dict(chosen)
+        del q
+        _release()
         n *= 2
     return best, result
