@@ -1,9 +1,9 @@
 """Conv2d and ConvTranspose2d, float32, NHWC feature maps and HWIO weights.
 
 Float Conv2d without groups runs on the project's own single-precision GEMM (`sgemm`) where the
-CPU has AVX-512: stride-1 convolutions read their taps straight from the zero-padded input laid
-out flat (each output pixel of the padded grid is one GEMM row, each tap one row offset; the
-pad columns' results are dropped), the others read an im2col copy. Elsewhere, and for grouped
+CPU has AVX-512: zero-padded convolutions read their taps straight from the padded input where
+that pays (`_conv2d_taps`: each tap one row offset), the others read an im2col copy. Elsewhere,
+and for grouped
 convolutions, Conv2d is im2col (a strided view copied once) plus one BLAS matmul per group,
 batched over groups; 1x1 convolutions skip im2col, and depthwise convolutions sum kh*kw shifted
 slices. ConvTranspose2d is one matmul to columns followed by a col2im scatter over the taps.
@@ -86,10 +86,9 @@ def _conv2d_sgemm(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None,
     ho = _out_size(hp, kh, sh, dh, "Conv2d")
     wo = _out_size(wp, kw, sw, dw, "Conv2d")
     k = kh * kw * cin
-    b, npad = sgemm.padded_b(w.reshape(k, cout))
-    m = n * ho * wo
     if mode == "constant":
-        y = _conv2d_taps(x, b, npad, bias, (pt, pb, pl, pr), (sh, sw, dh, dw), (kh, kw), ho, wo)
+        y = _conv2d_taps(x, w.reshape(k, cout), bias, (pt, pb, pl, pr), (sh, sw, dh, dw),
+                         (kh, kw), ho, wo)
         if y is not None:
             return fresh(y[..., :cout])
     xp = pad_hw(x, pt, pb, pl, pr, mode=mode)
@@ -97,16 +96,14 @@ def _conv2d_sgemm(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None,
     patches = as_strided(xp, shape=(n, ho, wo, kh, kw, cin),
                          strides=(s_n, s_h * sh, s_w * sw, s_h * dh, s_w * dw, s_c),
                          writeable=False)
-    a = sgemm.scratch("a", m * k)
+    m = n * ho * wo
+    a = sgemm.scratch("a", m * k).reshape(m, k)
     a.reshape(patches.shape)[...] = patches
-    c = sgemm.accumulator(bias, m, npad)
-    sgemm.gemm_taps(a, k, np.zeros(1, np.int64), k, m, b.reshape(-1), npad, npad,
-                    c.reshape(-1), npad)
-    return fresh(c[:, :cout]).reshape(n, ho, wo, cout)
+    return sgemm.matmul(a, w.reshape(k, cout), bias).reshape(n, ho, wo, cout)
 
 
-def _conv2d_taps(x: np.ndarray, b: np.ndarray, npad: int, bias: np.ndarray | None,
-                 pads: tuple, steps: tuple, kernel: tuple, ho: int, wo: int) -> np.ndarray | None:
+def _conv2d_taps(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, pads: tuple,
+                 steps: tuple, kernel: tuple, ho: int, wo: int) -> np.ndarray | None:
     """A zero-padded Conv2d whose GEMM reads its taps from the padded input itself: each tap,
     or each kernel row when dilation_width is 1 (adjacent pixels), is an offset into it.
 
@@ -117,7 +114,8 @@ def _conv2d_taps(x: np.ndarray, b: np.ndarray, npad: int, bias: np.ndarray | Non
     values (a stem convolution over 3 channels), whose im2col copy would cost as much as its
     arithmetic. Otherwise None: im2col does as well (measured on resnet's layers), and better
     where taps read so few values that the kernel's calls would outnumber its work.
-    Returns (n, ho, wo, npad) with the bias added, a view of scratch."""
+    `w` is the weights as a (kh * kw * cin, cout) matrix. Returns (n, ho, wo, npad) with the
+    bias added, a view of scratch."""
     (pt, pb, pl, pr), (sh, sw, dh, dw), (kh, kw) = pads, steps, kernel
     n, h, wd, cin = x.shape
     hp, wp = h + pt + pb, wd + pl + pr
@@ -134,6 +132,7 @@ def _conv2d_taps(x: np.ndarray, b: np.ndarray, npad: int, bias: np.ndarray | Non
         offs = np.array([(i * dh * wp + j * dw) * cin for i in range(kh) for j in range(kw)],
                         np.int64)
         kt = cin
+    b, npad = sgemm.padded_b(w)
     a = sgemm.scratch("a", n * hp * wp * cin)
     a[...] = 0.0
     a.reshape(n, hp, wp, cin)[:, pt:pt + h, pl:pl + wd] = x

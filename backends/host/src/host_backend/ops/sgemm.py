@@ -220,8 +220,9 @@ def gemm_taps(a: np.ndarray, lda: int, offs: np.ndarray, kt: int, rows: int, b: 
               group_stride: int = 0) -> None:
     """``C[:rows, :n] += sum_t A_t @ B[t*kt:(t+1)*kt, :n]`` with ``A_t[r, k] = a[offs[t] +
     r*lda + k]`` (flat float32 ``a``, ``b``, ``c``; ``b`` rows ``ldb`` apart, ``c`` rows ``ldc``
-    apart; ``n`` a multiple of VW). Rows go MR at a time, the few left over one at a time;
-    below `FEW_ROWS` rows B is read in place (a matrix-vector product).
+    apart). Rows go MR at a time, the few left over one at a time, and ``n`` must be a
+    multiple of VW; below `FEW_ROWS` rows (a matrix-vector product) B is read in place and
+    ``n`` may be anything.
 
     With ``group_rows`` (dividing ``rows``) the rows come in groups whose A rows start
     ``group_stride`` elements apart: row ``g * group_rows + q`` reads ``a[g * group_stride +
@@ -364,16 +365,13 @@ def accumulator(bias: np.ndarray | None, rows: int, npad: int) -> np.ndarray:
 
 def matmul(a: np.ndarray, b: np.ndarray, bias: np.ndarray | None = None) -> np.ndarray:
     """``a @ b (+ bias)`` for a 2-D float32 ``a`` (M x K) and ``b`` (K x N): C-contiguous
-    float32 (M x N)."""
+    float32 (M x N). A few rows read B as it is; whole tiles read it padded to vectors."""
     m, k = a.shape
     n = b.shape[1]
-    if m < FEW_ROWS:  # B in place, no padding
-        bf = np.ascontiguousarray(b, dtype=np.float32).reshape(-1)
-        c = accumulator(bias, m, n)
-        _gemv_taps(np.ascontiguousarray(a, dtype=np.float32).reshape(-1), k,
-                   np.zeros(1, np.int64), k, m, bf, n, n, c.reshape(-1), n, m, 0)
-        return fresh(c)
-    bp, npad = padded_b(b)
+    if m < FEW_ROWS:
+        bp, npad = np.ascontiguousarray(b, dtype=np.float32), n
+    else:
+        bp, npad = padded_b(b)
     c = accumulator(bias, m, npad)
     gemm_taps(np.ascontiguousarray(a, dtype=np.float32).reshape(-1), k, np.zeros(1, np.int64),
               k, m, bp.reshape(-1), npad, npad, c.reshape(-1), npad)
