@@ -1,5 +1,6 @@
 """The op registry: one module per op family; importing this registers them all."""
 
+from . import index, onnx_graph, pointwise, recurrent, reduce  # noqa: F401 - registers
 from .base import HOST_TARGET, OP_REGISTRY, REQUIRED, Operation, register_op
 from .elementwise import Add, Cast, Hardswish, Multiply, Relu, Sigmoid, Silu, Softmax, Sub, Tanh
 from .io import HardOp, Input, Output

@@ -26,7 +26,23 @@ from collections.abc import Callable
 
 import numpy as np
 
-from . import activation, cast, conv, elementwise, layout, matmul, norm, pool, resize, shape
+from . import (
+    activation,
+    cast,
+    conv,
+    elementwise,
+    index,
+    layout,
+    matmul,
+    norm,
+    onnx_graph,
+    pointwise,
+    pool,
+    recurrent,
+    reduce,
+    resize,
+    shape,
+)
 
 Kernel = Callable[[list[np.ndarray], dict], list[np.ndarray]]
 
@@ -70,6 +86,10 @@ FLOAT_KERNELS: dict[str, Kernel] = {
     "PruneAxis": layout.prune_axis,
 }
 
+# the op families added for the whole ONNX op set keep their own tables
+for _family in (pointwise, reduce, index, recurrent, onnx_graph):
+    FLOAT_KERNELS.update(_family.FLOAT_KERNELS)
+
 IntKernel = Callable[..., list[np.ndarray]]
 
 INT_KERNELS: dict[str, IntKernel] = {
@@ -105,5 +125,8 @@ INT_KERNELS: dict[str, IntKernel] = {
     "AlignAxis": layout.align_axis_int,
     "PruneAxis": layout.prune_axis_int,
 }
+
+for _family in (pointwise, reduce, index, recurrent, onnx_graph):
+    INT_KERNELS.update(_family.INT_KERNELS)
 
 __all__ = ["FLOAT_KERNELS", "INT_KERNELS", "IntKernel", "Kernel"]

@@ -1,0 +1,3 @@
+"""ONNX handlers: generic ops."""
+
+from __future__ import annotations

@@ -1,0 +1,3 @@
+"""ONNX handlers: index ops."""
+
+from __future__ import annotations

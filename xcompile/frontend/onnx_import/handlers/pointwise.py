@@ -1,0 +1,3 @@
+"""ONNX handlers: pointwise ops."""
+
+from __future__ import annotations

@@ -1,0 +1,3 @@
+"""ONNX handlers: recurrent ops."""
+
+from __future__ import annotations

@@ -1,0 +1,3 @@
+"""ONNX handlers: reduce ops."""
+
+from __future__ import annotations
