@@ -1,0 +1,410 @@
+"""Per-part accuracy of a network's outputs: a check a whole-tensor cosine cannot fool.
+
+A detector such as YOLOv8 writes box coordinates (0-320 pixels) and class probabilities (0-1)
+into one output through a Concat. A cosine over the whole tensor is dominated by the boxes: with
+every probability rounded to 0 it still reads 0.999 while the detector finds nothing. So an
+output is measured per *part*:
+
+- an output written by a Concat (reached through code-moving ops only: Cast, Reshape,
+  Transpose, Squeeze, Unsqueeze, AlignAxis, PruneAxis, never through an activation) has one part
+  per Concat input branch, the branch's index range on the output's axis;
+- a part whose branch is produced by a Sigmoid or Softmax (through code-moving ops) is a
+  *score* part: its top-k agreement over the class axis and the entries above a score
+  threshold (a detector's kept anchors) are measured too;
+- any other output is one part (optionally cut into channel groups).
+
+    parts = output_parts(net)                         # [[Part, ...] per output]
+    results = compare_parts(float_outs, quant_outs, parts)
+    if any(r.collapsed for r in results): ...        # names the part: r.part.name, r.reason
+    figure = worst(results)                           # the deciding figure (0.0 if collapsed)
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from xir.errors import QuantizationError
+from xir.network import Network
+from xir.ops.base import Operation
+from xir.values import Value
+
+__all__ = ["Part", "PartResult", "output_parts", "compare_parts", "compare_samples", "worst",
+           "worst_part", "collapsed_parts", "format_parts", "SCORE_THRESHOLD", "TOP_K"]
+
+#: Ops that only move values: an output's Concat is looked for through them.
+MOVE_OPS = frozenset({"Cast", "Reshape", "Transpose", "Squeeze", "Unsqueeze", "AlignAxis",
+                      "PruneAxis"})
+#: Ops whose output is a probability: a branch they produce is a score part.
+SCORE_OPS = frozenset({"Sigmoid", "Softmax"})
+#: Score threshold of a detector's kept anchors (ultralytics' default confidence is 0.25).
+SCORE_THRESHOLD = 0.25
+#: k of the top-k agreement over a score part's class axis.
+TOP_K = 5
+#: A part whose cosine against a varying reference is below this has collapsed.
+COLLAPSE_COSINE = 0.5
+#: A score part keeping less than this share of the reference's kept entries has collapsed.
+COLLAPSE_KEPT = 0.5
+
+
+@dataclass(frozen=True)
+class Part:
+    """One part of network output `output`: indices [start, stop) on `axis` (axis None: the
+    whole output). `kind` is "score" (probabilities: top-k and kept entries are measured) or
+    "value". `class_axis` is the axis top-k runs over (None: no top-k)."""
+
+    name: str
+    output: int
+    axis: int | None
+    start: int
+    stop: int
+    kind: str = "value"
+    class_axis: int | None = None
+
+    def take(self, a: np.ndarray) -> np.ndarray:
+        """This part of output array `a`."""
+        if self.axis is None:
+            return np.asarray(a)
+        ax = self.axis % a.ndim
+        if a.shape[ax] < self.stop:
+            raise QuantizationError(f"output part '{self.name}' needs indices {self.start}:"
+                                    f"{self.stop} on axis {ax}, but the array has shape "
+                                    f"{list(a.shape)}", field="parts")
+        idx = [slice(None)] * a.ndim
+        idx[ax] = slice(self.start, self.stop)
+        return np.asarray(a)[tuple(idx)]
+
+    @property
+    def label(self) -> str:
+        """The part with its range: `output0.cls [axis 1: 4:84] score`."""
+        rng = "" if self.axis is None else f" [axis {self.axis}: {self.start}:{self.stop}]"
+        return f"{self.name}{rng} {self.kind}"
+
+
+@dataclass
+class PartResult:
+    """The comparison of one part: `cosine` (float64, over the flattened part), `max_abs`
+    (largest absolute error), `range_err` (|range(got) - range(ref)| / range(ref), range =
+    max - min), `topk` (mean share of the reference's top-k classes found in the top-k of the
+    result, per position; None without a class axis), `kept_ref` / `kept_got` / `kept_both`
+    (score parts: entries above `threshold` in the reference, the result, both), `collapsed`
+    and why (`reason`)."""
+
+    part: Part
+    cosine: float
+    max_abs: float
+    range_err: float
+    topk: float | None = None
+    kept_ref: int | None = None
+    kept_got: int | None = None
+    kept_both: int | None = None
+    threshold: float | None = None
+    collapsed: bool = False
+    reason: str = ""
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def kept_recall(self) -> float | None:
+        """Share of the reference's kept entries the result keeps too (None: nothing kept)."""
+        if not self.kept_ref:
+            return None
+        return self.kept_both / self.kept_ref
+
+    @property
+    def figure(self) -> float:
+        """The part's deciding figure: its cosine, at most 0.0 when it collapsed."""
+        return min(self.cosine, 0.0) if self.collapsed else self.cosine
+
+    def as_dict(self) -> dict:
+        """JSON-ready fields (reports, `xrt eval` lines)."""
+        d = {"part": self.part.name, "output": self.part.output, "axis": self.part.axis,
+             "start": self.part.start, "stop": self.part.stop, "kind": self.part.kind,
+             "cosine": _num(self.cosine), "max_abs": _num(self.max_abs),
+             "range_err": _num(self.range_err), "collapsed": self.collapsed}
+        if self.topk is not None:
+            d["topk"] = _num(self.topk)
+        if self.kept_ref is not None:
+            d.update(kept_ref=self.kept_ref, kept_got=self.kept_got, kept_both=self.kept_both,
+                     threshold=self.threshold)
+        if self.reason:
+            d["reason"] = self.reason
+        return d
+
+
+def _num(x: float) -> float | None:
+    return None if x is None or not math.isfinite(x) else round(float(x), 6)
+
+
+# --- finding the parts ------------------------------------------------------------------------
+
+def _map_axis(op: Operation, axis: int, start: int, stop: int
+              ) -> tuple[int, int, int] | None:
+    """(axis, start, stop) of a range on `op`'s input axis, on its output; None when the op
+    scatters the range (a reshape that cuts the axis apart)."""
+    ins, out = op.inputs[0].shape, op.outputs[0].shape
+    t = op.op_type
+    if t == "Transpose":
+        perm = [p % len(ins) for p in op.attrs["perm"]]
+        return perm.index(axis), start, stop
+    if tuple(ins) == tuple(out):
+        return axis, start, stop
+    if t == "Cast":
+        return None  # a layout change: tiled shapes do not map
+    # Reshape / Squeeze / Unsqueeze / AlignAxis / PruneAxis: row-major, by the shapes
+    before = math.prod(ins[:axis])
+    acc = 1
+    for j, d in enumerate(out):
+        if acc == before:
+            if d == ins[axis]:
+                return j, start, stop
+            inner = math.prod(ins[axis + 1:])
+            if d > ins[axis] and d % ins[axis] == 0 and inner % (d // ins[axis]) == 0:
+                f = d // ins[axis]  # merged with the following axes
+                return j, start * f, stop * f
+            if d == 1:
+                acc *= d
+                continue
+            return None
+        acc *= d
+        if acc > before:
+            return None
+    return None
+
+
+def _source(v: Value) -> tuple[Operation | None, list[Operation]]:
+    """The first op producing `v` that is not a code-moving op, and the moving ops passed
+    (nearest the source first)."""
+    chain: list[Operation] = []
+    op = v.producer
+    while op is not None and op.op_type in MOVE_OPS and len(op.inputs) >= 1 \
+            and len(op.outputs) == 1:
+        chain.append(op)
+        op = op.inputs[0].producer
+    return op, chain[::-1]
+
+
+def _score_axis(src: Operation | None, chain: list[Operation], rank_out: int) -> int | None:
+    """The class axis of a plain output written by a Softmax (its axis, mapped) or Sigmoid."""
+    if src is None or src.op_type != "Softmax":
+        return None
+    n = len(src.outputs[0].shape)
+    m = (int(src.attrs.get("axis", -1)) % n, 0, src.outputs[0].shape[int(
+        src.attrs.get("axis", -1)) % n])
+    for op in chain:
+        m = _map_axis(op, *m)
+        if m is None:
+            return None
+    return m[0] if rank_out else None
+
+
+def output_parts(net: Network, *, channel_groups: int = 0,
+                 reference: Sequence[np.ndarray] | None = None) -> list[list[Part]]:
+    """For each output of `net` (float or quantized), its parts (module docstring).
+
+    `channel_groups`: cut an output without a Concat into this many contiguous groups of its
+    channel axis (axis 1 of a rank >= 3 output; 0: one part). `reference`: optional float
+    outputs; a value branch of a Concat whose reference values all lie in [0, 1] is taken for a
+    score part too (probabilities an exporter wrote without a Sigmoid op)."""
+    result: list[list[Part]] = []
+    for i, v in enumerate(net.outputs()):
+        base = v.name or f"output{i}"
+        shape = tuple(v.shape)
+        src, chain = _source(v)
+        parts: list[Part] = []
+        if src is not None and src.op_type == "Concat" and len(src.inputs) > 1:
+            cax = int(src.attrs.get("axis", -1)) % len(src.outputs[0].shape)
+            off = 0
+            names: dict[str, int] = {}
+            for k, b in enumerate(src.inputs):
+                n = b.shape[cax]
+                m: tuple[int, int, int] | None = (cax, off, off + n)
+                off += n
+                for op in chain:
+                    m = _map_axis(op, *m) if m is not None else None
+                if m is None:
+                    parts = []
+                    break
+                bsrc, _ = _source(b)
+                kind = "score" if bsrc is not None and bsrc.op_type in SCORE_OPS else "value"
+                if kind == "value" and reference is not None and i < len(reference):
+                    ref = Part("", i, m[0], m[1], m[2]).take(np.asarray(reference[i]))
+                    if ref.size and np.nanmin(ref) >= 0.0 and np.nanmax(ref) <= 1.0 \
+                            and np.nanmax(ref) > 0.0 and m[2] - m[1] > 1:
+                        kind = "score"
+                label = (bsrc.name if bsrc is not None and bsrc.name else
+                         bsrc.op_type if bsrc is not None else b.name) or f"branch{k}"
+                names[label] = names.get(label, 0) + 1
+                if names[label] > 1:
+                    label = f"{label}#{names[label]}"
+                parts.append(Part(f"{base}.{label}", i, m[0], m[1], m[2], kind,
+                                  m[0] if kind == "score" else None))
+        if not parts:
+            kind = "score" if src is not None and src.op_type in SCORE_OPS else "value"
+            cls = _score_axis(src, chain, len(shape)) if kind == "score" else None
+            if kind == "score" and cls is None and len(shape) >= 2:
+                cls = 1 if len(shape) >= 3 else len(shape) - 1
+            if channel_groups > 1 and len(shape) >= 3 and shape[1] >= 2 * channel_groups:
+                bounds = np.linspace(0, shape[1], channel_groups + 1).astype(int)
+                parts = [Part(f"{base}.ch{a}-{b - 1}", i, 1, int(a), int(b), kind,
+                              cls if cls != 1 else None)
+                         for a, b in zip(bounds[:-1], bounds[1:])]
+            else:
+                parts = [Part(base, i, None, 0, 0, kind, cls)]
+        result.append(parts)
+    return result
+
+
+# --- comparing ----------------------------------------------------------------------------------
+
+def _cosine(a: np.ndarray, b: np.ndarray) -> float:
+    a = a.ravel().astype(np.float64)
+    b = b.ravel().astype(np.float64)
+    na, nb = float(np.linalg.norm(a)), float(np.linalg.norm(b))
+    if na == 0.0 and nb == 0.0:
+        return 1.0
+    if na == 0.0 or nb == 0.0:
+        return 0.0
+    return float(np.dot(a, b) / (na * nb))
+
+
+def _topk(ref: np.ndarray, got: np.ndarray, axis: int, k: int) -> float | None:
+    """Mean share of the reference's top-k entries along `axis` that are in the result's
+    top-k, over every position of the other axes."""
+    n = ref.shape[axis]
+    if n < 2:
+        return None
+    k = min(k, n - 1) if n <= k else k
+    r = np.moveaxis(ref, axis, -1).reshape(-1, n)
+    g = np.moveaxis(got, axis, -1).reshape(-1, n)
+    if r.shape[0] == 0:
+        return None
+    ri = np.argpartition(-r, k - 1, axis=1)[:, :k]
+    gi = np.argpartition(-g, k - 1, axis=1)[:, :k]
+    hit = np.zeros(r.shape, bool)
+    np.put_along_axis(hit, gi, True, axis=1)
+    return float(np.take_along_axis(hit, ri, axis=1).mean())
+
+
+def _compare(part: Part, ref: np.ndarray, got: np.ndarray, threshold: float,
+             k: int) -> PartResult:
+    r = part.take(ref).astype(np.float64)
+    g = part.take(got).astype(np.float64)
+    if r.shape != g.shape:
+        raise QuantizationError(f"output part '{part.name}': reference shape "
+                                f"{list(r.shape)} differs from the result's {list(g.shape)}",
+                                field="outputs")
+    if not (np.isfinite(r).all() and np.isfinite(g).all()):
+        bad = "reference" if not np.isfinite(r).all() else "result"
+        return PartResult(part, float("nan"), float("inf"), float("inf"), collapsed=True,
+                          reason=f"the {bad} holds NaN or inf")
+    cos = _cosine(r, g)
+    max_abs = float(np.abs(r - g).max(initial=0.0))
+    r_rng = float(r.max(initial=0.0) - r.min(initial=0.0))
+    g_rng = float(g.max(initial=0.0) - g.min(initial=0.0))
+    range_err = abs(g_rng - r_rng) / r_rng if r_rng > 0 else (0.0 if g_rng == 0 else math.inf)
+    res = PartResult(part, cos, max_abs, range_err)
+    if part.class_axis is not None and r.ndim:
+        res.topk = _topk(r, g, part.class_axis % r.ndim, k)
+    if part.kind == "score":
+        kr, kg = r > threshold, g > threshold
+        res.kept_ref, res.kept_got = int(kr.sum()), int(kg.sum())
+        res.kept_both, res.threshold = int((kr & kg).sum()), float(threshold)
+    varies = r_rng > 1e-12 * max(1.0, float(np.abs(r).max(initial=0.0)))
+    reasons = []
+    if varies and g_rng == 0.0:
+        reasons.append(f"every value is {float(g.flat[0]):.6g} where the reference spans "
+                       f"[{float(r.min()):.6g}, {float(r.max()):.6g}]")
+    elif varies and cos < COLLAPSE_COSINE:
+        reasons.append(f"cosine {cos:.4f} < {COLLAPSE_COSINE}")
+    if res.kept_ref and res.kept_recall < COLLAPSE_KEPT:
+        reasons.append(f"keeps {res.kept_both} of the reference's {res.kept_ref} entries above "
+                       f"{threshold:g}")
+    res.collapsed = bool(reasons)
+    res.reason = "; ".join(reasons)
+    return res
+
+
+def _flat(parts: Sequence[Part] | Sequence[Sequence[Part]]) -> list[Part]:
+    out: list[Part] = []
+    for p in parts:
+        if isinstance(p, Part):
+            out.append(p)
+        else:
+            out.extend(p)
+    return out
+
+
+def compare_parts(reference: Sequence[np.ndarray], got: Sequence[np.ndarray],
+                  parts: Sequence[Part] | Sequence[Sequence[Part]], *,
+                  threshold: float = SCORE_THRESHOLD, k: int = TOP_K) -> list[PartResult]:
+    """Compare `got` (one array per network output) with `reference` part by part (`parts`:
+    from `output_parts`, nested per output or flat). Parts of outputs missing from either
+    list are an error."""
+    res = []
+    for p in _flat(parts):
+        if p.output >= len(reference) or p.output >= len(got):
+            raise QuantizationError(f"output part '{p.name}' is of output {p.output}, but "
+                                    f"{len(reference)} reference and {len(got)} result arrays "
+                                    f"were given", field="outputs")
+        res.append(_compare(p, np.asarray(reference[p.output]), np.asarray(got[p.output]),
+                            threshold, k))
+    return res
+
+
+def compare_samples(references: Sequence[Sequence[np.ndarray]],
+                    gots: Sequence[Sequence[np.ndarray]],
+                    parts: Sequence[Part] | Sequence[Sequence[Part]], *,
+                    threshold: float = SCORE_THRESHOLD, k: int = TOP_K) -> list[PartResult]:
+    """`compare_parts` over several samples at once: `references[s][o]` is output `o` of
+    sample `s`; each output is stacked over the samples (a new leading axis) and measured as
+    one (cosine over all samples, top-k averaged over every sample's positions)."""
+    if len(references) != len(gots) or not references:
+        raise QuantizationError(f"{len(references)} reference and {len(gots)} result samples: "
+                                f"need the same non-zero number", field="outputs")
+    n_out = len(references[0])
+    ref = [np.stack([np.asarray(s[o]) for s in references]) for o in range(n_out)]
+    got = [np.stack([np.asarray(s[o]) for s in gots]) for o in range(len(gots[0]))]
+    shifted = []
+    for p in _flat(parts):
+        rank = max(np.asarray(references[0][p.output]).ndim if p.output < n_out else 0, 1)
+        ax = None if p.axis is None else p.axis % rank + 1
+        cls = None if p.class_axis is None else p.class_axis % rank + 1
+        shifted.append(Part(p.name, p.output, ax, p.start, p.stop, p.kind, cls))
+    out = compare_parts(ref, got, shifted, threshold=threshold, k=k)
+    for r, p in zip(out, _flat(parts)):
+        r.part = p
+    return out
+
+
+def worst(results: Sequence[PartResult]) -> float:
+    """The deciding figure of a comparison: the lowest part cosine, 0.0 (or below) where a part
+    collapsed; 1.0 with no parts. Compare it with the accuracy target."""
+    return min((r.figure for r in results), default=1.0)
+
+
+def worst_part(results: Sequence[PartResult]) -> PartResult | None:
+    """The part deciding `worst` (a collapsed one first)."""
+    return min(results, key=lambda r: (not r.collapsed, r.figure), default=None)
+
+
+def collapsed_parts(results: Sequence[PartResult]) -> list[PartResult]:
+    """The parts that collapsed."""
+    return [r for r in results if r.collapsed]
+
+
+def format_parts(results: Sequence[PartResult]) -> str:
+    """One line per part: cosine, top-k, kept entries, collapse."""
+    lines = []
+    for r in results:
+        s = f"{r.part.label}: cosine {r.cosine:.5f} max|err| {r.max_abs:.4g}"
+        if r.topk is not None:
+            s += f" top{TOP_K} {r.topk:.3f}"
+        if r.kept_ref is not None:
+            s += f" kept {r.kept_got}/{r.kept_ref} (both {r.kept_both}, > {r.threshold:g})"
+        if r.collapsed:
+            s += f"  COLLAPSED: {r.reason}"
+        lines.append(s)
+    return "\n".join(lines)
