@@ -90,6 +90,11 @@ class DumpFormatError(TensorError):
     """A tensor dump file is malformed or does not match the expected tensor."""
 
 
+class DumpTargetError(XrtError, OSError):
+    """A tensor or file could not be written to its target: a closed, read-only or text-mode
+    stream, an unwritable path, a full disk."""
+
+
 class PluginError(XrtError, RuntimeError):
     """A plugin failed to load, or registered something invalid."""
 

@@ -20,10 +20,16 @@ from xir.tiling import untile
 from xir.types import Layout, QuantizedType, TensorType
 
 from .device import HostDevice
-from .errors import DumpFormatError, TensorError
+from .errors import DumpFormatError, DumpTargetError, TensorError
 from .memory import MemChunk, MemPtr
 
 CheckFunc = Callable[[Any], bool]
+
+
+def _target_name(stream: Any) -> str:
+    """A stream's file name for messages, or its type."""
+    name = getattr(stream, "name", None)
+    return repr(name) if isinstance(name, (str, bytes)) else f"a {type(stream).__name__}"
 
 
 def check_dump_format(fmt: str) -> str:
@@ -338,11 +344,15 @@ class Tensor:
             arr = untile(arr, dtype.layout)
         if fmt[1] == "F" and quant:
             arr = dequantize(arr, dtype.element_dtype)  # type: ignore[arg-type]
-        if fmt[2] == "B":
-            os.write(np.ascontiguousarray(arr).tobytes())
-        else:
-            text = "\n".join(_fmt_value(x) for x in arr.reshape(-1).tolist())
-            os.write((text + "\n").encode())
+        data = np.ascontiguousarray(arr).tobytes() if fmt[2] == "B" else \
+            ("\n".join(_fmt_value(x) for x in arr.reshape(-1).tolist()) + "\n").encode()
+        try:
+            os.write(data)
+        except (OSError, ValueError, TypeError, AttributeError) as exc:
+            # a closed file (ValueError), a text-mode or read-only stream, a full disk
+            raise DumpTargetError(f"cannot dump {self.dtype().element_dtype!r} tensor "
+                                  f"{list(self.dtype().shape)} to {_target_name(os)}: "
+                                  f"{type(exc).__name__}: {exc}") from exc
 
     # --- numpy interop ------------------------------------------------------------------
     def numpy(self) -> np.ndarray:

@@ -401,6 +401,11 @@ class _Reader:
         if not isinstance(zp, list) or not all(
                 isinstance(z, int) and not isinstance(z, bool) for z in zp):
             raise FieldTypeError("zero_point must be an array of integers", field="zero_point")
+        if storage.kind != "sint":
+            # the integer kernels and both chips compute signed fixed point only
+            # (docs/quantization.md): an unsigned storage would reach them at forward time
+            raise FieldTypeError(f"quantized storage must be a signed integer type "
+                                 f"(@sint(8|16|32|64)), not {storage.encode()}", field="storage")
         info = np.iinfo(storage.numpy_dtype)
         if any(not info.min <= z <= info.max for z in zp):
             raise FieldTypeError(f"zero_point {_short(zp)} outside the range of "

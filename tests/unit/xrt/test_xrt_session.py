@@ -198,6 +198,21 @@ def test_tensor_dump_rejects_illegal_conversions():
         t.dump(io.BytesIO(), "SQB")
 
 
+def test_tensor_dump_to_an_unwritable_target_raises_a_project_error(tmp_path):
+    from xrt import DumpTargetError, XrtError
+
+    t = Tensor(np.ones((2, 2), np.float32))
+    closed = open(tmp_path / "t.bin", "wb")  # noqa: SIM115 - closed on purpose
+    closed.close()
+    with pytest.raises(DumpTargetError, match="t.bin") as err:
+        t.dump(closed, "SFB")
+    assert isinstance(err.value, XrtError) and isinstance(err.value, OSError)
+    with open(tmp_path / "t.bin", "rb") as read_only, pytest.raises(DumpTargetError):
+        t.dump(read_only, "SFT")
+    with pytest.raises(DumpTargetError, match="StringIO"):
+        t.dump(io.StringIO(), "SFB")  # a text stream
+
+
 def test_tensor_dump_untiles_and_dequantizes():
     q = np.arange(2 * 3 * 16, dtype=np.int64).astype(np.int8).reshape(1, 2, 1, 3, 16)
     ttype = xir.TensorType(xir.QuantizedType(xir.INT8, 0.5), q.shape, "NCHWc16")
