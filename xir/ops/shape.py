@@ -205,9 +205,14 @@ class Unsqueeze(Operation):
         return [tuple(x)]
 
 
+PAD_MODES = ("constant", "reflect", "edge", "wrap")
+
+
 @register_op
 class Pad(Operation):
-    """Pad every axis by pad_before/pad_after (constant value, reflect or edge)."""
+    """Pad every axis by pad_before/pad_after: a constant `value`, reflect (mirror without the
+    edge), edge (repeat it) or wrap (periodic), as numpy.pad and ONNX Pad. A negative pad
+    crops that side first (ONNX's negative pads); the other pads then grow what is left."""
 
     op_type = "Pad"
     ATTRS = {"pad_before": (list, REQUIRED), "pad_after": (list, REQUIRED),
@@ -218,7 +223,7 @@ class Pad(Operation):
         pb, pa = self.attrs["pad_before"], self.attrs["pad_after"]
         if len(pb) != len(x) or len(pa) != len(x):
             raise fail(self, f"pad_before/pad_after need {len(x)} entries", "pad_before")
-        if self.attrs["mode"] not in ("constant", "reflect", "edge"):
+        if self.attrs["mode"] not in PAD_MODES:
             raise fail(self, f"unknown pad mode {self.attrs['mode']!r}", "mode")
         out = tuple(d + b + a for d, b, a in zip(x, pb, pa))
         if any(d < 0 for d in out):

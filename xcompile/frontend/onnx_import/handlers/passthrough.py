@@ -1,5 +1,6 @@
 """Ops that emit no xir op: Identity, inference Dropout and no-op Cast pass their input on,
-Shape and Size give constants from the static shape.
+Shape and Size give constants from the static shape. A Cast that changes the element type of a
+computed tensor is a Convert (handlers/index.py).
 """
 
 from __future__ import annotations
@@ -8,6 +9,7 @@ import math
 
 import numpy as np
 
+from xcompile.frontend.onnx_import.handlers.index import cast_to
 from xcompile.frontend.onnx_import.registry import _handles, _Unsupported
 from xcompile.frontend.onnx_import.tensor import _T
 
@@ -28,18 +30,16 @@ def _identity(im, node, a, ins):
 
 @_handles("Cast")
 def _cast(im, node, a, ins):
-    onnx = im.onnx
-    to = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(a["to"]))
-    if to != ins[0].dtype:
-        raise _Unsupported(f"a Cast of computed data ({ins[0].dtype} -> {to})")
-    return [ins[0]]
+    return [cast_to(im, node, a, ins[0])]
 
 
 @_handles("Shape")
 def _shape(im, node, a, ins):
+    """The static shape, cut to [start, end) (opset 15: negative counts from the end, both
+    clamped to the rank, as Python slicing does)."""
     shape = np.array(ins[0].shape, dtype=np.int64)
-    start, end = a.get("start", 0), a.get("end", None)
-    return [_T.constant(shape[start:end])]
+    start, end = int(a.get("start", 0)), a.get("end", None)
+    return [_T.constant(shape[start:None if end is None else int(end)])]
 
 
 @_handles("Size")

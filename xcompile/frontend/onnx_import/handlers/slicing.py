@@ -96,7 +96,7 @@ def _pad(im: _Importer, node, a, ins):
     x = ins[0]
     r = x.rank
     mode = a.get("mode", "constant")
-    if mode not in ("constant", "reflect", "edge"):
+    if mode not in ("constant", "reflect", "edge", "wrap"):
         raise _Unsupported(f"pad mode '{mode}'")
     if im.opset < 11:
         pads, value = list(a.get("pads", a.get("paddings", []))), float(a.get("value", 0.0))
@@ -114,9 +114,7 @@ def _pad(im: _Importer, node, a, ins):
     perm = x.base
     layout = "NHWC" if perm == NHWC else None
     v = im.value(x, perm)
-    if any(p < 0 for p in before + after):
-        if mode != "constant":
-            raise _Unsupported(f"negative pads with mode '{mode}'")
+    if any(p < 0 for p in before + after):  # crop first (a Slice), then pad what is left
         cut_b = [max(-p, 0) for p in before]
         cut_a = [x.shape[i] - max(-p, 0) for i, p in enumerate(after)]
         v = im.emit1("Slice", [v], layout, begin=[cut_b[p] for p in perm],

@@ -118,7 +118,7 @@ def unsqueeze(inputs: list[np.ndarray], attrs: dict) -> list[np.ndarray]:
     return [fresh(np.expand_dims(x, axes))]
 
 
-_PAD_MODES = {"constant", "reflect", "edge"}
+_PAD_MODES = {"constant", "reflect", "edge", "wrap"}
 
 
 def pad(inputs: list[np.ndarray], attrs: dict) -> list[np.ndarray]:
