@@ -2,6 +2,10 @@
 
 `_binary` brings every operand into one view, the one a computed full-rank input already has,
 so element-wise ops on NHWC maps need no Transpose. BatchNorm and Gemm build on it too.
+
+float32 (and float16) tensors keep the quantisable xir ops Add / Sub / Multiply / Div / Power;
+every other dtype (integers, float64) goes to `Binary` (add, sub, mul, div, pow), which computes
+in the tensor's own dtype: ONNX integer Div truncates toward zero, integers wrap.
 """
 
 from __future__ import annotations
@@ -49,30 +53,47 @@ def _broadcast_values(im: _Importer, ins: list[_T]) -> tuple[list[Value], tuple[
     return values, perm, out_shape
 
 
-def _binary(im: _Importer, op_type: str, ins: list[_T]) -> _T:
+def _binary(im: _Importer, op_type: str, ins: list[_T], **attrs) -> _T:
     values, perm, _ = _broadcast_values(im, ins)
     layout = "NHWC" if perm == NHWC else None
-    return im.result(im.emit1(op_type, values, layout), perm)
+    return im.result(im.emit1(op_type, values, layout, **attrs), perm)
+
+
+#: dtypes whose arithmetic stays on the quantisable float ops (the kernels compute in float32,
+#: exact for one float16 operation too)
+_FLOAT_OPS_DTYPES = (np.dtype(np.float32), np.dtype(np.float16))
+
+
+def _float_ops(ins: list[_T]) -> bool:
+    """True when every operand is float32 / float16: Add/Sub/Multiply/Div, else `Binary`."""
+    return all(t.dtype in _FLOAT_OPS_DTYPES for t in ins)
+
+
+def _arith2(im: _Importer, func: str, ins: list[_T]) -> _T:
+    """a `func` b for func in add / sub / mul: the float op or a `Binary` in the dtype."""
+    if _float_ops(ins):
+        return _binary(im, {"add": "Add", "sub": "Sub", "mul": "Multiply"}[func], ins)
+    return _binary(im, "Binary", ins, func=func)
 
 
 @_handles("Add", "Sub", "Mul")
 def _arith(im: _Importer, node, a, ins):
-    return [_binary(im, {"Add": "Add", "Sub": "Sub", "Mul": "Multiply"}[node.op_type], ins)]
+    return [_arith2(im, node.op_type.lower(), ins)]
 
 
 @_handles("Sum")
 def _sum(im: _Importer, node, a, ins):
     acc = ins[0]
     for t in ins[1:]:
-        acc = _binary(im, "Add", [acc, t])
+        acc = _arith2(im, "add", [acc, t])
     return [acc]
 
 
 @_handles("Div")
 def _div(im: _Importer, node, a, ins):
     x, d = ins
-    if not np.issubdtype(d.dtype, np.floating):
-        raise _Unsupported("integer division")
+    if not _float_ops(ins):
+        return [_binary(im, "Binary", ins, func="div")]  # integers truncate toward zero
     if not d.is_const:
         return [_binary(im, "Div", [x, d])]  # a float op (LayerNorm's divide by the std)
     return [_binary(im, "Multiply", [x, _T.constant((1 / d.const).astype(d.dtype))])]
@@ -90,19 +111,25 @@ def _sqrt(im: _Importer, node, a, ins):
 
 @_handles("Neg")
 def _neg(im: _Importer, node, a, ins):
+    """float32 maps: a Multiply by -1 (it quantizes); every other dtype a `Unary` neg."""
     x = ins[0]
+    if x.dtype != np.float32:
+        perm = x.base if not x.is_const else None
+        layout = "NHWC" if perm == NHWC else None
+        return [im.result(im.emit1("Unary", [im.value(x, perm)], layout, func="neg"), perm)]
     return [_binary(im, "Multiply", [x, _T.constant(np.array(-1, dtype=x.dtype))])]
 
 
 @_handles("Pow")
 def _pow(im: _Importer, node, a, ins):
+    """A float32 map to a constant scalar power: Caffe's Power (a table once quantized);
+    everything else (feature-map exponents, integer bases, other dtypes) a `Binary` pow."""
     x, e = ins
-    if not (e.is_const and e.const.size == 1
+    if not (e.is_const and e.const.size == 1 and x.dtype == np.float32
+            and bool(np.isfinite(e.const).all())
             and np.broadcast_shapes(x.shape, e.shape) == x.shape):
-        raise _Unsupported("only a constant scalar exponent")
+        return [_binary(im, "Binary", [x, e], func="pow")]
     p = float(e.const.reshape(-1)[0])
-    if not np.issubdtype(x.dtype, np.floating):
-        raise _Unsupported("an integer base")
     if x.is_const:
         return [_T.constant(np.power(x.const, x.const.dtype.type(p)))]
     if p in (1.0, 2.0):
