@@ -72,13 +72,17 @@ def channel_unit(bits_or_dtype: Any, cfg: NpuConfig = DEFAULT) -> int:
 
 
 def map3(shape: tuple[int, ...]) -> tuple[int, int, int] | None:
-    """A value shape as the NPU's (h, w, c) feature map, or None when it has no such form.
+    """A value shape as the NPU's (h, w, c) feature map of one batch item, or None when it has
+    no such form.
 
-    NHWC with N = 1 -> (H, W, C); (B, M, K) -> (B, M, K); (M, K) -> (1, M, K).
+    NHWC (N, H, W, C) -> (H, W, C) per item (`items` gives N; the N items lie one after the
+    other in the buffer, N * H rows); (B, M, K) -> (B, M, K); (M, K) -> (1, M, K).
     """
     s = tuple(int(d) for d in shape)
-    if len(s) == 4 and s[0] == 1:
+    if len(s) == 4:
         out = (s[1], s[2], s[3])
+        if s[0] < 1 or s[0] * s[1] >= 1 << 16:
+            return None
     elif len(s) == 3:
         out = s
     elif len(s) == 2:
@@ -88,6 +92,12 @@ def map3(shape: tuple[int, ...]) -> tuple[int, int, int] | None:
     if min(out) < 1 or max(out) >= 1 << 16:
         return None
     return out
+
+
+def items(shape: tuple[int, ...]) -> int:
+    """The batch items of a value's NPU map: N of an NHWC (N, H, W, C) value, else 1 (a 3-D
+    or 2-D value is one map whose h is its leading axis)."""
+    return int(shape[0]) if len(shape) == 4 else 1
 
 
 def clone_network(net: Network) -> tuple[Network, dict[int, Value]]:

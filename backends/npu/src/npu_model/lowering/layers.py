@@ -29,7 +29,7 @@ from xir.quant.rownorm import layer_norm_consts, softmax_consts
 from xir.types import QuantizedType, TensorType
 from xir.values import Value
 
-from .common import map3, npu_dtype, scale_of
+from .common import items, map3, npu_dtype, scale_of
 
 #: ops that never compute: they become channel offsets / aliases, or a COPY when they cannot
 ALIAS_OPS = frozenset({"Concat", "Split", "Reshape", "AlignAxis", "PruneAxis"})
@@ -43,13 +43,21 @@ class OpLowering:
     """How one xir op runs on the NPU: constants (packed bytes) and a layer maker.
 
     `kind` names the layers `make` returns, "+"-joined when there are several; `scratch` are
-    maps internal to the op (not network values) that the lowering gives FTMP buffers."""
+    maps internal to the op (not network values) that the lowering gives FTMP buffers.
+
+    A batch of N items (NHWC values with N > 1) lies in a buffer as N maps one after the other
+    (N * h rows). `fold` says the layers compute every row (or, for MATMUL DYNAMIC, every
+    batch row) independently of the others with no vertical window, so the N items run as one
+    layer over the N * h rows; otherwise the lowering calls `make` once per item, with the
+    resolver's maps pointing at that item (a value of one item is read by every item: numpy's
+    broadcast over the batch axis). docs/zg330-lowering.md, "Batches"."""
 
     kind: str
     consts: list[np.ndarray] = field(default_factory=list)
     make: Callable[[Resolver], list[asm.Layer]] | None = None
     macs: int = 0
     scratch: list[Any] = field(default_factory=list)
+    fold: bool = False
 
     @property
     def kinds(self) -> list[str]:
@@ -79,7 +87,8 @@ def _feature_dtypes(op, rescales: bool = False) -> str:
         raise NotLowerable("feature maps are not all per-tensor int8 or all int16")
     for v in feats:
         if map3(v.shape) is None:
-            raise NotLowerable(f"value {v.v_id} shape {list(v.shape)} has no NHWC (N=1) form")
+            raise NotLowerable(f"value {v.v_id} shape {list(v.shape)} has no NPU map form "
+                               f"(NHWC, (B, M, K) or (M, K), N * H and each axis below 65536)")
     return dins.pop()
 
 
@@ -120,6 +129,12 @@ def _rq_records(bias, s_in: float, s_w: np.ndarray, s_out: float, n: int, attrs:
     if b.size != n:
         raise NotLowerable(f"bias has {b.size} entries for {n} channels")
     return asm.pack_requant_params(b, m, s, mn, sn, n=n), clip
+
+
+def _rows_apart(kh: int, sh: int, pads_tb: tuple[int, int]) -> bool:
+    """Whether a window layer computes each output row from its own input row only (kernel
+    height 1, vertical stride 1, no top/bottom pad): then a batch folds into the rows."""
+    return kh == 1 and sh == 1 and tuple(pads_tb) == (0, 0)
 
 
 def _conv_operands(op) -> tuple[str, Any, Any, Any]:
@@ -164,7 +179,9 @@ def lower_conv(op, cfg) -> OpLowering:
         return [asm.Conv(R.fmap(x), R.fmap(y), R.const(0), R.const(1), groups=g, clip=clip,
                          tag=op.op_id, **geo)]
 
-    return OpLowering("conv", [packed, rec], make, oh * ow * cout * kh * kw * cin_g)
+    return OpLowering("conv", [packed, rec], make,
+                      items(y.shape) * oh * ow * cout * kh * kw * cin_g,
+                      fold=_rows_apart(kh, geo["stride"][0], geo["pad"][:2]))
 
 
 def _lower_matmul_dynamic(op, dt: str) -> OpLowering:
@@ -185,7 +202,8 @@ def _lower_matmul_dynamic(op, dt: str) -> OpLowering:
         return [asm.Matmul(R.fmap(a), R.fmap(y), R.const(0), b=R.fmap(b), clip=clip,
                            b_transposed=bt, tag=op.op_id)]
 
-    return OpLowering("matmul", [rec], make, ah * aw * ac * yc)
+    n = {items(a.shape), items(b.shape), items(y.shape)}
+    return OpLowering("matmul", [rec], make, max(n) * ah * aw * ac * yc, fold=len(n) == 1)
 
 
 def lower_conv_transpose(op, cfg) -> OpLowering:
@@ -198,7 +216,8 @@ def lower_conv_transpose(op, cfg) -> OpLowering:
     dt, x, w, y = _conv_operands(op)
     kh, kw, cin, og = w.shape
     g = int(_attr(op, "groups", 1))
-    if g < 1 or cin % g or map3(x.shape)[2] != cin or len(x.shape) != 4:
+    if g < 1 or cin % g or map3(x.shape)[2] != cin or len(x.shape) != 4 or \
+            items(x.shape) != items(y.shape):
         raise NotLowerable("group geometry")
     sh, sw = int(_attr(op, "stride_height", 1)), int(_attr(op, "stride_width", 1))
     dh, dw = int(_attr(op, "dilation_height", 1)), int(_attr(op, "dilation_width", 1))
@@ -222,7 +241,7 @@ def lower_conv_transpose(op, cfg) -> OpLowering:
     h, wd, _ = map3(x.shape)
     z = None
     if (sh, sw) != (1, 1):
-        z = Value(-1, TensorType(x.dtype.element_dtype, (1, (h - 1) * sh + 1,
+        z = Value(-1, TensorType(x.dtype.element_dtype, (items(x.shape), (h - 1) * sh + 1,
                                                          (wd - 1) * sw + 1, cin), "NHWC"),
                   f"{op.name or 'conv_transpose'}.zeros")
     oh, ow, _ = map3(y.shape)
@@ -238,7 +257,9 @@ def lower_conv_transpose(op, cfg) -> OpLowering:
 
     return OpLowering("conv" if z is None else "upsample+conv",
                       [asm.pack_conv_weights(wc, g, dt, cfg), rec], make,
-                      oh * ow * cout * kh * kw * cig, scratch=[] if z is None else [z])
+                      items(y.shape) * oh * ow * cout * kh * kw * cig,
+                      scratch=[] if z is None else [z],
+                      fold=z is None and _rows_apart(kh, 1, pads[:2]))
 
 
 def lower_matmul(op, cfg) -> OpLowering:
@@ -259,7 +280,8 @@ def lower_matmul(op, cfg) -> OpLowering:
     K, N = B.shape
     ah, aw, ac = map3(a.shape)
     yh, yw, yc = map3(y.shape)
-    if ac != K or yc != N or (ah, aw) != (yh, yw) or len(a.shape) != len(y.shape):
+    if ac != K or yc != N or (ah, aw) != (yh, yw) or len(a.shape) != len(y.shape) or \
+            items(a.shape) != items(y.shape):
         raise NotLowerable("matmul shapes")
     bias = op.inputs[2].data if len(op.inputs) > 2 else None
     rec, clip = _rq_records(bias, scale_of(a), _wscales(b), scale_of(y), N, op.attrs,
@@ -270,7 +292,8 @@ def lower_matmul(op, cfg) -> OpLowering:
         return [asm.Matmul(R.fmap(a), R.fmap(y), R.const(1), weights_addr=R.const(0), clip=clip,
                            tag=op.op_id)]
 
-    return OpLowering("matmul", [packed, rec], make, ah * aw * K * N)
+    return OpLowering("matmul", [packed, rec], make, items(a.shape) * ah * aw * K * N,
+                      fold=True)
 
 
 
@@ -286,10 +309,13 @@ def _const_map(v, y, dt: str) -> np.ndarray:
     except ValueError:
         raise NotLowerable("constant operand does not broadcast to the output") from None
     h, w, c = map3(y.shape)
-    flat = full.reshape(h * w, c)
+    flat = full.reshape(-1, c)
     if np.all(flat == flat[:1]):
         return np.ascontiguousarray(flat[:1]).reshape(1, 1, c)
-    return np.ascontiguousarray(flat).reshape(h, w, c)
+    per_item = full.reshape(items(y.shape), h * w, c)
+    if np.any(per_item != per_item[:1]):
+        raise NotLowerable("constant operand varies over the batch")
+    return np.ascontiguousarray(per_item[0]).reshape(h, w, c)
 
 
 def lower_eltw(op, cfg) -> OpLowering:
@@ -342,7 +368,14 @@ def lower_eltw(op, cfg) -> OpLowering:
 
     consts = [] if const is None else \
         [const.astype(np.dtype(dt).newbyteorder("<")).reshape(-1).view(np.uint8)]
-    return OpLowering("eltw", consts, make)
+    n = items(y.shape)
+    # one layer over all items: every map holds all N items, or the second is one pixel
+    # shared by them
+    fold = items(first.shape) == n and (
+        (const is None and ((items(second.shape) == n and map3(second.shape) == sy3) or
+                            (items(second.shape) == 1 and map3(second.shape)[:2] == (1, 1))))
+        or (const is not None and const.shape[:2] == (1, 1)))
+    return OpLowering("eltw", consts, make, fold=fold)
 
 
 def lower_relu(op, cfg) -> OpLowering:
@@ -367,7 +400,7 @@ def lower_relu(op, cfg) -> OpLowering:
     def make(R: Resolver) -> list[asm.Layer]:
         return [asm.Eltw(R.fmap(x), R.fmap(x), R.fmap(y), tag=op.op_id, **kw)]
 
-    return OpLowering("eltw", [], make)
+    return OpLowering("eltw", [], make, fold=True)
 
 
 #: why a Cast at the host/NPU edge stays on the host (the network's host_ops tag)
@@ -392,7 +425,7 @@ def lower_requant_cast(op, cfg) -> OpLowering:
     def make(R: Resolver) -> list[asm.Layer]:
         return [asm.Eltw(R.fmap(x), R.fmap(x), R.fmap(y), tag=op.op_id, **kw)]
 
-    return OpLowering("eltw", [], make)
+    return OpLowering("eltw", [], make, fold=True)
 
 
 def _pool_geometry(op, x3):
@@ -439,7 +472,7 @@ def lower_pool(op, cfg) -> OpLowering:
         def make_max(R: Resolver) -> list[asm.Layer]:
             return [asm.Pool(R.fmap(x), R.fmap(y), "max", k, s, pads, d, tag=op.op_id)]
 
-        return OpLowering("maxpool", [], make_max)
+        return OpLowering("maxpool", [], make_max, fold=_rows_apart(k[0], s[0], pads[:2]))
     include = bool(_attr(op, "count_include_pad", False)) and not _attr(op, "is_global", False)
     if include and (eb or er):
         raise NotLowerable("average pool counting pads with a ceil-mode overhang")
@@ -455,7 +488,7 @@ def lower_pool(op, cfg) -> OpLowering:
         return [asm.Pool(R.fmap(x), R.fmap(y), "avg", k, s, pads, count_include_pad=include,
                          params_addr=R.const(0), tag=op.op_id)]
 
-    return OpLowering("avgpool", [table], make_avg)
+    return OpLowering("avgpool", [table], make_avg, fold=_rows_apart(k[0], s[0], pads[:2]))
 
 
 def lower_lut(op, cfg) -> OpLowering:
@@ -467,7 +500,7 @@ def lower_lut(op, cfg) -> OpLowering:
     def make(R: Resolver) -> list[asm.Layer]:
         return [asm.Lut(R.fmap(x), R.fmap(y), R.const(0), tag=op.op_id)]
 
-    return OpLowering("lut", [asm.pack_lut(np.asarray(table))], make)
+    return OpLowering("lut", [asm.pack_lut(np.asarray(table))], make, fold=True)
 
 
 def _row_operands(op) -> tuple[Value, Value]:
@@ -488,7 +521,7 @@ def lower_softmax(op, cfg) -> OpLowering:
     def make(R: Resolver) -> list[asm.Layer]:
         return [asm.Softmax(R.fmap(x), R.fmap(y), R.const(0), table.size, r, f, tag=op.op_id)]
 
-    return OpLowering("norm", [asm.pack_exp_table(table)], make)
+    return OpLowering("norm", [asm.pack_exp_table(table)], make, fold=True)
 
 
 def lower_layer_norm(op, cfg) -> OpLowering:
@@ -506,7 +539,7 @@ def lower_layer_norm(op, cfg) -> OpLowering:
     def make(R: Resolver) -> list[asm.Layer]:
         return [asm.LayerNorm(R.fmap(x), R.fmap(y), R.const(0), tag=op.op_id)]
 
-    return OpLowering("norm", [asm.pack_float64(consts)], make)
+    return OpLowering("norm", [asm.pack_float64(consts)], make, fold=True)
 
 
 def lower_resize(op, cfg) -> OpLowering:
@@ -546,7 +579,7 @@ def lower_upsample(op, cfg) -> OpLowering:
     def make(R: Resolver) -> list[asm.Layer]:
         return [asm.Upsample(R.fmap(x), R.fmap(y), (sh, sw), tag=op.op_id)]
 
-    return OpLowering("upsample", [], make)
+    return OpLowering("upsample", [], make, fold=sh == 1)
 
 
 def lower_channel_shuffle(op, cfg) -> OpLowering:
@@ -566,7 +599,7 @@ def lower_channel_shuffle(op, cfg) -> OpLowering:
                          replace(dst, c_off=dst.c_off + i, c=(n - 1) * g + 1), out_step=g,
                          tag=op.op_id) for i in range(g)]
 
-    return OpLowering("+".join(["copy"] * g), [], make)
+    return OpLowering("+".join(["copy"] * g), [], make, fold=True)
 
 
 RULES: dict[str, Callable[[Any, Any], OpLowering]] = {
@@ -599,8 +632,12 @@ def alias_ok(op) -> bool:
             return False
         if any(scale_of(v) != scale_of(x) for v in op.feature_inputs() + list(op.outputs)):
             return False
-        return all(map3(v.shape)[:2] == x3[:2] and len(v.shape) == rank
+        return all(map3(v.shape)[:2] == x3[:2] and len(v.shape) == rank and
+                   items(v.shape) == items(x.shape)
                    for v in op.feature_inputs() + list(op.outputs))
-    # Reshape: free when the NPU view (h, w, c) is unchanged
+    # Reshape: free when it keeps the channels and the pixels in order: the output is the same
+    # buffer seen in another geometry ((N, 1, 1, C) -> (N, C), (N, H, W, C) -> (N, H * W, C))
     y = op.outputs[0]
-    return map3(y.shape) == x3 and scale_of(x) == scale_of(y)
+    y3 = map3(y.shape)
+    return y3[2] == x3[2] and items(y.shape) * y3[0] * y3[1] == items(x.shape) * x3[0] * x3[1] \
+        and scale_of(x) == scale_of(y)

@@ -34,7 +34,16 @@ from xir.quant.lut import LUT_OPS
 from xir.types import UINT8, UINT64, TensorType
 from xir.values import MemType, Params, Value
 
-from .common import ETM_ALIGN, ETM_RESERVED, TargetConfig, align, clone_network, map3, npu_dtype
+from .common import (
+    ETM_ALIGN,
+    ETM_RESERVED,
+    TargetConfig,
+    align,
+    clone_network,
+    items,
+    map3,
+    npu_dtype,
+)
 from .layers import ALIAS_OPS, EDGE_REASON, RULES, NotLowerable, OpLowering, alias_ok
 
 log = logging.getLogger(__name__)
@@ -42,13 +51,18 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class Buffer:
-    """One feature-map buffer in ETM: NHWC, `pitch` channels per pixel."""
+    """One feature-map buffer in ETM: NHWC, `pitch` channels per pixel; `n` batch items of
+    `h` rows each, one after the other (``n * h`` rows)."""
 
     bid: int
     h: int
     w: int
     dtype: str
+    n: int = 1
     members: dict[int, tuple[int, int]] = field(default_factory=dict)  # v_id -> (c_off, c)
+    #: members that see the same pixels in another geometry (n, h, w): a Reshape that keeps
+    #: the channels ((N, 1, 1, C) -> (N, C), (N, H, W, C) -> (N, H * W, C)); rows are dense
+    views: dict[int, tuple[int, int, int]] = field(default_factory=dict)
     fixed: int | None = None  # pitch forced by a dense member (crosses to the host)
     host: bool = False  # written by the host (an INPUT of the NPU part)
     scratch: bool = False  # internal to one HardOp
@@ -62,7 +76,15 @@ class Buffer:
 
     @property
     def nbytes(self) -> int:
+        return self.n * self.h * self.w * self.pitch * self.esize
+
+    @property
+    def item_bytes(self) -> int:
         return self.h * self.w * self.pitch * self.esize
+
+    def geom(self, v_id: int) -> tuple[int, int, int]:
+        """(items, rows per item, w) of member `v_id`."""
+        return self.views.get(v_id, (self.n, self.h, self.w))
 
     def fits(self, c_off: int, c: int, dense: bool) -> bool:
         if dense:
@@ -87,6 +109,7 @@ class _HardSpec:
     words: np.ndarray | None = None
     instr_addr: int = 0
     layer_end: int = 0
+    kinds: list[str] = field(default_factory=list)  # one per emitted layer
 
     @property
     def op_id(self) -> int:
@@ -94,11 +117,15 @@ class _HardSpec:
 
 
 class _Resolver:
-    def __init__(self, lowering: _Lowering, spec: _HardSpec, base: int) -> None:
-        self.L, self.spec, self.base = lowering, spec, base
+    """Addresses for an `OpLowering.make`: the maps of batch item `item` (None: every item's
+    rows at once) and the HardOp's constants."""
+
+    def __init__(self, lowering: _Lowering, spec: _HardSpec, base: int,
+                 item: int | None = None) -> None:
+        self.L, self.spec, self.base, self.item = lowering, spec, base, item
 
     def fmap(self, v: Value) -> asm.FMap:
-        return self.L.fmap(v)
+        return self.L.fmap(v, self.item)
 
     def const(self, i: int) -> int:
         return self.spec.blob_addr + self.spec.const_off[self.base + i]
@@ -161,7 +188,7 @@ class _Lowering:
     # --- 2./3. HardOps and buffers ------------------------------------------------------
     def _new_buffer(self, v: Value, dense: bool, host: bool = False) -> Buffer:
         h, w, c = map3(v.shape)
-        b = Buffer(len(self.buffers), h, w, npu_dtype(v), host=host)
+        b = Buffer(len(self.buffers), h, w, npu_dtype(v), n=items(v.shape), host=host)
         b.members[v.v_id] = (0, c)
         if dense:
             b.fixed = c
@@ -170,13 +197,16 @@ class _Lowering:
         return b
 
     def _join(self, v: Value, b: Buffer, c_off: int) -> bool:
-        c = map3(v.shape)[2]
+        h, w, c = map3(v.shape)
+        n = items(v.shape)
         dense = self.crosses(v)
-        if not b.fits(c_off, c, dense):
+        if n * h * w != b.n * b.h * b.w or not b.fits(c_off, c, dense):
             return False
         if dense:
             b.fixed = c
         b.members[v.v_id] = (c_off, c)
+        if (n, h, w) != (b.n, b.h, b.w):
+            b.views[v.v_id] = (n, h, w)
         self.buf_of[v.v_id] = b
         return True
 
@@ -275,7 +305,8 @@ class _Lowering:
         if not self._join(y, xb, x_off):
             self._new_buffer(y, dense=self.crosses(y))
             c = min(map3(x.shape)[2], map3(y.shape)[2])
-            spec.copies.append((_Slice(x, 0, c), _Slice(y, 0, c)))
+            # a Reshape's source read in the target's geometry (the same pixels in order)
+            spec.copies.append((_Slice(x, 0, c, like=y), _Slice(y, 0, c)))
         return spec
 
     # --- 4. layout ------------------------------------------------------------------------
@@ -326,31 +357,53 @@ class _Lowering:
         return {"weight": [w_lo, w_hi], "ftmp": [f_lo, f_hi], "instr": [i_lo, i_hi],
                 "layers": layers_total}
 
-    def fmap(self, v: Any) -> asm.FMap:
+    def fmap(self, v: Any, item: int | None = None) -> asm.FMap:
+        """The map of `v`: batch item `item` of its buffer (the only one when the buffer holds
+        one item), or with `item` None all the buffer's items as ``n * h`` rows."""
         if isinstance(v, _Slice):
-            f = self.fmap(v.value)
+            f = self.fmap(v.value, item)
+            if v.like is not None:
+                g = self.fmap(v.like, item)
+                f = asm.FMap(f.addr, g.h, g.w, f.c, f.pitch, f.c_off, f.dtype)
             return asm.FMap(f.addr, f.h, f.w, v.c, f.pitch, f.c_off + v.off, f.dtype)
         b = self.buf_of[v.v_id]
         off, c = b.members[v.v_id]
-        return asm.FMap(b.addr, b.h, b.w, c, b.pitch, off, b.dtype)
+        n, h, w = b.geom(v.v_id)
+        if item is None:
+            return asm.FMap(b.addr, n * h, w, c, b.pitch, off, b.dtype)
+        at = b.addr + (item if n > 1 else 0) * h * w * b.pitch * b.esize
+        return asm.FMap(at, h, w, c, b.pitch, off, b.dtype)
 
-    def _layers(self, s: _HardSpec) -> list[asm.Layer]:
+    def _items(self, s: _HardSpec) -> int:
+        """The batch items `s` computes: the most any of its maps holds."""
+        vals = [v for v in s.inputs + s.outputs if v.v_id in self.buf_of]
+        return max([self.buf_of[v.v_id].geom(v.v_id)[0] for v in vals] +
+                   [self.buffers[b].n for b in s.scratch] + [1])
+
+    def _layers(self, s: _HardSpec) -> tuple[list[asm.Layer], list[str]]:
+        """The layers of `s` and their kinds: each op's layers once over all batch items
+        (`OpLowering.fold`) or once per item; COPY layers always over all items."""
         out: list[asm.Layer] = []
+        kinds: list[str] = []
         base = 0
+        n = self._items(s)
         for low in s.lows:
-            out += low.make(_Resolver(self, s, base))
+            for item in [None] if n == 1 or low.fold else range(n):
+                out += low.make(_Resolver(self, s, base, item))
+                kinds += low.kinds
             base += len(low.consts)
         for src, dst in s.copies:
             out.append(asm.Copy(self.fmap(src), self.fmap(dst), tag=s.op_id))
-        return out
+            kinds.append("copy")
+        return out, kinds
 
     def _n_layers(self, s: _HardSpec) -> int:
-        return sum(len(low.kinds) for low in s.lows) + len(s.copies)
+        return len(s.kinds)
 
     def _emit(self, s: _HardSpec, dry: bool) -> np.ndarray | None:
         if not s.lows and not s.copies:
             return None
-        layers = self._layers(s)
+        layers, s.kinds = self._layers(s)
         for L in layers:
             L.tag = s.op_id
         return asm.emit_program(layers, self.cfg, end=False)
@@ -370,9 +423,11 @@ class _Lowering:
                 v = self._value(vid)
                 if v is None:
                     continue
+                n, h, w = b.geom(vid)
                 v.mtype = MemType("etm", b.addr + off * b.esize)
                 v.tags = {**v.tags, tag: {"buffer": b.owner, "base": b.addr, "bytes": b.nbytes,
-                                          "h": b.h, "w": b.w, "pitch": b.pitch, "c_off": off,
+                                          "h": n * h, "w": w, "n": n,
+                                          "pitch": b.pitch, "c_off": off,
                                           "c": c, "dtype": b.dtype, "real": vid == b.owner,
                                           "host": b.host}}
         n_hard = n_fused = 0
@@ -417,7 +472,7 @@ class _Lowering:
         for bid in s.scratch:
             b = self.buffers[bid]
             scratch.append({"v_id": b.owner, "addr": b.addr, "bytes": b.nbytes})
-        kinds = [k for low in s.lows for k in low.kinds] + ["copy"] * len(s.copies)
+        kinds = list(s.kinds)
         info = {"target": self.target.name, "isa_version": ISA_VERSION, "layers": len(kinds),
                 "kinds": kinds, "alias": not kinds, "scratch": scratch,
                 "macs": int(sum(low.macs for low in s.lows)),
@@ -437,6 +492,7 @@ class _Slice:
     value: Value
     off: int
     c: int
+    like: Value | None = None  # read in this value's geometry (a Reshape's COPY)
 
 
 def _check_fits(L: _Lowering, seq: list[Any], etm: dict, target: TargetConfig) -> None:
