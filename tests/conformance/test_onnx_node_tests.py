@@ -32,13 +32,36 @@ from xcompile.frontend import import_onnx  # noqa: E402
 RTOL = ATOL = 1e-5
 
 # Cases the importer accepts but that are not compared, with the reason.
+_RANDOM = "the outputs are random draws (onnx's reference and onnxruntime use different " \
+          "generators); the node runs, its values cannot match"
+_FP16_ULP = "float16 outputs one float16 ulp (~5e-4) off the expected values: the order in " \
+            "which float16 intermediates round differs from the numpy generator's"
+_ALIGN_CORNERS = "onnxruntime (the OnnxGraph runtime) divides by the output length minus one " \
+                 "for align_corners downsampling, the ONNX reference by scale * input length " \
+                 "minus one; onnxruntime leaves this case out of its own ONNX test run"
 EXCLUDED: dict[str, str] = {
+    **{f"test_bernoulli{s}": _RANDOM
+       for s in ("", "_double", "_double_expanded", "_expanded", "_seed", "_seed_expanded")},
+    **{f"test_training_dropout{s}": _RANDOM
+       for s in ("", "_default", "_default_mask", "_mask")},
+    **{f"test_attention_4d_{s}_expanded": _FP16_ULP
+       for s in ("fp16", "causal_fp16", "gqa_causal_nonpad_decode_fp16",
+                 "gqa_with_past_and_present_fp16")},
+    "test_causal_conv_with_state_silu_fp16": _FP16_ULP,
+    "test_resize_downsample_scales_cubic_align_corners": _ALIGN_CORNERS,
+    "test_resize_downsample_scales_linear_align_corners": _ALIGN_CORNERS,
 }
 
 # Cases whose expected outputs are literals rounded in the ONNX test generator.
 TOLERANCE: dict[str, tuple[float, float, str]] = {
     "test_averagepool_2d_ceil_last_window_starts_on_pad":
         (1e-3, 1e-4, "expected values are 4-digit literals in onnx's averagepool.py"),
+    "test_roialign_aligned_false":
+        (1e-3, 1e-4, "expected values are 4-digit literals in onnx's roialign.py"),
+    "test_roialign_aligned_true":
+        (1e-3, 1e-4, "expected values are 4-digit literals in onnx's roialign.py"),
+    "test_gridsample_bicubic":
+        (1e-3, 1e-4, "expected values are 4-digit literals in onnx's gridsample.py"),
 }
 
 # Known failures of other components (strict xfail: they flip to errors once fixed).
@@ -52,6 +75,11 @@ PARAM_SLOTS = {"Reshape": {1}, "Slice": {1, 2, 3, 4}, "Split": {1}, "Squeeze": {
 
 def _node_dir() -> str:
     return os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "node")
+
+
+def _array(x):
+    """A test datum as numpy (a few generators store TensorProtos, e.g. int4 outputs)."""
+    return numpy_helper.to_array(x) if isinstance(x, onnx.TensorProto) else x
 
 
 def _load_cases() -> dict[str, tuple[object, list[tuple[list, list]]]]:
@@ -81,7 +109,8 @@ def _load_cases() -> dict[str, tuple[object, list[tuple[list, list]]]]:
         warnings.simplefilter("ignore")  # the generators overflow casts on purpose
         for case in collect_testcases(None):
             if case.model is not None and case.data_sets:
-                cases[case.name] = (case.model, [(list(i), list(o)) for i, o in case.data_sets])
+                cases[case.name] = (case.model, [([_array(a) for a in i], [_array(a) for a in o])
+                                                 for i, o in case.data_sets])
     return cases
 
 

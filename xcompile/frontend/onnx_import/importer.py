@@ -1,8 +1,11 @@
 """`_Importer`: walks an ONNX graph node by node and emits the float xir network.
 
 Each node either folds (all inputs constant: evaluated with onnx's reference evaluator) or goes
-to its registered handler; nodes that cannot be expressed are collected, so one error lists
-them all. The finished network goes through the clean-up passes and is validated.
+to its registered handler; a node no handler takes (or whose handler refuses it) is carried
+whole by an OnnxGraph op (`handlers.generic`). An If whose condition folds to a constant is
+replaced by the nodes of the branch it takes, which import like any other. Nodes that cannot be
+expressed even so are collected, so one error lists them all. The finished network goes
+through the clean-up passes and is validated.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from xcompile.frontend.onnx_import.cleanup import _optimize
-from xcompile.frontend.onnx_import.handlers import SUPPORTED_ONNX_OPS
+from xcompile.frontend.onnx_import.handlers import SUPPORTED_ONNX_OPS, generic
 from xcompile.frontend.onnx_import.loading import _onnx
 from xcompile.frontend.onnx_import.registry import _HANDLERS, _Unsupported
 from xcompile.frontend.onnx_import.tensor import _T, NHWC, _ident
@@ -46,6 +49,17 @@ def _attrs(node) -> dict[str, Any]:
     return out
 
 
+def _read_names(graph) -> set[str]:
+    """Every name a node of `graph` or of its subgraphs reads (subgraph outputs included)."""
+    out: set[str] = set()
+    for node in graph.node:
+        out.update(node.input)
+        for g in generic.subgraphs(node):
+            out |= _read_names(g)
+            out.update(o.name for o in g.output)
+    return out
+
+
 def _moves_only_unit_axes(shape: tuple[int, ...], rel: list[int]) -> bool:
     """True when transposing `shape` by `rel` keeps the non-unit axes in order (= a reshape)."""
     kept = [a for a in rel if shape[a] != 1]
@@ -73,8 +87,7 @@ class _Importer:
         self.unsupported: list[tuple[str, str, str]] = []
         self._op_id = 0
         self.node: Any = None
-        self.used = {n for node in self.graph.node for n in node.input} | \
-            {o.name for o in self.graph.output}
+        self.used = _read_names(self.graph) | {o.name for o in self.graph.output}
 
     def reads(self, node, index: int) -> bool:
         """True when output `index` of `node` is read by a node or is a graph output."""
@@ -251,10 +264,9 @@ class _Importer:
         self.node = node
         label = node.name or (node.output[0] if node.output else node.op_type)
         op_type = node.op_type
-        custom = node.domain not in ("", "ai.onnx")
-        if any(n and n in self.poisoned for n in node.input):
-            if custom or op_type not in _HANDLERS:
-                self.unsupported.append((label, op_type, "no xir equivalent"))
+        custom = node.domain not in generic.STANDARD_DOMAINS
+        reads = list(node.input) + generic.outer_names(node)
+        if any(n and n in self.poisoned for n in reads):
             self.poisoned.update(node.output)
             return
         ins: list[_T | None] = []
@@ -268,30 +280,32 @@ class _Importer:
                                      f"or input produces", file=self.file)
             ins.append(t)
         try:
-            if custom:
-                raise _Unsupported(f"custom domain '{node.domain}'")
+            if op_type == "If" and not custom and ins and ins[0] is not None and \
+                    ins[0].is_const:
+                self._inline_if(node, bool(np.asarray(ins[0].const).reshape(-1)[0]))
+                return
             outs = None
-            fold_error: _Unsupported | None = None
-            if op_type not in _NO_FOLD and all(t is None or t.is_const for t in ins):
+            handler = None if custom else _HANDLERS.get(op_type)
+            if not custom and op_type not in _NO_FOLD and \
+                    all(t is None or t.is_const for t in ins):
                 try:
                     outs = self._fold(node, ins)
-                except _Unsupported as err:
-                    if op_type not in _HANDLERS:
-                        raise
-                    fold_error = err  # the reference lacks this opset: try the handler
-            if outs is None:
-                handler = _HANDLERS.get(op_type)
-                if handler is None:
-                    raise _Unsupported("no xir equivalent")
+                except _Unsupported:
+                    outs = None  # the reference lacks this op or opset: a handler, or carry it
+            if outs is None and handler is not None:
+                mark = len(self.ops)
                 try:
                     outs = handler(self, node, _attrs(node), ins)
-                except (TypeError, AttributeError, ValueError):
-                    if fold_error is None:
-                        raise
-                    raise fold_error  # noqa: B904 - the earlier fold failure, re-raised as is
-                for i, n in enumerate(node.output[len(outs):], len(outs)):
-                    if n in self.used:
-                        raise _Unsupported(f"optional output {i} ('{n}') is not supported")
+                    for i, n in enumerate(node.output[len(outs):], len(outs)):
+                        if n in self.used:
+                            raise _Unsupported(f"optional output {i} ('{n}') is not supported")
+                except _Unsupported as err:
+                    log.debug("node '%s' (%s): native import refused (%s), carrying it as an "
+                              "OnnxGraph", label, op_type, err)
+                    self._rollback(mark)
+                    outs = None
+            if outs is None:
+                outs = generic.fallback(self, node, fold=op_type not in _NO_FOLD)
         except _Unsupported as u:
             self.unsupported.append((label, op_type, u.reason))
             self.poisoned.update(node.output)
@@ -301,14 +315,53 @@ class _Importer:
                 raise
             raise OnnxImportError(f"node '{label}' ({op_type}): {err}",
                                   file=self.file) from err
-        for n, t in zip(node.output, outs):
-            if not n:
+        self._bind(node.output, outs)
+
+    def _rollback(self, mark: int) -> None:
+        """Drop the ops a refusing handler emitted after position `mark`, and the cached
+        views of tensors that point at their outputs."""
+        dropped = self.ops[mark:]
+        if not dropped:
+            return
+        del self.ops[mark:]
+        gone = {id(v) for op in dropped for v in op.outputs}
+        for t in self.tensors.values():
+            for perm, v in list(t.views.items()):
+                if id(v) in gone:
+                    del t.views[perm]
+
+    def _bind(self, names, outs) -> None:
+        for n, t in zip(names, outs):
+            if not n or t is None:
                 continue
             if t.base is not None:
                 v = t.views[t.base]
                 if v.name == f"v{v.v_id}":
                     v.name = n
             self.tensors[n] = t
+
+    def _inline_if(self, node, cond: bool) -> None:
+        """An If whose condition is a constant: import the taken branch's nodes in its place
+        (they read the outer scope directly), its outputs become the If's."""
+        attr = "then_branch" if cond else "else_branch"
+        branch = next((a.g for a in node.attribute if a.name == attr), None)
+        if branch is None:
+            raise OnnxModelError(f"If node '{node.name}' has no {attr}", file=self.file)
+        log.info("If node '%s': condition is constant %s, inlining its %s", node.name, cond,
+                 attr)
+        for init in branch.initializer:
+            self.tensors[init.name] = _T.constant(self.onnx.numpy_helper.to_array(init))
+        for inner in branch.node:
+            self._node(inner)
+        self.node = node
+        for n, o in zip(node.output, branch.output):
+            if o.name in self.poisoned:
+                self.poisoned.add(n)
+            elif o.name in self.tensors:
+                self.tensors[n] = self.tensors[o.name]
+            elif n in self.used:
+                raise OnnxModelError(f"If node '{node.name}': branch output '{o.name}' is "
+                                     f"produced by no node", file=self.file)
 
     def _fold(self, node, ins: list[_T | None]) -> list[_T]:
         if node.op_type in ("Identity", "Dropout") and ins:
@@ -321,7 +374,38 @@ class _Importer:
             res = ref.run(None, feeds)
         except Exception as exc:  # noqa: BLE001 - the reference raises anything
             raise _Unsupported(f"constant folding failed: {type(exc).__name__}: {exc}") from exc
+        for n, r in zip(node.output, res):
+            if not isinstance(r, np.ndarray) or r.dtype == object:
+                what = "a sequence" if isinstance(r, list) else "an empty optional" \
+                    if r is None else "a map" if isinstance(r, dict) else "a string tensor" \
+                    if isinstance(r, np.ndarray) else type(r).__name__
+                raise _Unsupported(f"output '{n}' is {what}; sequence-, map-, optional- and "
+                                   f"string-typed values have no xir equivalent")
         return [_T.constant(r) for r in res]
+
+    def _computed_output(self, name: str) -> _T | None:
+        """A graph output that folded to a constant (a Shape, a ConstantOfShape): its producer
+        runs as an OnnxGraph op instead, so the network computes it; None (the node listed as
+        unsupported) where it has no producer or cannot be carried."""
+        producer = next((n for n in self.graph.node if name in n.output), None)
+        if producer is not None:
+            self.node = producer
+            try:
+                outs = generic.fallback(self, producer, fold=False)
+            except _Unsupported as u:
+                reason = f"graph output '{name}' folds to a constant, and carrying its node " \
+                         f"fails: {u.reason}"
+            else:
+                got = dict(zip(producer.output, outs)).get(name)
+                if got is not None:
+                    return got
+                reason = f"graph output '{name}' folds to a constant"
+        else:
+            reason = f"graph output '{name}' is an initializer; an xir network computes " \
+                     f"its outputs from its inputs"
+        self.unsupported.append(((producer.name or name) if producer else name,
+                                 producer.op_type if producer else "initializer", reason))
+        return None
 
     def _outputs(self) -> list[Value]:
         outs = []
@@ -333,13 +417,9 @@ class _Importer:
                 raise OnnxModelError(f"graph output '{o.name}' is produced by no node",
                                      file=self.file)
             if t.is_const:
-                producer = next((n for n in self.graph.node if o.name in n.output), None)
-                self.unsupported.append(
-                    ((producer.name or o.name) if producer else o.name,
-                     producer.op_type if producer else "initializer",
-                     f"graph output '{o.name}' folds to a constant; an xir network computes "
-                     f"its outputs from its inputs"))
-                continue
+                t = self._computed_output(o.name)
+                if t is None:
+                    continue
             v = self.value(t)
             if not any(op.op_type == "Input" and v in op.outputs for op in self.ops):
                 v.name = o.name

@@ -1,3 +1,291 @@
-"""ONNX handlers: generic ops."""
+"""The importer's fallback: an ONNX node with no native xir form becomes an OnnxGraph op.
+
+A standard-domain node that no handler takes (or whose handler raises `_Unsupported`) is
+carried whole: a small ModelProto holding the node (its subgraphs included), the constants it
+reads as initializers and the model's opset imports, run by the backend (the HostBackend:
+onnxruntime, else onnx's reference evaluator). The graph's inputs are the node's computed
+inputs and every outer-scope value its subgraphs read (If / Loop / Scan bodies), in that order.
+
+The fallback only takes what a backend can run and xir can hold:
+- every output is a tensor of an element type xir has (no sequence, map, optional or string
+  values) with a static shape after ONNX shape inference; an output whose size depends on the
+  input values (NonZero, Unique, NonMaxSuppression, ... on computed inputs) is refused with
+  that reason (with constant inputs such nodes fold at import instead);
+- the carried graph must build on onnxruntime or on onnx's reference evaluator (checked at
+  import, so a network never fails at its first forward because of a missing kernel);
+- training ops (ai.onnx.preview.training) are refused; a custom domain is taken only where
+  one of the runtimes knows it (ai.onnx.ml, com.microsoft, a function the model defines).
+"""
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from xcompile.frontend.onnx_import.registry import _Unsupported
+from xcompile.frontend.onnx_import.tensor import _T
+from xir.errors import OnnxModelError, XirError
+from xir.ops.onnx_graph import make_onnx_graph
+from xir.types import Layout, ScalarType, TensorType
+
+if TYPE_CHECKING:
+    from xcompile.frontend.onnx_import.importer import _Importer
+
+#: ops whose output size depends on the values of their inputs (not only their shapes)
+DATA_DEPENDENT = frozenset({
+    "NonZero", "Unique", "NonMaxSuppression", "Compress", "StringSplit", "TfIdfVectorizer",
+    "RegexFullMatch", "StringNormalizer", "TopK", "Range", "ConstantOfShape", "Expand",
+    "Reshape", "Tile", "OneHot", "Resize", "Upsample", "Slice", "Pad", "Squeeze",
+    "Unsqueeze", "ReduceMean", "ReduceSum", "CenterCropPad", "Loop", "If", "Col2Im",
+    "RandomNormal", "RandomUniform", "EyeLike", "ImageDecoder",
+})
+#: ops that exist only to train a network
+TRAINING_DOMAIN = "ai.onnx.preview.training"
+STANDARD_DOMAINS = ("", "ai.onnx")
+
+
+def _onnx():
+    import onnx
+
+    return onnx
+
+
+def _one_line(text: Any, limit: int = 240) -> str:
+    s = " ".join(str(text).split())
+    return s if len(s) <= limit else s[:limit - 3] + "..."
+
+
+def subgraphs(node) -> list:
+    """The graphs a node holds in its attributes (If branches, Loop/Scan bodies)."""
+    onnx = _onnx()
+    out = []
+    for a in node.attribute:
+        if a.type == onnx.AttributeProto.GRAPH:
+            out.append(a.g)
+        elif a.type == onnx.AttributeProto.GRAPHS:
+            out.extend(a.graphs)
+    return out
+
+
+def outer_names(node) -> list[str]:
+    """Names the node's subgraphs read from the enclosing scope, in first-read order."""
+    out: dict[str, None] = {}
+
+    def walk(graph, bound: set[str]) -> None:
+        bound = bound | {i.name for i in graph.input} | {i.name for i in graph.initializer} \
+            | {s.values.name for s in graph.sparse_initializer}
+        for n in graph.node:
+            for x in n.input:
+                if x and x not in bound:
+                    out.setdefault(x, None)
+            for g in subgraphs(n):
+                walk(g, bound)
+            bound = bound | set(n.output)
+        for o in graph.output:
+            if o.name not in bound:
+                out.setdefault(o.name, None)
+
+    for g in subgraphs(node):
+        walk(g, set())
+    return [n for n in out if n not in node.input]
+
+
+def qualified(node) -> str:
+    """The op type, domain-qualified outside the standard domain."""
+    return node.op_type if node.domain in STANDARD_DOMAINS else f"{node.domain}.{node.op_type}"
+
+
+# --- the carried model ----------------------------------------------------------------------
+
+class Carried:
+    """A one-node ModelProto ready to import: its feature inputs, typed outputs, bytes."""
+
+    def __init__(self, model, feeds: list[tuple[str, _T]], outputs: list[tuple[str, Any]],
+                 data: bytes) -> None:
+        self.model = model
+        self.feeds = feeds          # graph input name -> imported tensor (computed values)
+        self.outputs = outputs      # graph output name -> numpy dtype, static shape
+        self.data = data
+
+
+def _elem_type(dtype: np.dtype) -> int:
+    onnx = _onnx()
+    return int(onnx.helper.np_dtype_to_tensor_dtype(np.dtype(dtype)))
+
+
+def carry(imp: _Importer, node, reads: list[str]) -> Carried:
+    """Build, shape-infer and check the model carrying `node`, whose outputs `reads` are read
+    (the rest are left out of the graph). Raises `_Unsupported` with the reason to refuse."""
+    onnx = _onnx()
+    helper = onnx.helper
+    if node.domain == TRAINING_DOMAIN:
+        raise _Unsupported(f"a training op ({TRAINING_DOMAIN}): an inference network has no "
+                           f"use for it")
+    names = [n for n in node.input if n] + outer_names(node)
+    inputs, inits, feeds, seen = [], [], [], set()
+    for name in names:
+        if name in seen:
+            continue
+        seen.add(name)
+        t = imp.tensors.get(name)
+        if t is None:
+            raise OnnxModelError(f"node '{node.name or node.op_type}' ({node.op_type}) reads "
+                                 f"'{name}', which no node or input produces", file=imp.file)
+        if t.is_const:
+            arr = np.asarray(t.const)
+            try:
+                inits.append(onnx.numpy_helper.from_array(arr, name))
+            except Exception as exc:  # noqa: BLE001 - an array onnx cannot hold
+                raise _Unsupported(f"constant '{name}' ({arr.dtype}) cannot be carried: "
+                                   f"{_one_line(exc)}") from exc
+        else:
+            inputs.append(helper.make_tensor_value_info(name, _elem_type(t.dtype),
+                                                        list(t.shape)))
+            feeds.append((name, t))
+    carried = onnx.NodeProto()
+    carried.CopyFrom(node)
+    outs = [helper.make_empty_tensor_value_info(n) for n in reads]
+    graph = helper.make_graph([carried], f"{node.op_type}_graph", inputs, outs, inits)
+    opsets = [helper.make_opsetid(o.domain, o.version) for o in imp.model.opset_import]
+    model = helper.make_model(graph, opset_imports=opsets,
+                              ir_version=max(int(imp.model.ir_version), 4))
+    if node.domain not in STANDARD_DOMAINS:
+        model.functions.extend(f for f in imp.model.functions if f.domain == node.domain)
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True,
+                                                     data_prop=True)
+    except Exception as exc:  # noqa: BLE001 - InferenceError, ValidationError, ...
+        raise _Unsupported(f"ONNX shape inference rejects it: {_one_line(exc)}") from exc
+    typed = []
+    for o in inferred.graph.output:
+        typed.append((o.name, _output_type(node, o)))
+    del model.graph.output[:]
+    model.graph.output.extend(inferred.graph.output)
+    data = model.SerializeToString()
+    why = unrunnable(data, custom=node.domain not in STANDARD_DOMAINS)
+    if why:
+        raise _Unsupported(why)
+    return Carried(model, feeds, typed, data)
+
+
+def _output_type(node, o) -> tuple[np.dtype, tuple[int, ...]]:
+    onnx = _onnx()
+    kind = o.type.WhichOneof("value")
+    if kind != "tensor_type":
+        what = {"sequence_type": "a sequence", "map_type": "a map", "optional_type":
+                "an optional", "sparse_tensor_type": "a sparse tensor"}.get(kind or "",
+                                                                            "an untyped value")
+        raise _Unsupported(f"output '{o.name}' is {what}; sequence-, map- and optional-typed "
+                           f"values have no xir equivalent")
+    tt = o.type.tensor_type
+    name = onnx.TensorProto.DataType.Name(tt.elem_type) if tt.elem_type else "unknown"
+    if tt.elem_type == onnx.TensorProto.STRING:
+        raise _Unsupported(f"output '{o.name}' is a string tensor; xir holds numbers only")
+    try:
+        dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type))
+        ScalarType.from_numpy(dtype)
+    except (KeyError, TypeError, XirError) as exc:
+        raise _Unsupported(f"output '{o.name}' has element type {name}, which xir cannot "
+                           f"hold") from exc
+    if not tt.HasField("shape"):
+        dims: list[int | None] = [None]
+        text = "no shape"
+    else:
+        dims = [d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim]
+        text = str(['?' if d is None else d for d in dims])
+    if any(d is None for d in dims):
+        if node.op_type in DATA_DEPENDENT:
+            raise _Unsupported(f"output '{o.name}' has a data-dependent shape ({text}): "
+                               f"{node.op_type}'s result size depends on its computed inputs' "
+                               f"values (only constant inputs fold)")
+        raise _Unsupported(f"output '{o.name}' has no static shape after ONNX shape "
+                           f"inference ({text})")
+    return dtype, tuple(int(d) for d in dims)
+
+
+def unrunnable(data: bytes, custom: bool = False) -> str:
+    """Why neither onnxruntime nor onnx's reference evaluator can build this model ("" when
+    one can): the same two runtimes, in the same order, as the HostBackend's kernel."""
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        ort_error = "not installed"
+    else:
+        try:
+            so = ort.SessionOptions()
+            so.intra_op_num_threads = 1
+            so.inter_op_num_threads = 1
+            so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+            so.log_severity_level = 3
+            ort.InferenceSession(data, so, providers=["CPUExecutionProvider"])
+            return ""
+        except Exception as exc:  # noqa: BLE001 - onnxruntime raises its own types
+            ort_error = _one_line(exc, 160)
+    try:
+        from onnx.reference import ReferenceEvaluator
+
+        ReferenceEvaluator(_onnx().load_from_string(data))
+        return ""
+    except Exception as exc:  # noqa: BLE001 - the reference raises anything
+        ref_error = _one_line(f"{type(exc).__name__}: {exc}", 160)
+    lead = "custom domain: " if custom else ""
+    return f"{lead}neither onnxruntime ({ort_error}) nor onnx's reference evaluator " \
+           f"({ref_error}) runs it"
+
+
+# --- emitting --------------------------------------------------------------------------------
+
+def fallback(imp: _Importer, node, fold: bool = True) -> list[_T | None]:
+    """Import `node` as one OnnxGraph op (or, where every input is constant and `fold`, fold
+    it with the runtime). Returns one tensor per node output (None for outputs nothing
+    reads)."""
+    reads = [n for n in node.output if n and n in imp.used]
+    if not reads:
+        return [None] * len(node.output)
+    c = carry(imp, node, reads)
+    if not c.feeds and fold:
+        consts = _run_constant(c)
+        if consts is not None:
+            got = dict(zip(reads, consts))
+            return [got.get(n) for n in node.output]
+    values = [imp.value(t) for _, t in c.feeds]
+    label = node.name or (node.output[0] if node.output else node.op_type)
+    model = imp.params(np.frombuffer(c.data, dtype=np.uint8).copy(), name=f"{label}.onnx")
+    outs = [imp.net.newValue(TensorType(dtype, shape, Layout.any(len(shape))), name)
+            for name, (dtype, shape) in c.outputs]
+    op = make_onnx_graph(values, outs, model, onnx_ops=[qualified(node)],
+                         onnx_nodes=[node.name], opset=imp.opset, op_id=imp._op_id,
+                         name=label)
+    imp._op_id += 1
+    op.check_types()
+    imp.ops.append(op)
+    got = {name: imp.result(v) for (name, _), v in zip(c.outputs, outs)}
+    return [got.get(n) for n in node.output]
+
+
+def _run_constant(c: Carried) -> list[_T] | None:
+    """Every input constant: compute the node once at import (onnxruntime, else the
+    reference), so shape-computing chains stay constants. None when neither runs it."""
+    try:
+        import onnxruntime as ort
+
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = 1
+        so.log_severity_level = 3
+        res = ort.InferenceSession(c.data, so, providers=["CPUExecutionProvider"]) \
+            .run(None, {})
+    except Exception:  # noqa: BLE001 - not installed, or it cannot: try the reference
+        try:
+            from onnx.reference import ReferenceEvaluator
+
+            res = ReferenceEvaluator(c.model).run(None, {})
+        except Exception:  # noqa: BLE001 - neither: run it as an op
+            return None
+    out = []
+    for r, (_, (dtype, shape)) in zip(res, c.outputs):
+        arr = np.asarray(r)
+        if arr.dtype != dtype or arr.shape != shape:
+            return None
+        out.append(_T.constant(arr))
+    return out
