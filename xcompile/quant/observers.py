@@ -313,17 +313,37 @@ class MSEObserver(Observer):
         h = self.hist
         if h.total == 0 or h.top == 0.0:
             return 0.0
-        counts = h.counts.astype(np.float64)
-        centres = (np.arange(h.bins) + 0.5) * h.width
-        cands = np.arange(max(h.bins // 16, 1), h.bins + 1)
-        t = cands[:, None] * h.width
-        s = t / self.qmax
-        c = centres[None, :]
-        err = np.where(c > t, (c - t) ** 2, np.where(c < s / 2, c**2, s**2 / 12.0))
-        total = err @ counts
+        total, cands = mse_errors(h.counts, h.bins, self.qmax)
+        total = total * h.width**2
         self.errors = total
         best = len(total) - 1 - int(np.argmin(total[::-1]))
         return float(cands[best] * h.width * self.margin)
+
+
+def mse_errors(counts: np.ndarray, bins: int, qmax: int) -> tuple[np.ndarray, np.ndarray]:
+    """`MSEObserver`'s modelled squared error of every candidate threshold, in squared bin
+    widths, and the candidates (bin indices ``bins // 16 .. bins``).
+
+    Bins are in bin units (centre ``j + 1/2``, candidate ``i``): the clipped bins ``j >= i``
+    cost ``sum n (u - i)**2 = S2 - 2 i S1 + i**2 S0`` over that suffix, the bins whose centre is
+    below half a step ``i / (2 qmax)`` cost ``sum n u**2`` over that prefix, the others
+    ``(i / qmax)**2 / 12`` each: prefix sums make it O(bins) instead of a candidates x bins
+    matrix (0.2 s per value at 2048 bins: 14 of a small detector's 18-second calibration). The
+    sums are of integer counts times quarter-integers, exact in float64 below 2**52."""
+    n = np.asarray(counts, np.float64)
+    u = np.arange(bins) + 0.5
+    z = np.zeros(1)
+    c0 = np.concatenate([z, np.cumsum(n)])
+    c1 = np.concatenate([z, np.cumsum(n * u)])
+    c2 = np.concatenate([z, np.cumsum(n * u * u)])
+    cands = np.arange(max(bins // 16, 1), bins + 1)
+    i = cands.astype(np.float64)
+    k1 = cands  # centres above the threshold: j + 1/2 > i
+    k0 = np.minimum(np.searchsorted(u, i / (2.0 * qmax), side="left"), k1)
+    clipped = (c2[-1] - c2[k1]) - 2.0 * i * (c1[-1] - c1[k1]) + i * i * (c0[-1] - c0[k1])
+    zeroed = c2[k0]
+    middle = (i / qmax) ** 2 / 12.0 * (c0[k1] - c0[k0])
+    return clipped + zeroed + middle, cands
 
 
 _METHODS = {"minmax": MinMaxObserver, "percentile": PercentileObserver, "kl": KLObserver,
