@@ -161,6 +161,16 @@ def test_clip(kind):
     _compare(kind, data, {"hidden_size": 6, "direction": "bidirectional", "clip": 0.7})
 
 
+def test_lstm_clip_bounds_gate_inputs_not_the_cell_state():
+    """A large initial cell state keeps |C| > clip: onnxruntime applies h() to C unclipped."""
+    data = _case("LSTM", t=4, peep=True, init=True, seed=9)
+    data["X"] *= 4
+    data["initial_c"] = np.full_like(data["initial_c"], 6.0)
+    want = _ort("LSTM", data, {"hidden_size": 6, "clip": 0.7})
+    assert np.abs(want[2]).max() > 2 * 0.7
+    _compare("LSTM", data, {"hidden_size": 6, "clip": 0.7})
+
+
 def test_gru_linear_before_reset():
     for direction in ("forward", "bidirectional"):
         data = _case("GRU", direction=direction, init=True, seq=True, seed=10)
