@@ -1,4 +1,4 @@
-"""Reductions over axes: Reduce, ArgReduce, TopK, CumSum and the row-wise Hardmax/LogSoftmax.
+"""Reductions over axes: Reduce, ArgReduce, TopK, CumSum/CumProd, row-wise Hardmax/LogSoftmax.
 
 Their semantics are ONNX's (opsets 7-21), with everything the importer can decide fixed as
 attributes: the reduced axes are a list (empty = every axis), TopK's k is a number. The
@@ -103,6 +103,14 @@ class CumSum(Operation):
     def infer_shapes(self, shapes):
         norm_axis(self, self.attrs["axis"], len(shapes[0]))
         return [tuple(shapes[0])]
+
+
+@register_op
+class CumProd(CumSum):
+    """The running product along `axis` (exclusive: the empty product 1 first; ONNX
+    CumProd, opset 26)."""
+
+    op_type = "CumProd"
 
 
 class _RowOp(Operation):

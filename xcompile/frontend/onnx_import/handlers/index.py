@@ -110,6 +110,9 @@ def _gather(im: _Importer, node, a, ins):
         raise _Unsupported("a scalar data input")
     axis = int(a.get("axis", 0)) % data.rank
     v = im.emit1("Gather", [im.value(data), _indices(im, idx, "indices")], axis=axis)
+    if idx.rank == 0 and tuple(v.shape) != data.shape[:axis] + data.shape[axis + 1:]:
+        # xir Params are at least 1-D: a constant scalar index gathered a unit axis; drop it
+        v = im.emit1("Reshape", [v], shape=list(data.shape[:axis] + data.shape[axis + 1:]))
     return [im.result(v)]
 
 

@@ -1,4 +1,4 @@
-"""Reductions: every Reduce*, ArgMax/ArgMin, TopK, CumSum, Hardmax and LogSoftmax.
+"""Reductions: every Reduce*, ArgMax/ArgMin, TopK, CumSum/CumProd, Hardmax and LogSoftmax.
 
 All of them are axis-local, so they work in whatever view their input has (an NHWC feature
 map stays NHWC) with the axes remapped. Axes arrive as an attribute or, from opset 13
@@ -127,16 +127,16 @@ def _topk(im: _Importer, node, a, ins):
                        sorted=bool(int(a.get("sorted", 1))))
 
 
-@_handles("CumSum")
+@_handles("CumSum", "CumProd")
 def _cumsum(im: _Importer, node, a, ins):
     x = ins[0]
     if x.rank == 0:
         raise _Unsupported("a scalar input")
-    ax = im.const_of(ins[1], "CumSum axis")
+    ax = im.const_of(ins[1], f"{node.op_type} axis")
     if np.size(ax) != 1:
         raise _Unsupported(f"axis must hold one number, not shape {list(np.shape(ax))}")
     axis = int(np.ravel(ax)[0]) % x.rank
-    return _axis_local(im, x, "CumSum", [axis], True, axis=axis,
+    return _axis_local(im, x, node.op_type, [axis], True, axis=axis,
                        exclusive=bool(int(a.get("exclusive", 0))),
                        reverse=bool(int(a.get("reverse", 0))))
 

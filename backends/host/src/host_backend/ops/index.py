@@ -125,7 +125,7 @@ def one_hot(inputs: list[np.ndarray], attrs: dict) -> list[np.ndarray]:
     i = np.where(i < 0, i + depth, i)
     pos = np.arange(depth).reshape((depth,) + (1,) * (idx.ndim - axis))
     hit = np.expand_dims(i, axis) == pos
-    return [np.ascontiguousarray(np.where(hit, vals[1], vals[0]).astype(vals.dtype))]
+    return [np.asarray(np.where(hit, vals[1], vals[0]).astype(vals.dtype), order="C")]
 
 
 def range_(inputs: list[np.ndarray], attrs: dict) -> list[np.ndarray]:
@@ -139,7 +139,7 @@ def range_(inputs: list[np.ndarray], attrs: dict) -> list[np.ndarray]:
         raise TensorError(f"Range: start {start}, limit {limit}, delta {delta} give {want} "
                           f"entries, the network was built for {size}")
     y = np.arange(size, dtype=np.float64 if start.dtype.kind == "f" else np.int64)
-    return [np.ascontiguousarray((start + y * delta).astype(start.dtype))]
+    return [np.asarray((start + y * delta).astype(start.dtype), order="C")]
 
 
 def trilu(inputs: list[np.ndarray], attrs: dict) -> list[np.ndarray]:

@@ -1,4 +1,4 @@
-"""Host kernels of xir.ops.reduce: Reduce, ArgReduce, TopK, CumSum, Hardmax, LogSoftmax.
+"""Host kernels of xir.ops.reduce: Reduce, ArgReduce, TopK, CumSum/CumProd, Hardmax, LogSoftmax.
 
 After onnx/reference: each result has the input's element type (ArgReduce and TopK's indices
 int64). Integer sums and products wrap in the input's type, as ONNX's do; float16 and bfloat16
@@ -128,7 +128,7 @@ def reduce(inputs: list[np.ndarray], attrs: dict) -> list[np.ndarray]:
     if y.dtype != x.dtype:
         with np.errstate(invalid="ignore", over="ignore"):
             y = y.astype(x.dtype)
-    return [np.ascontiguousarray(y)]
+    return [np.asarray(y, order="C")]
 
 
 def arg_reduce(inputs: list[np.ndarray], attrs: dict) -> list[np.ndarray]:
@@ -147,7 +147,7 @@ def arg_reduce(inputs: list[np.ndarray], attrs: dict) -> list[np.ndarray]:
     idx = idx.astype(np.int64)
     if attrs.get("keepdims", True):
         idx = np.expand_dims(idx, axis)
-    return [np.ascontiguousarray(idx)]
+    return [np.asarray(idx, order="C")]
 
 
 def topk(inputs: list[np.ndarray], attrs: dict) -> list[np.ndarray]:
@@ -167,12 +167,21 @@ def topk(inputs: list[np.ndarray], attrs: dict) -> list[np.ndarray]:
         order = np.argsort(x, axis=axis, kind="stable")
     idx = np.take(order, np.arange(k), axis=axis).astype(np.int64)
     vals = np.take_along_axis(x, idx, axis=axis)
-    return [np.ascontiguousarray(vals), np.ascontiguousarray(idx)]
+    return [np.asarray(vals, order="C"), np.asarray(idx, order="C")]
 
 
 def cumsum(inputs: list[np.ndarray], attrs: dict) -> list[np.ndarray]:
     """Running sum along `axis` in the input's type (exclusive / reverse as ONNX CumSum)."""
-    x = np.asarray(inputs[0])
+    return [_running(np.asarray(inputs[0]), attrs, np.cumsum, 0)]
+
+
+def cumprod(inputs: list[np.ndarray], attrs: dict) -> list[np.ndarray]:
+    """Running product along `axis` in the input's type (exclusive / reverse as CumProd)."""
+    return [_running(np.asarray(inputs[0]), attrs, np.cumprod, 1)]
+
+
+def _running(x: np.ndarray, attrs: dict, scan, identity: int) -> np.ndarray:
+    """scan (np.cumsum / np.cumprod) along `axis`; exclusive starts from `identity`."""
     axis = int(attrs.get("axis", 0)) % max(x.ndim, 1)
     reverse = bool(attrs.get("reverse", False))
     w = _wide(x)
@@ -181,12 +190,12 @@ def cumsum(inputs: list[np.ndarray], attrs: dict) -> list[np.ndarray]:
     if attrs.get("exclusive", False):
         head = [slice(None)] * x.ndim
         head[axis] = slice(0, max(x.shape[axis] - 1, 0))
-        zero = np.zeros_like(np.take(w, [0], axis=axis)) if x.shape[axis] else w
-        w = np.concatenate([zero, w[tuple(head)]], axis=axis)
-    y = np.cumsum(w, axis=axis, dtype=w.dtype)
+        first = np.full_like(np.take(w, [0], axis=axis), identity) if x.shape[axis] else w
+        w = np.concatenate([first, w[tuple(head)]], axis=axis)
+    y = scan(w, axis=axis, dtype=w.dtype)
     if reverse:
         y = np.flip(y, axis=axis)
-    return [np.ascontiguousarray(y.astype(x.dtype, copy=False))]
+    return np.asarray(y.astype(x.dtype, copy=False), order="C")
 
 
 def hardmax(inputs: list[np.ndarray], attrs: dict) -> list[np.ndarray]:
@@ -210,7 +219,7 @@ def log_softmax(inputs: list[np.ndarray], attrs: dict) -> list[np.ndarray]:
     z = w - np.max(w, axis=axis, keepdims=True)
     with np.errstate(divide="ignore"):
         y = z - np.log(np.sum(np.exp(z), axis=axis, keepdims=True))
-    return [np.ascontiguousarray(y.astype(x.dtype, copy=False))]
+    return [np.asarray(y.astype(x.dtype, copy=False), order="C")]
 
 
 FLOAT_KERNELS: dict = {
@@ -218,6 +227,7 @@ FLOAT_KERNELS: dict = {
     "ArgReduce": arg_reduce,
     "TopK": topk,
     "CumSum": cumsum,
+    "CumProd": cumprod,
     "Hardmax": hardmax,
     "LogSoftmax": log_softmax,
 }
