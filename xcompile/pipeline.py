@@ -18,10 +18,10 @@ import tempfile
 from typing import Any
 
 from xcompile import zoo
-from xcompile.frontend import import_onnx
 from xcompile.passes import optimize
 from xcompile.quant.calibrate import load_calibration
 from xcompile.quant.mixed import raise_until
+from xcompile.quant.qdq import import_qdq
 from xcompile.quant.quantize import quantize_network
 from xcompile.quant.report import accuracy_report
 from xcompile.runner import Runner
@@ -117,7 +117,8 @@ def compile_model(opts: dict[str, Any], report: bool = False, runner: Runner | N
         if model.endswith(".json"):  # an xir float network (json + raw), e.g. from Python
             net = _float_network(model)
         elif model.endswith(".onnx") or os.path.exists(model):
-            net = import_onnx(model, _shapes(opts.get("input_shape")), name=opts.get("name"))
+            # a QDQ model imports as its float model, its pairs' scales kept (quant.qdq)
+            net = import_qdq(model, _shapes(opts.get("input_shape")), name=opts.get("name"))
         else:
             size = opts.get("input_size")
             net = zoo.build(model, input_size=int(size)) if size else zoo.build(model)

@@ -369,6 +369,9 @@ def quantize_network(net: Network, samples: Any, *, bits: int = 8, method: str =
                      **_observer_kw(method, bits, kw))
     amax = {vid: a * (headroom if headroom is not None else
                       1.0 if bits_of(vid) == 8 else INT16_HEADROOM) for vid, a in amax.items()}
+    # a QDQ model's pairs (xcompile.quant.qdq): the range its author chose, not calibration's
+    amax.update({v.v_id: float(v.tags["qdq_amax"]) for op in opt.ops for v in op.outputs
+                 if "qdq_amax" in v.tags and v.v_id in amax})
     scales, groups = _assign_scales(amax, uf, lambda vid: el_of(vid).numpy_dtype)
     op_el = {op.op_id: el_of(op.feature_inputs()[0].v_id) for op in opt.ops
              if op.op_id in int_ops and op.feature_inputs()}
