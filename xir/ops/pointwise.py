@@ -64,6 +64,12 @@ BINARY_FUNCS = ("max", "min", "mod", "fmod", "pow") + ARITH_FUNCS + COMPARE_FUNC
     LOGIC_FUNCS + BITWISE_FUNCS
 
 
+def _need_inputs(op: Operation, shapes: list, n: int) -> None:
+    """Shape inference runs before the arity check: refuse a wrong input count first."""
+    if len(shapes) != n:
+        raise fail(op, f"takes {n} inputs, got {len(shapes)}", "inputs")
+
+
 class _Elementwise(Operation):
     """Shared: outputs keep the first data input's element type and layout."""
 
@@ -114,6 +120,7 @@ class Binary(_Elementwise):
     MAX_INPUTS = 2
 
     def infer_shapes(self, shapes):
+        _need_inputs(self, shapes, 2)
         return [broadcast(self, shapes[0], shapes[1])]
 
     def infer_types(self, types: list[TensorType]) -> list[TensorType]:
@@ -133,6 +140,7 @@ class Where(_Elementwise):
     MAX_INPUTS = 3
 
     def infer_shapes(self, shapes):
+        _need_inputs(self, shapes, 3)
         return [broadcast(self, broadcast(self, shapes[0], shapes[1]), shapes[2])]
 
     def infer_types(self, types: list[TensorType]) -> list[TensorType]:
@@ -153,6 +161,7 @@ class PRelu(_Elementwise):
     MAX_INPUTS = 2
 
     def infer_shapes(self, shapes):
+        _need_inputs(self, shapes, 2)
         out = broadcast(self, shapes[0], shapes[1])
         if tuple(out) != tuple(shapes[0]):
             raise fail(self, f"slope {list(shapes[1])} does not broadcast to x "
@@ -181,18 +190,22 @@ def _celu(x, a, b, g):
     return np.maximum(0.0, x) + np.minimum(0.0, a * np.expm1(x / a))
 
 
+_BIG = 1e30  # beyond any table's range: saturates every int8 / int16 output scale
+
+
 def _finite(fn: Callable) -> Callable:
-    """`fn` with NaN mapped to 0 and infinities to the float64 range (table entries)."""
+    """`fn` with NaN mapped to 0 and magnitudes beyond 1e30 (infinities) clipped to 1e30, so
+    that table entries saturate instead of overflowing."""
     def wrapped(x, a, b, g):
         with np.errstate(all="ignore"):
             y = fn(x, a, b, g)
-        return np.nan_to_num(np.asarray(y, np.float64), nan=0.0)
+        return np.clip(np.nan_to_num(np.asarray(y, np.float64), nan=0.0), -_BIG, _BIG)
     return wrapped
 
 
 #: func -> f(x, alpha, beta, gamma) in float64, for the functions whose table is exact (a
 #: float function of one float32 feature map). Out-of-domain inputs (log of a negative code)
-#: give 0, infinities saturate.
+#: give 0, infinities saturate (see `_finite`).
 UNARY_LUT_FUNCS: dict[str, Callable] = {name: _finite(fn) for name, fn in {
     "abs": lambda x, a, b, g: np.abs(x),
     "neg": lambda x, a, b, g: -x,
@@ -241,6 +254,9 @@ def unary_lut(attrs: dict, in_scale: float, out_scale: float, in_dtype, out_dtyp
     from ..quant.fixed_point import qrange, quantize
 
     in_dt = np.dtype(in_dtype)
+    if in_dt not in (np.dtype(np.int8), np.dtype(np.int16)):
+        raise FieldTypeError(f"lookup tables take int8 or int16 inputs, not {in_dt}",
+                             field="dtype")
     qmin, qmax = qrange(in_dt)
     x = np.arange(qmin, qmax + 1, dtype=np.int64).astype(np.float64) * np.float64(in_scale)
     return quantize(unary_lut_function(attrs)(x), out_scale, np.dtype(out_dtype))
