@@ -132,6 +132,14 @@ def integer_capable(op: Operation) -> bool:
         return len(feats) >= 1
     if t == "Relu":
         return float(op.attrs.get("threshold", 0.0)) == 0.0
+    if t in ("PRelu", "Binary", "Unary"):  # docs/quantization.md, "Integer ops: pointwise"
+        from xir.ops.pointwise import UNARY_LUT_FUNCS
+
+        func = op.attrs.get("func")
+        if t == "PRelu":  # a constant slope
+            return len(feats) == 1 and op.inputs[0] is feats[0]
+        return bool(feats) and (func in ("max", "min") if t == "Binary"
+                                else func in UNARY_LUT_FUNCS)
     if t in ROW_OPS:
         return _row_op_capable(op)
     if t in PASS_THROUGH_OPS or t in LUT_OPS or t in ("AvgPool2d", "Resize", "Upsample"):

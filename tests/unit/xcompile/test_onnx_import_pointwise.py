@@ -346,3 +346,33 @@ def test_bool_input_and_output_types():
     net = _check(model, {"a": _data(np.bool_, (2, 3)), "b": _data(np.bool_, (3,))})
     assert net.outputs()[0].dtype.numpy_dtype == np.bool_
     assert TensorProto.BOOL == helper.np_dtype_to_tensor_dtype(np.dtype(np.bool_))
+
+
+def test_prelu_max_min_and_tables_quantize_to_integer_ops():
+    """PRelu, a clip by Max/Min and Unary activations run as integer ops once quantized
+    (docs/quantization.md, "Integer ops: pointwise"), close to the float network."""
+    from xcompile.quant.quantize import quantize_network
+    from xcompile.quant.report import cosine
+
+    w, w2 = _conv_front()
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("PRelu", ["c", "slope"], ["p"]),
+             helper.make_node("Max", ["p", "lo"], ["m"]),
+             helper.make_node("Min", ["m", "hi"], ["n"]),
+             helper.make_node("Elu", ["n"], ["e"], alpha=0.8),
+             helper.make_node("Conv", ["e", "w2"], ["y"])]
+    slope = (RNG.uniform(0.05, 0.4, (8, 1, 1))).astype(np.float32)
+    model = _model(nodes, [_vi("x", [1, 3, 10, 10])], [_vi("y", [1, 8, 10, 10])],
+                   [("w", w), ("w2", w2), ("slope", slope),
+                    ("lo", np.array(-0.5, np.float32)), ("hi", np.array(2.0, np.float32))])
+    net = import_onnx(model)
+    cal = [[_data(np.float32, (1, 3, 10, 10))] for _ in range(4)]
+    q = quantize_network(net, cal, bits=8, method="minmax", weight_rounding="nearest")
+    ops = [op for op in q.ops if op.op_type in ("PRelu", "Binary", "Unary")]
+    assert [op.op_type for op in ops] == ["PRelu", "Binary", "Binary", "Unary"]
+    assert all(op.is_quantized() for op in ops)
+    assert q.tags["quantization"]["float_ops"] == []
+    x = cal[0][0]
+    want = _forward(net, [x])[0]
+    got = _forward(q, [x])[0]
+    assert cosine(got, want) >= 0.99

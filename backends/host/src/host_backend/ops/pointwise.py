@@ -260,17 +260,17 @@ def _real(data: np.ndarray, t) -> np.ndarray:
 
 def prelu_int(inputs, attrs, in_types, out_types, *, fake=False):
     """y = requantize(q, m_pos, sh_pos) where q >= 0, requantize(q, m_neg, sh_neg) where q < 0:
-    (m_pos, sh_pos) = quantize_multiplier(s_in / s_out) and, per slope element,
+    (m_pos, sh_pos) = requant_multiplier(s_in, 1.0, s_out) and, per slope element,
     (m_neg, sh_neg) = quantize_multiplier(slope * s_in / s_out) (the LeakyReLU pair of a
     folded activation, one per channel). The slope's real value is its codes times its scale
     (or its float data)."""
-    from xir.quant.fixed_point import quantize_multiplier
+    from xir.quant.fixed_point import quantize_multiplier, requant_multiplier
 
     s_in, s_out = scale1(in_types[0]), scale1(out_types[0])
     x = np.asarray(inputs[0])
     slope = _real(inputs[1], in_types[1])
     real = np.float64(s_in) / np.float64(s_out)
-    m, s = quantize_multiplier(real)
+    m, s = requant_multiplier(s_in, 1.0, s_out)
     mn, sn = quantize_multiplier(slope * real)
     mn = np.broadcast_to(np.asarray(mn, np.int64).reshape(slope.shape), x.shape)
     sn = np.broadcast_to(np.asarray(sn, np.int64).reshape(slope.shape), x.shape)
@@ -280,7 +280,7 @@ def prelu_int(inputs, attrs, in_types, out_types, *, fake=False):
 
 def binary_int(inputs, attrs, in_types, out_types, *, fake=False):
     """Max / Min of two quantised inputs: each is first moved to the output scale
-    (requantize(q, quantize_multiplier(s_in / s_out)), saturating), then the element-wise
+    (requantize(q, requant_multiplier(s_in, 1.0, s_out)), saturating), then the element-wise
     max / min of the codes: exact, and the same as max / min of the requantised reals."""
     func = str(attrs["func"])
     if func not in ("max", "min"):
