@@ -24,51 +24,20 @@ import pytest
 
 onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
-from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+from onnx import TensorProto, helper  # noqa: E402
+from recurrent_nets import (  # noqa: E402
+    Graph,
+    cnn1d,
+    crnn_head,
+    keras_stft,
+    kws_gru,
+    rnn_weights,
+)
 
 from xcompile.frontend import import_onnx  # noqa: E402
 
 MINE = {"Conv", "ConvTranspose", "MaxPool", "AveragePool", "GlobalAveragePool",
         "GlobalMaxPool", "LSTM", "GRU", "RNN"}
-
-
-class _Graph:
-    """A small onnx.helper graph builder with random, trained-looking initialisers."""
-
-    def __init__(self, seed: int) -> None:
-        self.rng = np.random.default_rng(seed)
-        self.nodes: list = []
-        self.inits: list = []
-        self.n = 0
-
-    def const(self, array, name: str | None = None) -> str:
-        name = name or f"k{len(self.inits)}"
-        self.inits.append(numpy_helper.from_array(np.asarray(array), name))
-        return name
-
-    def weight(self, *shape, scale: float | None = None) -> str:
-        fan_in = int(np.prod(shape[1:])) if len(shape) > 1 else shape[0]
-        s = scale if scale is not None else 1.0 / np.sqrt(max(fan_in, 1))
-        return self.const((self.rng.uniform(-1, 1, shape) * s).astype(np.float32))
-
-    def node(self, op: str, inputs: list[str], n_out: int = 1, **attrs) -> list[str]:
-        self.n += 1
-        outs = [f"{op.lower()}{self.n}_{k}" for k in range(n_out)]
-        self.nodes.append(helper.make_node(op, inputs, outs, name=f"{op}_{self.n}", **attrs))
-        return outs
-
-    def __call__(self, op: str, inputs: list[str], **attrs) -> str:
-        return self.node(op, inputs, **attrs)[0]
-
-    def model(self, inputs: dict[str, list[int]], outputs: list[str], opset: int,
-              in_types: dict[str, int] | None = None) -> onnx.ModelProto:
-        vis = [helper.make_tensor_value_info(n, (in_types or {}).get(n, TensorProto.FLOAT), s)
-               for n, s in inputs.items()]
-        outs = [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outputs]
-        graph = helper.make_graph(self.nodes, "g", vis, outs, self.inits)
-        m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-        m.ir_version = 8
-        return m
 
 
 def _ort(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
@@ -108,57 +77,6 @@ def _count(net, op_type: str) -> int:
     return sum(op.op_type == op_type for op in net.ops)
 
 
-# --------------------------------------------------------------------------- exporter idioms
-
-def _torch_zero_state(g: _Graph, seq: str, dirs: int, hidden: int) -> str:
-    """torch.onnx's `torch.zeros(dirs, x.size(1), hidden)`: Shape -> Gather -> Unsqueeze ->
-    Concat -> ConstantOfShape (opset 12: Unsqueeze takes axes as an attribute)."""
-    shape = g("Shape", [seq])
-    batch = g("Gather", [shape, g.const(np.array(1, np.int64))], axis=0)
-    batch = g("Unsqueeze", [batch], axes=[0])
-    dims = g("Concat", [g.const(np.array([dirs], np.int64)), batch,
-                        g.const(np.array([hidden], np.int64))], axis=0)
-    return g("ConstantOfShape", [dims], value=helper.make_tensor("v", TensorProto.FLOAT, [1],
-                                                                  [0.0]))
-
-
-def _rnn_weights(g: _Graph, gates: int, dirs: int, hidden: int, cin: int):
-    k = 1 / np.sqrt(hidden)
-    w = g.weight(dirs, gates * hidden, cin, scale=k)
-    r = g.weight(dirs, gates * hidden, hidden, scale=k)
-    b = g.weight(dirs, 2 * gates * hidden, scale=k)
-    return w, r, b
-
-
-def _torch_bilstm(g: _Graph, x: str, cin: int, hidden: int) -> str:
-    """One torch nn.LSTM(bidirectional=True) layer: [T, N, C] -> [T, N, 2H]."""
-    w, r, b = _rnn_weights(g, 4, 2, hidden, cin)
-    h0 = _torch_zero_state(g, x, 2, hidden)
-    c0 = _torch_zero_state(g, x, 2, hidden)
-    y, _, _ = g.node("LSTM", [x, w, r, b, "", h0, c0], 3, hidden_size=hidden,
-                     direction="bidirectional")
-    y = g("Transpose", [y], perm=[0, 2, 1, 3])                   # [T, N, 2, H]
-    return g("Reshape", [y, g.const(np.array([0, 0, -1], np.int64))])
-
-
-def crnn_head(seed: int = 0) -> onnx.ModelProto:
-    g = _Graph(seed)
-    x = g("Conv", ["image", g.weight(8, 1, 3, 3), g.weight(8)], pads=[1, 1, 1, 1])
-    x = g("MaxPool", [g("Relu", [x])], kernel_shape=[2, 2], strides=[2, 2])   # 8 x 16 x 32
-    x = g("Conv", [x, g.weight(16, 8, 3, 3), g.weight(16)], pads=[1, 1, 1, 1])
-    x = g("BatchNormalization", [x, g.const(np.full(16, 1.1, np.float32)), g.weight(16),
-                                 g.weight(16), g.const(np.full(16, 0.9, np.float32))])
-    x = g("MaxPool", [g("Relu", [x])], kernel_shape=[2, 1], strides=[2, 1])   # 16 x 8 x 32
-    x = g("Relu", [g("Conv", [x, g.weight(16, 16, 8, 1), g.weight(16)])])      # 16 x 1 x 32
-    x = g("Squeeze", [x], axes=[2])                                          # [N, C, T]
-    seq = g("Transpose", [x], perm=[2, 0, 1])                                # [T, N, C]
-    seq = _torch_bilstm(g, seq, 16, 24)
-    seq = _torch_bilstm(g, seq, 48, 16)
-    logits = g("Add", [g("MatMul", [seq, g.weight(32, 11)]), g.weight(11)])
-    out = g("LogSoftmax", [logits], axis=2)
-    return g.model({"image": [1, 1, 32, 64]}, [out], 12)
-
-
 def test_crnn_head_torch_export():
     model = crnn_head()
     img = np.random.default_rng(1).standard_normal((1, 1, 32, 64)).astype(np.float32)
@@ -177,22 +95,6 @@ def test_crnn_head_torch_export():
     assert not carried & {"Shape", "Gather", "Unsqueeze", "Concat", "ConstantOfShape"}
 
 
-def kws_gru(seed: int = 0) -> onnx.ModelProto:
-    """tf2onnx's form of a Keras Conv1D + GRU(reset_after=True) + Dense keyword spotter."""
-    g = _Graph(seed)
-    x = g("Transpose", ["mfcc"], perm=[0, 2, 1])                             # [N, F, T]
-    x = g("Conv", [x, g.weight(16, 10, 3), g.weight(16)], auto_pad="SAME_UPPER",
-          strides=[2])
-    x = g("Transpose", [g("Relu", [x])], perm=[0, 2, 1])                      # [N, T', 16]
-    x = g("Transpose", [x], perm=[1, 0, 2])                                  # [T', N, 16]
-    w, r, b = _rnn_weights(g, 3, 1, 20, 16)
-    h0 = g.const(np.zeros((1, 1, 20), np.float32))
-    _, yh = g.node("GRU", [x, w, r, b, "", h0], 2, hidden_size=20, linear_before_reset=1)
-    feat = g("Squeeze", [yh, g.const(np.array([0], np.int64))])              # [N, 20]
-    logits = g("Add", [g("MatMul", [feat, g.weight(20, 12)]), g.weight(12)])
-    return g.model({"mfcc": [1, 49, 10]}, [g("Softmax", [logits], axis=-1)], 13)
-
-
 def test_gru_keyword_spotter_tf2onnx():
     model = kws_gru()
     mfcc = np.random.default_rng(2).standard_normal((1, 49, 10)).astype(np.float32)
@@ -206,37 +108,6 @@ def test_gru_keyword_spotter_tf2onnx():
     assert conv.pad_top == conv.pad_bottom == 0 and conv.pad_left + conv.pad_right == 2
 
 
-def _dft_kernels(n_fft: int) -> np.ndarray:
-    """Hann-windowed DFT kernels (2 * bins, 1, n_fft): real parts, then imaginary parts."""
-    bins = n_fft // 2 + 1
-    n = np.arange(n_fft)
-    win = 0.5 - 0.5 * np.cos(2 * np.pi * n / n_fft)
-    ang = 2 * np.pi * np.outer(np.arange(bins), n) / n_fft
-    k = np.concatenate([np.cos(ang) * win, -np.sin(ang) * win])
-    return k[:, None, :].astype(np.float32)
-
-
-def keras_stft(seed: int = 0, n_fft: int = 64, hop: int = 32) -> onnx.ModelProto:
-    """keras2onnx's STFT: NWC audio, Transpose, Conv on the rank-3 tensor with fixed DFT
-    kernels, Transpose back, power, Max(1e-6) as a clip, Log, then an NHWC image for a 2-D
-    conv (NHWC Transposes around it) and a max over time and frequency."""
-    g = _Graph(seed)
-    bins = n_fft // 2 + 1
-    x = g("Transpose", ["audio"], perm=[0, 2, 1])                            # [N, 1, S]
-    x = g("Conv", [x, g.const(_dft_kernels(n_fft))], strides=[hop])           # [N, 2F, T]
-    x = g("Transpose", [x], perm=[0, 2, 1])                                  # [N, T, 2F]
-    re, im = g.node("Split", [x, g.const(np.array([bins, bins], np.int64))], 2, axis=2)
-    power = g("Add", [g("Mul", [re, re]), g("Mul", [im, im])])
-    mag = g("Sqrt", [g("Max", [power, g.const(np.array(1e-6, np.float32))])])
-    logmag = g("Log", [g("Max", [mag, g.const(np.array(1e-6, np.float32))])])
-    img = g("Unsqueeze", [logmag, g.const(np.array([3], np.int64))])          # NHWC [N,T,F,1]
-    x = g("Transpose", [img], perm=[0, 3, 1, 2])
-    x = g("Conv", [x, g.weight(4, 1, 3, 3), g.weight(4)], pads=[1, 1, 1, 1])
-    x = g("Transpose", [g("Relu", [x])], perm=[0, 2, 3, 1])                   # NHWC
-    out = g("ReduceMax", [x], axes=[1, 2], keepdims=0)
-    return g.model({"audio": [1, 1024, 1]}, [out], 13)
-
-
 def test_keras_stft_conv1d_idiom():
     model = keras_stft()
     t = np.arange(1024) / 16000
@@ -248,23 +119,6 @@ def test_keras_stft_conv1d_idiom():
     stft = next(op for op in convs if tuple(op.inputs[1].shape) == (1, 64, 1, 66))
     assert stft.stride_width == 32 and stft.stride_height == 1
     assert tuple(stft.outputs[0].shape) == (1, 1, 31, 66)
-
-
-def cnn1d(seed: int = 0) -> onnx.ModelProto:
-    """Every 1-D form: Conv (pads, dilation), grouped Conv with SAME_LOWER, MaxPool (ceil),
-    AveragePool (pads, count_include_pad), ConvTranspose (stride, output_padding), global
-    pools on rank 3."""
-    g = _Graph(seed)
-    x = g("Conv", ["x", g.weight(8, 4, 5), g.weight(8)], pads=[4, 4], dilations=[2])
-    x = g("MaxPool", [g("Relu", [x])], kernel_shape=[3], strides=[2], ceil_mode=1)
-    x = g("Conv", [x, g.weight(8, 2, 3)], group=4, auto_pad="SAME_LOWER")
-    x = g("AveragePool", [x], kernel_shape=[3], strides=[2], pads=[1, 1],
-          count_include_pad=1)
-    up = g("ConvTranspose", [x, g.weight(8, 6, 4), g.weight(6)], strides=[2], pads=[1, 1],
-           output_padding=[1])
-    gap = g("GlobalAveragePool", [up])                                        # [N, 6, 1]
-    gmp = g("GlobalMaxPool", [x])                                             # [N, 8, 1]
-    return g.model({"x": [2, 4, 40]}, [up, gap, gmp], 13)
 
 
 def test_every_1d_conv_and_pool():
@@ -282,8 +136,8 @@ def test_runtime_states_and_lengths_batch_major(kind):
     """Layout 1 (opset 14), sequence_lens and initial states fed at run time, every output a
     graph output."""
     gates = {"LSTM": 4, "GRU": 3, "RNN": 1}[kind]
-    g = _Graph(4)
-    w, r, b = _rnn_weights(g, gates, 2, 5, 3)
+    g = Graph(4)
+    w, r, b = rnn_weights(g, gates, 2, 5, 3)
     ins = ["x", w, r, b, "lens", "h0"] + (["c0"] if kind == "LSTM" else [])
     outs = g.node(kind, ins, 3 if kind == "LSTM" else 2, hidden_size=5,
                   direction="bidirectional", layout=1)
@@ -324,8 +178,8 @@ def _ort_layout1(kind, model, feeds):
 
 def test_runtime_weights_import_as_a_transposed_matmul():
     """W fed at run time (the ONNX node tests do): the projection reads it transposed."""
-    g = _Graph(6)
-    _, r, b = _rnn_weights(g, 1, 1, 4, 3)
+    g = Graph(6)
+    _, r, b = rnn_weights(g, 1, 1, 4, 3)
     y, _ = g.node("RNN", ["x", "w", r, b], 2, hidden_size=4, activations=["Relu"])
     model = g.model({"x": [5, 2, 3], "w": [1, 4, 3]}, [y], 13)
     rng = np.random.default_rng(7)
@@ -339,8 +193,8 @@ def test_runtime_weights_import_as_a_transposed_matmul():
 def test_omitted_outputs_and_bias_folding():
     """Only Y_c read: the op still computes all three, the importer maps the one read. A
     constant B folds into the projection Matmul; the recurrence's own bias is zeros."""
-    g = _Graph(8)
-    w, r, b = _rnn_weights(g, 4, 1, 6, 3)
+    g = Graph(8)
+    w, r, b = rnn_weights(g, 4, 1, 6, 3)
     _, _, yc = g.node("LSTM", ["x", w, r, b], 3, hidden_size=6)
     model = g.model({"x": [4, 1, 3]}, [yc], 13)
     model.graph.node[0].output[0] = ""
@@ -353,8 +207,8 @@ def test_omitted_outputs_and_bias_folding():
 
 
 def test_gru_linear_before_reset_keeps_the_h_recurrent_bias():
-    g = _Graph(10)
-    w, r, b = _rnn_weights(g, 3, 2, 4, 3)
+    g = Graph(10)
+    w, r, b = rnn_weights(g, 3, 2, 4, 3)
     y, _ = g.node("GRU", ["x", w, r, b], 2, hidden_size=4, direction="bidirectional",
                   linear_before_reset=1, clip=1.5)
     model = g.model({"x": [6, 2, 3]}, [y], 13)
