@@ -231,14 +231,19 @@ class Range(Operation):
 @register_op
 class Trilu(Operation):
     """The upper (`upper`) or lower triangle of the last two axes, from diagonal `k`; the rest
-    zero (ONNX Trilu)."""
+    zero (ONNX Trilu). A second input (one integer), when present, is k, read when the op
+    runs; the attribute is then unused."""
 
     op_type = "Trilu"
+    MAX_INPUTS = 2
     ATTRS = {"upper": (bool, True), "k": (int, 0)}
 
     def infer_shapes(self, shapes):
         if len(shapes[0]) < 2:
             raise fail(self, f"needs rank >= 2, got shape {list(shapes[0])}", "inputs")
+        if len(shapes) > 1 and math.prod(shapes[1]) != 1:
+            raise fail(self, f"the k input must hold one number, not shape {list(shapes[1])}",
+                       "inputs")
         return [tuple(shapes[0])]
 
 

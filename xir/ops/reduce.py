@@ -7,6 +7,8 @@ element type of the result is the input's (ArgReduce and TopK's indices are int6
 
 from __future__ import annotations
 
+import math
+
 from ..types import INT64, TensorType
 from .base import REQUIRED, Operation, fail, norm_axis, register_op
 
@@ -95,12 +97,19 @@ class TopK(Operation):
 @register_op
 class CumSum(Operation):
     """The running sum along `axis`; `exclusive` leaves the current entry out, `reverse` sums
-    from the end (ONNX CumSum)."""
+    from the end (ONNX CumSum). A second input (one integer), when present, is the axis,
+    read when the op runs (ONNX's axis is a tensor); the attribute is then unused."""
 
     op_type = "CumSum"
+    MAX_INPUTS = 2
     ATTRS = {"axis": (int, 0), "exclusive": (bool, False), "reverse": (bool, False)}
 
     def infer_shapes(self, shapes):
+        if len(shapes) > 1 and math.prod(shapes[1]) != 1:
+            raise fail(self, f"the axis input must hold one number, not shape "
+                             f"{list(shapes[1])}", "inputs")
+        if not shapes[0]:
+            raise fail(self, "needs an input of rank >= 1", "inputs")
         norm_axis(self, self.attrs["axis"], len(shapes[0]))
         return [tuple(shapes[0])]
 

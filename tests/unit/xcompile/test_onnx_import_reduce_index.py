@@ -348,3 +348,27 @@ def test_flatten_any_axis_and_shape_slices():
     m = model(nodes, [vi("x", [2, 3, 4])], [vi("f0", [1, 24]), vi("f2", [6, 4]),
                                             vi("r", [2, 3, 4])], opset=15)
     check(m, {"x": rand(2, 3, 4)})
+
+
+def test_computed_cumsum_axis_and_trilu_k_are_read_at_run_time():
+    """ONNX's CumSum axis and Trilu k are tensors; computed ones become inputs of the op."""
+    nodes = [helper.make_node("CumSum", ["x", "ax"], ["c"], exclusive=1),
+             helper.make_node("CumProd", ["x", "ax"], ["p"], reverse=1),
+             helper.make_node("Trilu", ["x", "k"], ["t"], upper=0)]
+    m = model(nodes, [vi("x", [3, 4]), vi("ax", [], I64), vi("k", [], I64)],
+              [vi("c", [3, 4]), vi("p", [3, 4]), vi("t", [3, 4])], opset=26)
+    m.ir_version = 10
+    net = import_onnx(m)
+    assert {"CumSum", "CumProd", "Trilu"} <= set(ops(net)) and "OnnxGraph" not in ops(net)
+    x = rand(3, 4)
+    for ax, k in ((0, 1), (-1, -2)):
+        c, p, t = run_host(net, [x, np.array(ax, np.int64), np.array(k, np.int64)])
+        want_c = np.cumsum(x, axis=ax) - x
+        want_p = np.flip(np.cumprod(np.flip(x, ax), axis=ax), ax)
+        np.testing.assert_allclose(c, want_c, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(p, want_p, rtol=1e-5, atol=1e-6)
+        np.testing.assert_array_equal(t, np.tril(x, k))
+    from xrt.errors import TensorError
+
+    with pytest.raises(TensorError, match="axis 2 is out of range"):
+        run_host(net, [x, np.array(2, np.int64), np.array(0, np.int64)])

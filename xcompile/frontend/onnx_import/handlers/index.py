@@ -192,13 +192,16 @@ def _range(im: _Importer, node, a, ins):
 
 @_handles("Trilu")
 def _trilu(im: _Importer, node, a, ins):
+    """k constant: an attribute; computed: a second input, read when the op runs."""
     x = ins[0]
-    kc = im.const_of(ins[1] if len(ins) > 1 else None, "Trilu k")
-    k = 0 if kc is None else int(np.ravel(kc)[0])
+    kt = ins[1] if len(ins) > 1 else None
     if x.rank < 2:
         raise _Unsupported(f"rank {x.rank} (needs 2 or more)")
-    v = im.emit1("Trilu", [im.value(x)], upper=bool(int(a.get("upper", 1))), k=k)
-    return [im.result(v)]
+    upper = bool(int(a.get("upper", 1)))
+    if kt is not None and not kt.is_const:
+        return [im.result(im.emit1("Trilu", [im.value(x), im.value(kt)], upper=upper))]
+    k = 0 if kt is None else int(np.ravel(kt.const)[0])
+    return [im.result(im.emit1("Trilu", [im.value(x)], upper=upper, k=k))]
 
 
 @_handles("EyeLike")

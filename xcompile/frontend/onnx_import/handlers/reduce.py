@@ -132,13 +132,17 @@ def _cumsum(im: _Importer, node, a, ins):
     x = ins[0]
     if x.rank == 0:
         raise _Unsupported("a scalar input")
-    ax = im.const_of(ins[1], f"{node.op_type} axis")
-    if np.size(ax) != 1:
-        raise _Unsupported(f"axis must hold one number, not shape {list(np.shape(ax))}")
-    axis = int(np.ravel(ax)[0]) % x.rank
-    return _axis_local(im, x, node.op_type, [axis], True, axis=axis,
-                       exclusive=bool(int(a.get("exclusive", 0))),
-                       reverse=bool(int(a.get("reverse", 0))))
+    attrs = {"exclusive": bool(int(a.get("exclusive", 0))),
+             "reverse": bool(int(a.get("reverse", 0)))}
+    if np.prod(ins[1].shape) != 1:
+        raise _Unsupported(f"axis must hold one number, not shape {list(ins[1].shape)}")
+    if not ins[1].is_const:  # the axis is data: read when the op runs, in ONNX order
+        return [im.result(im.emit1(node.op_type, [im.value(x), im.value(ins[1])], **attrs))]
+    axis = int(np.ravel(ins[1].const)[0])
+    if not -x.rank <= axis < x.rank:
+        raise _Unsupported(f"axis {axis} out of range for rank {x.rank}")
+    axis %= x.rank
+    return _axis_local(im, x, node.op_type, [axis], True, axis=axis, **attrs)
 
 
 @_handles("Hardmax", "LogSoftmax")

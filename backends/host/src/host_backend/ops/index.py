@@ -143,8 +143,9 @@ def range_(inputs: list[np.ndarray], attrs: dict) -> list[np.ndarray]:
 
 
 def trilu(inputs: list[np.ndarray], attrs: dict) -> list[np.ndarray]:
+    """Upper / lower triangle of the last two axes from diagonal k (second input, else attr)."""
     x = np.asarray(inputs[0])
-    k = int(attrs.get("k", 0))
+    k = int(np.asarray(inputs[1]).reshape(-1)[0]) if len(inputs) > 1 else int(attrs.get("k", 0))
     return [fresh(np.triu(x, k) if attrs.get("upper", True) else np.tril(x, k))]
 
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from xrt.errors import TensorError
+
 from ._common import require
 
 
@@ -172,17 +174,23 @@ def topk(inputs: list[np.ndarray], attrs: dict) -> list[np.ndarray]:
 
 def cumsum(inputs: list[np.ndarray], attrs: dict) -> list[np.ndarray]:
     """Running sum along `axis` in the input's type (exclusive / reverse as ONNX CumSum)."""
-    return [_running(np.asarray(inputs[0]), attrs, np.cumsum, 0)]
+    return [_running(inputs, attrs, np.cumsum, 0, "CumSum")]
 
 
 def cumprod(inputs: list[np.ndarray], attrs: dict) -> list[np.ndarray]:
     """Running product along `axis` in the input's type (exclusive / reverse as CumProd)."""
-    return [_running(np.asarray(inputs[0]), attrs, np.cumprod, 1)]
+    return [_running(inputs, attrs, np.cumprod, 1, "CumProd")]
 
 
-def _running(x: np.ndarray, attrs: dict, scan, identity: int) -> np.ndarray:
-    """scan (np.cumsum / np.cumprod) along `axis`; exclusive starts from `identity`."""
-    axis = int(attrs.get("axis", 0)) % max(x.ndim, 1)
+def _running(inputs: list[np.ndarray], attrs: dict, scan, identity: int, op: str) -> np.ndarray:
+    """scan (np.cumsum / np.cumprod) along the axis (the second input's number, else the
+    attribute); exclusive starts from `identity`."""
+    x = np.asarray(inputs[0])
+    axis = int(np.asarray(inputs[1]).reshape(-1)[0]) if len(inputs) > 1 else \
+        int(attrs.get("axis", 0))
+    if not -x.ndim <= axis < x.ndim:
+        raise TensorError(f"{op}: axis {axis} is out of range for rank {x.ndim}")
+    axis %= x.ndim
     reverse = bool(attrs.get("reverse", False))
     w = _wide(x)
     if reverse:
