@@ -68,9 +68,18 @@ TOLERANCE: dict[str, tuple[float, float, str]] = {
 KNOWN_BUGS: dict[str, str] = {
 }
 
+# Input slots that hold shapes, axes, sizes or counts: exporters write them as constants (or
+# as Shape chains that fold), never as data the network computes.
 PARAM_SLOTS = {"Reshape": {1}, "Slice": {1, 2, 3, 4}, "Split": {1}, "Squeeze": {1},
                "Unsqueeze": {1}, "Resize": {1, 2, 3}, "Upsample": {1}, "Pad": {1, 2, 3},
-               "Clip": {1, 2}, "Dropout": {1, 2}}
+               "Clip": {1, 2}, "Dropout": {1, 2},
+               **{f"Reduce{r}": {1} for r in ("Sum", "Mean", "Max", "Min", "Prod", "L1", "L2",
+                                              "LogSum", "LogSumExp", "SumSquare")},
+               "TopK": {1}, "OneHot": {1}, "CenterCropPad": {1}, "Col2Im": {1, 2},
+               "HannWindow": {0}, "HammingWindow": {0}, "BlackmanWindow": {0},
+               "STFT": {1, 3}, "DFT": {1, 2}, "AffineGrid": {1}, "MelWeightMatrix": {0, 1, 2, 3, 4},
+               "Expand": {1}, "Tile": {1}, "Range": {0, 1, 2}, "ConstantOfShape": {0},
+               "MaxUnpool": {2}, "Loop": {0, 1}}
 
 
 def _node_dir() -> str:

@@ -383,7 +383,7 @@ class _Importer:
                                    f"string-typed values have no xir equivalent")
         return [_T.constant(r) for r in res]
 
-    def _computed_output(self, name: str) -> _T | None:
+    def _computed_output(self, name: str, const: np.ndarray) -> _T | None:
         """A graph output that folded to a constant (a Shape, a ConstantOfShape): its producer
         runs as an OnnxGraph op instead, so the network computes it; None (the node listed as
         unsupported) where it has no producer or cannot be carried."""
@@ -391,7 +391,8 @@ class _Importer:
         if producer is not None:
             self.node = producer
             try:
-                outs = generic.fallback(self, producer, fold=False)
+                outs = generic.fallback(self, producer, fold=False,
+                                        known={name: (const.dtype, const.shape)})
             except _Unsupported as u:
                 reason = f"graph output '{name}' folds to a constant, and carrying its node " \
                          f"fails: {u.reason}"
@@ -417,7 +418,7 @@ class _Importer:
                 raise OnnxModelError(f"graph output '{o.name}' is produced by no node",
                                      file=self.file)
             if t.is_const:
-                t = self._computed_output(o.name)
+                t = self._computed_output(o.name, np.asarray(t.const))
                 if t is None:
                     continue
             v = self.value(t)

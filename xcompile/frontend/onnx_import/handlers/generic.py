@@ -114,9 +114,11 @@ def _elem_type(dtype: np.dtype) -> int:
     return int(onnx.helper.np_dtype_to_tensor_dtype(np.dtype(dtype)))
 
 
-def carry(imp: _Importer, node, reads: list[str]) -> Carried:
+def carry(imp: _Importer, node, reads: list[str],
+          known: dict[str, tuple[np.dtype, tuple[int, ...]]] | None = None) -> Carried:
     """Build, shape-infer and check the model carrying `node`, whose outputs `reads` are read
-    (the rest are left out of the graph). Raises `_Unsupported` with the reason to refuse."""
+    (the rest are left out of the graph). `known`: output types already known (a constant
+    the node folded to). Raises `_Unsupported` with the reason to refuse."""
     onnx = _onnx()
     helper = onnx.helper
     if node.domain == TRAINING_DOMAIN:
@@ -156,17 +158,78 @@ def carry(imp: _Importer, node, reads: list[str]) -> Carried:
         inferred = onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True,
                                                      data_prop=True)
     except Exception as exc:  # noqa: BLE001 - InferenceError, ValidationError, ...
-        raise _Unsupported(f"ONNX shape inference rejects it: {_one_line(exc)}") from exc
+        # some function ops (MeanVarianceNormalization) fail strict inference yet run
+        try:
+            inferred = onnx.shape_inference.infer_shapes(model, data_prop=True)
+        except Exception:  # noqa: BLE001
+            raise _Unsupported(f"ONNX shape inference rejects it: {_one_line(exc)}") from exc
+    custom = node.domain not in STANDARD_DOMAINS
+    ort_shapes, why = _ort_shapes(model.SerializeToString())
+    if why:
+        why = unrunnable(model.SerializeToString(), custom=custom, ort_error=why)
+        if why:
+            raise _Unsupported(why)
     typed = []
-    for o in inferred.graph.output:
+    for k, o in enumerate(inferred.graph.output):
+        if known and o.name in known:
+            dtype, shape = known[o.name]
+            _set_shape(o, shape)
+        elif ort_shapes is not None:
+            _merge_dims(o, ort_shapes[k])
         typed.append((o.name, _output_type(node, o)))
     del model.graph.output[:]
     model.graph.output.extend(inferred.graph.output)
-    data = model.SerializeToString()
-    why = unrunnable(data, custom=node.domain not in STANDARD_DOMAINS)
-    if why:
-        raise _Unsupported(why)
-    return Carried(model, feeds, typed, data)
+    return Carried(model, feeds, typed, model.SerializeToString())
+
+
+def _set_shape(o, shape) -> None:
+    tt = o.type.tensor_type
+    tt.ClearField("shape")
+    tt.shape.SetInParent()
+    for d in shape:
+        tt.shape.dim.add().dim_value = int(d)
+
+
+def _merge_dims(o, ort_dims: list | None) -> None:
+    """Fill (or correct) the inferred output shape with onnxruntime's: it is the runtime that
+    computes the op, and its inference is the more thorough where the two differ (onnx infers
+    STFT's onesided output as full length)."""
+    if ort_dims is None or o.type.WhichOneof("value") != "tensor_type":
+        return
+    tt = o.type.tensor_type
+    mine = [d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim] \
+        if tt.HasField("shape") else None
+    if mine is not None and len(mine) != len(ort_dims) or mine is None and not ort_dims:
+        return  # onnxruntime reports an unknown rank as []: no scalar without onnx's word
+    merged = [r if r is not None else (mine[i] if mine else None)
+              for i, r in enumerate(ort_dims)]
+    if all(d is not None for d in merged):
+        _set_shape(o, merged)
+
+
+def _ort_shapes(data: bytes) -> tuple[list | None, str]:
+    """onnxruntime's view of the output shapes (None per output where it is not a tensor, or
+    None for all where onnxruntime is missing), and its error where it cannot build the
+    model."""
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        return None, ""
+    try:
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = 1
+        so.inter_op_num_threads = 1
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        so.log_severity_level = 4
+        sess = ort.InferenceSession(data, so, providers=["CPUExecutionProvider"])
+    except Exception as exc:  # noqa: BLE001 - onnxruntime raises its own types
+        return None, _one_line(exc, 160)
+    out = []
+    for o in sess.get_outputs():
+        shape = o.shape if str(o.type).startswith("tensor(") else None
+        out.append(None if shape is None else
+                   [d if isinstance(d, int) and d >= 0 else None for d in shape])
+    return out, ""
 
 
 def _output_type(node, o) -> tuple[np.dtype, tuple[int, ...]]:
@@ -189,7 +252,7 @@ def _output_type(node, o) -> tuple[np.dtype, tuple[int, ...]]:
         raise _Unsupported(f"output '{o.name}' has element type {name}, which xir cannot "
                            f"hold") from exc
     if not tt.HasField("shape"):
-        dims: list[int | None] = [None]
+        dims: list[int | None] = [None]  # the rank is unknown too
         text = "no shape"
     else:
         dims = [d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim]
@@ -204,24 +267,15 @@ def _output_type(node, o) -> tuple[np.dtype, tuple[int, ...]]:
     return dtype, tuple(int(d) for d in dims)
 
 
-def unrunnable(data: bytes, custom: bool = False) -> str:
+def unrunnable(data: bytes, custom: bool = False, ort_error: str = "") -> str:
     """Why neither onnxruntime nor onnx's reference evaluator can build this model ("" when
-    one can): the same two runtimes, in the same order, as the HostBackend's kernel."""
-    try:
-        import onnxruntime as ort
-    except ImportError:
-        ort_error = "not installed"
-    else:
-        try:
-            so = ort.SessionOptions()
-            so.intra_op_num_threads = 1
-            so.inter_op_num_threads = 1
-            so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-            so.log_severity_level = 3
-            ort.InferenceSession(data, so, providers=["CPUExecutionProvider"])
+    one can): the same two runtimes, in the same order, as the HostBackend's kernel.
+    `ort_error`: onnxruntime's refusal, when the caller tried it already."""
+    if not ort_error:
+        shapes, ort_error = _ort_shapes(data)
+        if not ort_error and shapes is not None:
             return ""
-        except Exception as exc:  # noqa: BLE001 - onnxruntime raises its own types
-            ort_error = _one_line(exc, 160)
+        ort_error = ort_error or "not installed"
     try:
         from onnx.reference import ReferenceEvaluator
 
@@ -236,14 +290,16 @@ def unrunnable(data: bytes, custom: bool = False) -> str:
 
 # --- emitting --------------------------------------------------------------------------------
 
-def fallback(imp: _Importer, node, fold: bool = True) -> list[_T | None]:
+def fallback(imp: _Importer, node, fold: bool = True,
+             known: dict[str, tuple[np.dtype, tuple[int, ...]]] | None = None
+             ) -> list[_T | None]:
     """Import `node` as one OnnxGraph op (or, where every input is constant and `fold`, fold
     it with the runtime). Returns one tensor per node output (None for outputs nothing
     reads)."""
     reads = [n for n in node.output if n and n in imp.used]
     if not reads:
         return [None] * len(node.output)
-    c = carry(imp, node, reads)
+    c = carry(imp, node, reads, known)
     if not c.feeds and fold:
         consts = _run_constant(c)
         if consts is not None:

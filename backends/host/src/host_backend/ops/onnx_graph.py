@@ -32,6 +32,7 @@ from xrt.errors import InvalidArgumentError, TensorError, UnsupportedOpError
 REFERENCE_FIRST = {
     "DFT": "onnxruntime's float32 DFT is off by ~1e-4 of the signal's scale; the reference "
            "computes with numpy's FFT",
+    "STFT": "as DFT (onnxruntime leaves ~1e-5 of the signal's scale where the spectrum is 0)",
     "Attention": "onnxruntime's Attention (opset 23) leaves the causal mask out of its "
                  "qk_matmul_output and refuses 4-D masks with padded keys; the reference "
                  "follows the specification (numpy matmuls)",
