@@ -372,3 +372,24 @@ def test_computed_cumsum_axis_and_trilu_k_are_read_at_run_time():
 
     with pytest.raises(TensorError, match="axis 2 is out of range"):
         run_host(net, [x, np.array(2, np.int64), np.array(0, np.int64)])
+
+
+@pytest.mark.parametrize("idx", [np.array([5, 0, -1], np.int64), np.array(2, np.int64)])
+def test_channel_gather_and_gather_elements_on_a_feature_map_keep_nhwc(idx):
+    """YOLO-style channel picks after a Conv: no Transpose beyond the input/output ones."""
+    c, (name, w) = conv("x", "c", 3, 6)
+    nodes = [c, helper.make_node("Gather", ["c", "i"], ["g"], axis=1),
+             helper.make_node("Relu", ["g"], ["y"]),
+             helper.make_node("GatherElements", ["c", "ie"], ["e"], axis=1),
+             helper.make_node("ScatterElements", ["c", "ie", "e"], ["s"], axis=1,
+                              reduction="mul")]
+    ie = RNG.integers(-6, 6, (1, 2, 5, 5)).astype(np.int64)
+    gshape = [1, 3, 5, 5] if idx.ndim else [1, 5, 5]
+    m = model(nodes, [vi("x", [1, 3, 5, 5])],
+              [vi("y", gshape), vi("e", [1, 2, 5, 5]), vi("s", [1, 6, 5, 5])],
+              [(name, w), ("i", idx), ("ie", ie)], opset=18)
+    net = check(m, {"x": rand(1, 3, 5, 5)}, rtol=1e-4, atol=1e-5)
+    g = next(op for op in net.ops if op.op_type == "Gather")
+    assert g.attrs["axis"] == 3  # C of the NHWC view
+    # the input's, one per NCHW output (a scalar pick leaves (N, H, W): already ONNX order)
+    assert ops(net).count("Transpose") == (4 if idx.ndim else 3)

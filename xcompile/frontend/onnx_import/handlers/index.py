@@ -97,6 +97,11 @@ def _tile(im: _Importer, node, a, ins):
     return [im.result(v, perm)]
 
 
+def _view(t: _T) -> tuple[int, ...]:
+    """The permutation t is held in (ONNX order for a constant)."""
+    return t.base if not t.is_const else tuple(range(t.rank))
+
+
 def _indices(im: _Importer, t: _T, what: str):
     if not np.issubdtype(t.dtype, np.integer):
         raise _Unsupported(f"{what} of type {t.dtype}")
@@ -108,20 +113,35 @@ def _gather(im: _Importer, node, a, ins):
     data, idx = ins
     if data.rank == 0:
         raise _Unsupported("a scalar data input")
+    """With 0-D or 1-D indices the gather is axis-local: it runs in the data's view (an NHWC
+    map picks channels without a Transpose); other indices in ONNX order."""
     axis = int(a.get("axis", 0)) % data.rank
-    v = im.emit1("Gather", [im.value(data), _indices(im, idx, "indices")], axis=axis)
-    if idx.rank == 0 and tuple(v.shape) != data.shape[:axis] + data.shape[axis + 1:]:
+    perm = data.base if not data.is_const and idx.rank <= 1 else tuple(range(data.rank))
+    layout = "NHWC" if perm == NHWC and idx.rank == 1 else None
+    v = im.emit1("Gather", [im.value(data, perm), _indices(im, idx, "indices")], layout,
+                 axis=perm.index(axis))
+    if idx.rank == 1:
+        return [im.result(v, perm)]
+    out_perm = tuple(p - (p > axis) for p in perm if p != axis)
+    if idx.rank == 0 and len(v.shape) == data.rank:
         # xir Params are at least 1-D: a constant scalar index gathered a unit axis; drop it
-        v = im.emit1("Reshape", [v], shape=list(data.shape[:axis] + data.shape[axis + 1:]))
+        kept = [d for i, d in enumerate(v.shape) if i != perm.index(axis)]
+        v = im.emit1("Reshape", [v], shape=kept)
+    if idx.rank == 0:
+        return [im.result(v, out_perm)]
     return [im.result(v)]
 
 
 @_handles("GatherElements")
 def _gather_elements(im: _Importer, node, a, ins):
+    """Axis-local: data and indices read in the data's view."""
     data, idx = ins
     axis = int(a.get("axis", 0)) % max(data.rank, 1)
-    v = im.emit1("GatherElements", [im.value(data), _indices(im, idx, "indices")], axis=axis)
-    return [im.result(v)]
+    perm = _view(data)
+    _indices(im, idx, "indices")
+    v = im.emit1("GatherElements", [im.value(data, perm), im.value(idx, perm)],
+                 "NHWC" if perm == NHWC else None, axis=perm.index(axis))
+    return [im.result(v, perm)]
 
 
 @_handles("GatherND")
@@ -134,13 +154,16 @@ def _gather_nd(im: _Importer, node, a, ins):
 
 @_handles("ScatterElements", "Scatter")
 def _scatter_elements(im: _Importer, node, a, ins):
+    """Axis-local: data, indices and updates read in the data's view."""
     data, idx, upd = ins
     axis = int(a.get("axis", 0)) % max(data.rank, 1)
     upd = _convert(im, upd, data.dtype, "updates")
-    v = im.emit1("ScatterElements", [im.value(data), _indices(im, idx, "indices"),
-                                     im.value(upd)],
-                 axis=axis, reduction=str(a.get("reduction", "none")))
-    return [im.result(v)]
+    perm = _view(data)
+    _indices(im, idx, "indices")
+    v = im.emit1("ScatterElements", [im.value(data, perm), im.value(idx, perm),
+                                     im.value(upd, perm)], "NHWC" if perm == NHWC else None,
+                 axis=perm.index(axis), reduction=str(a.get("reduction", "none")))
+    return [im.result(v, perm)]
 
 
 @_handles("ScatterND")
