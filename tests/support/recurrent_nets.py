@@ -161,3 +161,31 @@ def cnn1d(seed: int = 0) -> onnx.ModelProto:
     gap = g("GlobalAveragePool", [up])                                        # [N, 6, 1]
     gmp = g("GlobalMaxPool", [x])                                             # [N, 8, 1]
     return g.model({"x": [2, 4, 40]}, [up, gap, gmp], 13)
+
+
+def keras_masked_bilstm(seed: int = 0) -> onnx.ModelProto:
+    """keras2onnx's Masking -> Bidirectional(LSTM(return_sequences=True)) -> TimeDistributed
+    Dense: the sequence lengths computed from the input (a step is masked when all its
+    features are 0), the batch-major input transposed to time-major, the zero states from the
+    Shape chain, the [T, 2, N, H] output as [N, T, 2H] by Transpose [2, 0, 1, 3] + Reshape."""
+    g = Graph(seed)
+    zero = g.const(np.array(0.0, np.float32))
+    live = g("Cast", [g("Not", [g("Equal", ["x", zero])])], to=TensorProto.FLOAT)
+    step = g("ReduceMax", [live], axes=[2], keepdims=0)                       # [N, T]
+    lens = g("Cast", [g("ReduceSum", [step, g.const(np.array([1], np.int64))], keepdims=0)],
+             to=TensorProto.INT32)
+    seq = g("Transpose", ["x"], perm=[1, 0, 2])                               # [T, N, F]
+    shape = g("Shape", ["x"])
+    batch = g("Unsqueeze", [g("Gather", [shape, g.const(np.array(0, np.int64))], axis=0),
+                            g.const(np.array([0], np.int64))])
+    dims = g("Concat", [g.const(np.array([2], np.int64)), batch,
+                        g.const(np.array([7], np.int64))], axis=0)
+    h0 = g("ConstantOfShape", [dims], value=helper.make_tensor("v", TensorProto.FLOAT, [1],
+                                                                [0.0]))
+    w, r, b = rnn_weights(g, 4, 2, 7, 5)
+    y, _, _ = g.node("LSTM", [seq, w, r, b, lens, h0, h0], 3, hidden_size=7,
+                     direction="bidirectional")
+    y = g("Transpose", [y], perm=[2, 0, 1, 3])                                # [N, T, 2, H]
+    y = g("Reshape", [y, g.const(np.array([0, 0, -1], np.int64))])
+    out = g("Add", [g("MatMul", [y, g.weight(14, 3)]), g.weight(3)])
+    return g.model({"x": [2, 8, 5]}, [out], 13)

@@ -29,6 +29,7 @@ from recurrent_nets import (  # noqa: E402
     Graph,
     cnn1d,
     crnn_head,
+    keras_masked_bilstm,
     keras_stft,
     kws_gru,
     rnn_weights,
@@ -106,6 +107,18 @@ def test_gru_keyword_spotter_tf2onnx():
     # SAME_UPPER on the 1-D axis: 49 -> 25 with stride 2, the pad on the W axis only
     assert tuple(conv.outputs[0].shape) == (1, 1, 25, 16)
     assert conv.pad_top == conv.pad_bottom == 0 and conv.pad_left + conv.pad_right == 2
+
+
+def test_keras_masking_bidirectional_lstm():
+    """Sequence lengths computed from the input at run time (Keras Masking): the padded steps
+    of the short item give zeros in Y, as onnxruntime's."""
+    model = keras_masked_bilstm()
+    x = np.random.default_rng(4).standard_normal((2, 8, 5)).astype(np.float32)
+    x[1, 5:] = 0.0  # item 1 is 5 steps long
+    net = _check(model, {"x": x})
+    op = next(o for o in net.ops if o.op_type == "LSTMRecurrence")
+    assert not op.inputs[6].is_params  # the lengths are computed, not folded
+    assert op.inputs[3].is_params      # the zero states fold
 
 
 def test_keras_stft_conv1d_idiom():
