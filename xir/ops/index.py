@@ -279,9 +279,16 @@ class Convert(Operation):
     def check_attr_values(self) -> None:
         super().check_attr_values()
         try:
-            ScalarType.parse(self.attrs["to"])
+            to = ScalarType.parse(self.attrs["to"])
         except FieldTypeError as err:
             raise FieldTypeError(f"to: {err}", op_id=self.op_id, field="to") from err
+        if to.kind == "bf":
+            raise FieldTypeError("to: bfloat16 values are raw bits in xir; Convert has no "
+                                 "conversion to them", op_id=self.op_id, field="to")
 
     def infer_types(self, types: list[TensorType]) -> list[TensorType]:
+        src = types[0].element_dtype
+        if src.is_quantized or src.kind == "bf":
+            raise fail(self, f"converts plain numbers, not {src!r} (quantized values go "
+                             f"through Cast)", "inputs")
         return [TensorType(ScalarType.parse(self.attrs["to"]), types[0].shape)]

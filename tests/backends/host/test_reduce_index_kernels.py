@@ -349,3 +349,46 @@ def test_pad_every_mode(mode, dtype):
     got = FLOAT_KERNELS["Pad"]([x], {"pad_before": [1, 0, 2], "pad_after": [2, 3, 1],
                                      "mode": mode})[0]
     same(got, ref)
+
+
+# --------------------------------------------------------------------------- integer forms
+
+def test_code_moving_ops_run_on_codes_with_the_scale_passing_through():
+    from host_backend.ops import INT_KERNELS
+    from xir.types import INT8, INT64, QuantizedType, TensorType
+
+    q_in, q_out = QuantizedType(INT8, 0.05), QuantizedType(INT8, 0.1)
+    x = np.random.default_rng(4).integers(-128, 128, (3, 4, 5)).astype(np.int8)
+    t_in = TensorType(q_in, x.shape)
+    idx = np.array([2, 0, -1], np.int64)
+    t_idx = TensorType(INT64, idx.shape)
+    # same scale: codes move exactly
+    got = INT_KERNELS["Gather"]([x, idx], {"axis": 1}, [t_in, t_idx],
+                                [TensorType(q_in, (3, 3, 5))])[0]
+    np.testing.assert_array_equal(got, np.take(x, idx, axis=1))
+    # another output scale: rescaled (0.05 -> 0.1 halves the codes, rounded)
+    got = INT_KERNELS["Tile"]([x], {"repeats": [1, 2, 1]}, [t_in],
+                              [TensorType(q_out, (3, 8, 5))])[0]
+    np.testing.assert_allclose(got.astype(float) * 0.1, np.tile(x, (1, 2, 1)) * 0.05,
+                               atol=0.05 + 1e-9)
+    v, i = INT_KERNELS["TopK"]([x], {"k": 2, "axis": 2}, [t_in],
+                               [TensorType(q_in, (3, 4, 2)), TensorType(INT64, (3, 4, 2))])
+    rv, ri = FLOAT_KERNELS["TopK"]([x.astype(np.float32) * 0.05], {"k": 2, "axis": 2})
+    np.testing.assert_array_equal(i, ri)
+    np.testing.assert_allclose(v * 0.05, rv, rtol=1e-6)
+    a = INT_KERNELS["ArgReduce"]([x], {"func": "min", "axis": 0}, [t_in],
+                                 [TensorType(INT64, (1, 4, 5))])[0]
+    np.testing.assert_array_equal(a, np.argmin(x, axis=0)[None])
+    m = INT_KERNELS["Reduce"]([x], {"func": "max", "axes": [1]}, [t_in],
+                              [TensorType(q_in, (3, 1, 5))])[0]
+    np.testing.assert_array_equal(m, x.max(axis=1, keepdims=True))
+    with pytest.raises(ValueError, match="no integer form"):
+        INT_KERNELS["Reduce"]([x], {"func": "sum", "axes": [1]}, [t_in],
+                              [TensorType(q_in, (3, 1, 5))])
+    # scatter: updates at another scale are moved to the data's first
+    upd = np.full((3, 1, 5), 40, np.int8)
+    sidx = np.zeros((3, 1, 5), np.int64)
+    got = INT_KERNELS["ScatterElements"](
+        [x, sidx, upd], {"axis": 1, "reduction": "none"},
+        [t_in, TensorType(INT64, sidx.shape), TensorType(q_out, upd.shape)], [t_in])[0]
+    assert (got[:, 0] == 80).all() and (got[:, 1:] == x[:, 1:]).all()

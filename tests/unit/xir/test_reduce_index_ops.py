@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import xir
-from xir import FP32, INT64, NetworkBuilder, TensorType
+from xir import FP32, INT8, INT64, NetworkBuilder, QuantizedType, TensorType
 from xir.errors import FieldTypeError, ShapeMismatchError
 from xir.ops.base import OP_REGISTRY
 from xir.serialize import load_network, save_network
@@ -103,6 +103,10 @@ def test_shape_ops():
     assert cv[0].element_dtype == ScalarType("bool", 8) and cv[0].shape == (2, 3)
     with pytest.raises(FieldTypeError, match="to"):
         OP_REGISTRY["Convert"]([val((2,))], [], to="float8")
+    with pytest.raises(FieldTypeError, match="bfloat16"):
+        OP_REGISTRY["Convert"]([val((2,))], [], to="@bf(16)")
+    with pytest.raises(ShapeMismatchError, match="quantized values go through Cast"):
+        types("Convert", [Value(0, TensorType(QuantizedType(INT8, 0.1), [2]))], to="@fp(32)")
 
 
 def test_pad_knows_wrap():

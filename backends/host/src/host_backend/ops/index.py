@@ -178,6 +178,56 @@ def convert(inputs: list[np.ndarray], attrs: dict) -> list[np.ndarray]:
         return [np.array(x != 0 if dt == np.bool_ else x.astype(dt), order="C")]
 
 
+# --------------------------------------------------------------------------------------------
+# Integer kernels: the ops that only move codes run on them; indices are plain integers and the
+# data's scale passes through (docs/quantization.md). Updates are moved to the data's scale.
+# --------------------------------------------------------------------------------------------
+
+
+def moves_codes(float_kernel, name: str, rescaled_inputs: tuple[int, ...] = ()):
+    """An integer kernel running `float_kernel` on codes: input k in `rescaled_inputs` is first
+    moved to input 0's scale, each quantized output from input 0's scale to its own; an output
+    that is not quantized (TopK / ArgReduce indices) passes as it is."""
+
+    def kernel(inputs, attrs, in_types, out_types, *, fake=False):
+        from ._common import is_q, rescale, scale1
+
+        s_in = scale1(in_types[0])
+        ins = list(inputs)
+        for k in rescaled_inputs:
+            ins[k] = rescale(np.asarray(ins[k]), scale1(in_types[k]), s_in,
+                             in_types[0].numpy_dtype, fake)
+        outs = float_kernel(ins, attrs)
+        return [rescale(y, s_in, scale1(t), t.numpy_dtype, fake) if is_q(t) else y
+                for y, t in zip(outs, out_types)]
+
+    kernel.__name__ = f"{name}_int"
+    kernel.__doc__ = f"{name} on integer codes (the scale passes through)."
+    return kernel
+
+
+INT_KERNELS: dict = {
+    "Expand": moves_codes(expand, "expand"),
+    "Tile": moves_codes(tile, "tile"),
+    "Gather": moves_codes(gather, "gather"),
+    "GatherElements": moves_codes(gather_elements, "gather_elements"),
+    "GatherND": moves_codes(gather_nd, "gather_nd"),
+    "ScatterElements": moves_codes(lambda i, a: scatter_elements(i, _moving(a)),
+                                   "scatter_elements", (2,)),
+    "ScatterND": moves_codes(lambda i, a: scatter_nd(i, _moving(a)), "scatter_nd", (2,)),
+    "ReverseSequence": moves_codes(reverse_sequence, "reverse_sequence"),
+}
+
+
+def _moving(attrs: dict) -> dict:
+    """Scatter attributes whose reduction only moves codes: none, max, min (add and mul
+    would need a rescale of the result)."""
+    red = str(attrs.get("reduction", "none"))
+    if red not in ("none", "max", "min"):
+        raise ValueError(f"scatter reduction {red!r} has no integer form (it rescales)")
+    return attrs
+
+
 FLOAT_KERNELS: dict = {
     "Expand": expand,
     "Tile": tile,
@@ -192,4 +242,3 @@ FLOAT_KERNELS: dict = {
     "ReverseSequence": reverse_sequence,
     "Convert": convert,
 }
-INT_KERNELS: dict = {}

@@ -1,10 +1,10 @@
 """Host kernels of xir.ops.reduce: Reduce, ArgReduce, TopK, CumSum/CumProd, Hardmax, LogSoftmax.
 
 After onnx/reference: each result has the input's element type (ArgReduce and TopK's indices
-int64). Integer sums and products wrap in the input's type, as ONNX's do; float16 and bfloat16
--free float inputs accumulate in float32 (float64 in float64) and round once at the end.
-Empty reductions give the function's identity. No integer (quantized) forms: the quantizer
-keeps these ops float.
+int64). Integer sums and products wrap in the input's type, as ONNX's do; float16 inputs
+accumulate in float32 and round once at the end (float32 and float64 stay themselves).
+Empty reductions give the function's identity. Integer (quantized) forms only where the op
+picks codes: Reduce max / min, ArgReduce, TopK.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import numpy as np
 from xrt.errors import TensorError
 
 from ._common import require
+from .index import moves_codes
 
 
 def _axes(attrs: dict, ndim: int) -> tuple[int, ...]:
@@ -230,6 +231,14 @@ def log_softmax(inputs: list[np.ndarray], attrs: dict) -> list[np.ndarray]:
     return [np.asarray(y.astype(x.dtype, copy=False), order="C")]
 
 
+def _reduce_codes(inputs: list[np.ndarray], attrs: dict) -> list[np.ndarray]:
+    func = str(attrs.get("func"))
+    if func not in ("max", "min"):
+        raise ValueError(f"Reduce: func {func!r} has no integer form (only max / min move "
+                         f"codes)")
+    return reduce(inputs, attrs)
+
+
 FLOAT_KERNELS: dict = {
     "Reduce": reduce,
     "ArgReduce": arg_reduce,
@@ -239,4 +248,9 @@ FLOAT_KERNELS: dict = {
     "Hardmax": hardmax,
     "LogSoftmax": log_softmax,
 }
-INT_KERNELS: dict = {}
+#: integer forms of the reductions that only pick codes (a positive scale keeps the order)
+INT_KERNELS: dict = {
+    "Reduce": moves_codes(_reduce_codes, "reduce"),
+    "ArgReduce": moves_codes(arg_reduce, "arg_reduce"),
+    "TopK": moves_codes(topk, "topk"),
+}
