@@ -169,6 +169,7 @@ def carry(imp: _Importer, node, reads: list[str],
         why = unrunnable(model.SerializeToString(), custom=custom, ort_error=why)
         if why:
             raise _Unsupported(why)
+    loop = _loop_shapes(imp, node, inferred.graph.node[0]) if node.op_type == "Loop" else {}
     typed = []
     for k, o in enumerate(inferred.graph.output):
         if known and o.name in known:
@@ -176,10 +177,67 @@ def carry(imp: _Importer, node, reads: list[str],
             _set_shape(o, shape)
         elif ort_shapes is not None:
             _merge_dims(o, ort_shapes[k])
+        if o.name in loop and o.type.WhichOneof("value") == "tensor_type":
+            _merge_dims(o, loop[o.name])
         typed.append((o.name, _output_type(node, o)))
     del model.graph.output[:]
     model.graph.output.extend(inferred.graph.output)
     return Carried(model, feeds, typed, model.SerializeToString())
+
+
+def _static(vi) -> list[int] | None:
+    """The static shape of a ValueInfo, None where any dimension (or the rank) is unknown."""
+    if vi is None or vi.type.WhichOneof("value") != "tensor_type" or \
+            not vi.type.tensor_type.HasField("shape"):
+        return None
+    dims = [d.dim_value if d.HasField("dim_value") else None
+            for d in vi.type.tensor_type.shape.dim]
+    return None if any(d is None for d in dims) else dims
+
+
+def _loop_shapes(imp: _Importer, node, inferred) -> dict[str, list[int]]:
+    """Output shapes of a Loop that always runs its constant trip count M: the body's
+    condition output is its condition input passed through (or a constant true) and the
+    starting condition is absent or a constant true -- PyTorch's `for` loops exported with a
+    fixed range. Scan outputs are then [M, *per-iteration shape], loop-carried values keep
+    their shape where the body does. Empty where the count depends on the data."""
+    m = imp.tensors.get(node.input[0]) if node.input and node.input[0] else None
+    c = imp.tensors.get(node.input[1]) if len(node.input) > 1 and node.input[1] else None
+    if m is None or not m.is_const or (c is not None and not (c.is_const and
+                                                              bool(np.all(c.const)))):
+        return {}
+    body = next((a.g for a in inferred.attribute if a.name == "body"), None)
+    if body is None or len(body.input) < 2 or not body.output:
+        return {}
+    cond_in, cond_out = body.input[1].name, body.output[0].name
+    alias = {cond_in}
+    for n in body.node:
+        if n.op_type == "Identity" and n.input and n.input[0] in alias:
+            alias.update(n.output)
+        elif n.op_type == "Constant" and n.output and n.output[0] == cond_out:
+            value = next((a.t for a in n.attribute if a.name == "value"), None)
+            if value is not None and bool(np.all(_onnx().numpy_helper.to_array(value))):
+                alias.add(cond_out)
+    const_true = any(i.name == cond_out and bool(np.all(_onnx().numpy_helper.to_array(i)))
+                     for i in body.initializer)
+    if cond_out not in alias and not const_true:
+        return {}
+    trips = int(np.asarray(m.const).reshape(-1)[0])
+    infos = {v.name: v for v in list(body.value_info) + list(body.output)}
+    carried = len(node.input) - 2
+    out: dict[str, list[int]] = {}
+    for k, name in enumerate(node.output):
+        src = body.output[1 + k] if 1 + k < len(body.output) else None
+        shape = _static(infos.get(src.name)) if src is not None else None
+        if shape is None:
+            continue
+        if k < carried:
+            start = imp.tensors.get(node.input[2 + k])
+            if start is not None and list(start.shape) == shape:
+                out[name] = shape
+        else:
+            out[name] = [trips] + shape
+    return out
 
 
 def _set_shape(o, shape) -> None:

@@ -1,0 +1,286 @@
+"""ONNX import's fallback (handlers/generic.py): nodes without a native xir form run as
+OnnxGraph ops; If with a constant condition inlines; If/Loop/Scan read the outer scope; what is
+refused, and why. Checked against onnxruntime on models written the way exporters write them."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+ort = pytest.importorskip("onnxruntime")
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+import xir  # noqa: E402
+from xcompile.frontend import import_onnx  # noqa: E402
+
+RNG = np.random.default_rng(11)
+
+
+def _model(nodes, inputs, outputs, inits=(), opset=17, domains=()) -> onnx.ModelProto:
+    graph = helper.make_graph(nodes, "g", inputs, outputs,
+                              [numpy_helper.from_array(np.asarray(v), k) for k, v in inits])
+    opsets = [helper.make_opsetid("", opset)] + [helper.make_opsetid(d, 1) for d in domains]
+    model = helper.make_model(graph, opset_imports=opsets)
+    model.ir_version = 10
+    return model
+
+
+def _vi(name, shape, dtype=TensorProto.FLOAT):
+    return helper.make_tensor_value_info(name, dtype, shape)
+
+
+def _rand(*shape) -> np.ndarray:
+    return RNG.standard_normal(shape).astype(np.float32)
+
+
+def _const(name, value) -> onnx.NodeProto:
+    return helper.make_node("Constant", [], [name],
+                            value=numpy_helper.from_array(np.asarray(value), name))
+
+
+def _forward(net: xir.Network, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    from host_backend import HostBackend
+    from xrt import HostDevice, Session, Tensor
+
+    sess = Session.Create([HostBackend], net.view(0), [HostDevice.Default()])
+    sess.apply()
+    outs = sess.forward([Tensor(np.ascontiguousarray(feeds[v.name])) for v in net.inputs()])
+    return [np.asarray(t) for t in outs]
+
+
+def _check(model, feeds, rtol=1e-5, atol=1e-5) -> xir.Network:
+    net = import_onnx(model)
+    want = ort.InferenceSession(model.SerializeToString(),
+                                providers=["CPUExecutionProvider"]).run(None, feeds)
+    got = _forward(net, feeds)
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert g.shape == w.shape and g.dtype == w.dtype
+        np.testing.assert_allclose(g, w, rtol=rtol, atol=atol)
+    return net
+
+
+def _carried(net) -> list:
+    return [op for op in net.ops if op.op_type == "OnnxGraph"]
+
+
+def _inner(op) -> onnx.ModelProto:
+    return onnx.load_from_string(op.model_bytes())
+
+
+# --- the fallback ----------------------------------------------------------------------------
+
+def test_an_op_without_a_handler_runs_as_onnx_graph():
+    """Einsum (a torch.einsum export) with a constant operand: the constant rides inside the
+    carried model, the feature map is the op's input."""
+    w = _rand(4, 5)
+    nodes = [helper.make_node("Relu", ["x"], ["r"]),
+             helper.make_node("Einsum", ["r", "w"], ["y"], equation="bij,jk->bik", name="ein")]
+    model = _model(nodes, [_vi("x", [2, 3, 4])], [_vi("y", None)], [("w", w)])
+    net = _check(model, {"x": _rand(2, 3, 4)})
+    (op,) = _carried(net)
+    assert op.attrs["onnx_ops"] == ["Einsum"] and op.name == "ein" and op.label == \
+        "OnnxGraph(Einsum)"
+    assert op.attrs["opset"] == 17
+    assert len(op.graph_inputs()) == 1 and op.graph_inputs()[0].producer.op_type == "Relu"
+    inner = _inner(op)
+    assert [i.name for i in inner.graph.initializer] == ["w"]
+    assert [d.dim_value for d in inner.graph.output[0].type.tensor_type.shape.dim] == [2, 3, 5]
+
+
+def test_a_refusing_native_handler_falls_back():
+    """MaxPool over a 3-D volume (rank 5): the native handler takes 2-D only."""
+    nodes = [helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[2, 2, 2],
+                              strides=[2, 2, 2])]
+    model = _model(nodes, [_vi("x", [1, 2, 4, 4, 4])], [_vi("y", None)])
+    net = _check(model, {"x": _rand(1, 2, 4, 4, 4)})
+    assert [op.attrs["onnx_ops"] for op in _carried(net)] == [["MaxPool"]]
+
+
+def test_all_constant_inputs_fold_with_the_runtime():
+    """A node the reference cannot fold but every input is constant: computed once at import,
+    no op is left (shape chains stay constants)."""
+    nodes = [helper.make_node("Einsum", ["a", "b"], ["c"], equation="i,i->"),
+             helper.make_node("Add", ["x", "c"], ["y"])]
+    a, b = _rand(4), _rand(4)
+    model = _model(nodes, [_vi("x", [3])], [_vi("y", None)], [("a", a), ("b", b)])
+    net = _check(model, {"x": _rand(3)})
+    assert not _carried(net)
+
+
+def test_integer_outputs_keep_their_types():
+    nodes = [helper.make_node("BitShift", ["x", "s"], ["y"], direction="RIGHT")]
+    model = _model(nodes, [_vi("x", [5], TensorProto.UINT16)], [_vi("y", None,
+                                                                     TensorProto.UINT16)],
+                   [("s", np.array([1], np.uint16))])
+    net = _check(model, {"x": np.array([1, 2, 300, 4000, 65535], np.uint16)})
+    assert net.outputs()[0].dtype.numpy_dtype == np.uint16
+
+
+def test_a_constant_graph_output_is_computed_by_its_node():
+    """Shape(x) as an output: it folds, but a network computes its outputs, so the Shape node
+    runs as an OnnxGraph on x."""
+    nodes = [helper.make_node("Shape", ["x"], ["s"]), helper.make_node("Relu", ["x"], ["y"])]
+    model = _model(nodes, [_vi("x", [2, 3, 5])], [_vi("s", None, TensorProto.INT64),
+                                                  _vi("y", None)])
+    net = _check(model, {"x": _rand(2, 3, 5)})
+    assert [op.attrs["onnx_ops"] for op in _carried(net)] == [["Shape"]]
+
+
+def test_json_raw_round_trip_of_an_imported_onnx_graph(tmp_path):
+    nodes = [helper.make_node("Einsum", ["x"], ["y"], equation="ij->ji")]
+    model = _model(nodes, [_vi("x", [3, 4])], [_vi("y", None)])
+    net = import_onnx(model)
+    net.save(tmp_path / "n.json")
+    back = xir.Network.CreateFromJsonFile(tmp_path / "n.json").loadParamsFromFile(
+        tmp_path / "n.raw")
+    x = _rand(3, 4)
+    np.testing.assert_array_equal(_forward(back, {"x": x})[0], x.T)
+
+
+# --- control flow ----------------------------------------------------------------------------
+
+def _conv_branch(name: str, w: np.ndarray, outer: str) -> onnx.GraphProto:
+    """A branch graph reading `outer` from the enclosing scope: Conv + Relu."""
+    nodes = [helper.make_node("Conv", [outer, f"{name}_w"], [f"{name}_c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", [f"{name}_c"], [f"{name}_out"])]
+    return helper.make_graph(nodes, name, [], [_vi(f"{name}_out", None)],
+                             [numpy_helper.from_array(w, f"{name}_w")])
+
+
+def test_if_with_a_constant_condition_inlines_the_taken_branch():
+    """The voice-activity detector's idiom: Equal on a shape-derived value decides an If whose
+    branches hold the conv front end. The condition folds, the taken branch imports natively."""
+    w_then, w_else = _rand(4, 3, 3, 3), _rand(4, 3, 3, 3)
+    nodes = [helper.make_node("Shape", ["x"], ["shape"]),
+             _const("idx", np.array(0, np.int64)),
+             helper.make_node("Gather", ["shape", "idx"], ["batch"]),
+             _const("one", np.array(1, np.int64)),
+             helper.make_node("Equal", ["batch", "one"], ["single"]),
+             helper.make_node("If", ["single"], ["y"], name="vad_if",
+                              then_branch=_conv_branch("then", w_then, "x"),
+                              else_branch=_conv_branch("else", w_else, "x"))]
+    model = _model(nodes, [_vi("x", [1, 3, 8, 8])], [_vi("y", None)])
+    net = _check(model, {"x": _rand(1, 3, 8, 8)}, rtol=1e-4, atol=1e-4)
+    assert not _carried(net)
+    conv = next(op for op in net.ops if op.op_type == "Conv2d")
+    np.testing.assert_array_equal(conv.inputs[1].data, w_then.transpose(2, 3, 1, 0))
+
+
+def test_if_with_a_computed_condition_runs_whole_with_its_outer_reads():
+    h_then = helper.make_graph([helper.make_node("Mul", ["h", "h"], ["t_out"])], "then", [],
+                               [_vi("t_out", [2, 3])])
+    h_else = helper.make_graph([helper.make_node("Sub", ["h", "x"], ["e_out"])], "else", [],
+                               [_vi("e_out", [2, 3])])
+    nodes = [helper.make_node("Relu", ["x"], ["h"]),
+             helper.make_node("ReduceSum", ["x"], ["s"], keepdims=0),
+             _const("zero", np.array(0, np.float32)),
+             helper.make_node("Greater", ["s", "zero"], ["c"]),
+             helper.make_node("If", ["c"], ["y"], name="gate", then_branch=h_then,
+                              else_branch=h_else)]
+    model = _model(nodes, [_vi("x", [2, 3])], [_vi("y", None)])
+    for sign in (1.0, -1.0):
+        x = np.abs(_rand(2, 3)) * sign
+        net = _check(model, {"x": x})
+    (op,) = _carried(net)
+    assert op.attrs["onnx_ops"] == ["If"]
+    inner = _inner(op)
+    assert [i.name for i in inner.graph.input] == ["c", "h", "x"]  # cond, then outer reads
+    assert [v.producer.op_type for v in op.graph_inputs()[:2]] != ["Input", "Input"]
+
+
+def _loop_body(outer: str) -> onnx.GraphProto:
+    """for i in range(M): s = s + outer * i; ys.append(s) -- torch's export of a python loop
+    (the condition passed through an Identity)."""
+    nodes = [helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+             helper.make_node("Cast", ["i"], ["fi"], to=TensorProto.FLOAT),
+             helper.make_node("Mul", [outer, "fi"], ["step"]),
+             helper.make_node("Add", ["s_in", "step"], ["s_out"]),
+             helper.make_node("Identity", ["s_out"], ["scan_out"])]
+    return helper.make_graph(
+        nodes, "body",
+        [_vi("i", [], TensorProto.INT64), _vi("cond_in", [], TensorProto.BOOL),
+         _vi("s_in", [2, 3])],
+        [_vi("cond_out", [], TensorProto.BOOL), _vi("s_out", [2, 3]), _vi("scan_out", [2, 3])])
+
+
+def test_loop_with_a_constant_trip_count_reads_the_outer_scope():
+    nodes = [helper.make_node("Sigmoid", ["x"], ["g"]),
+             _const("M", np.array(4, np.int64)), _const("T", np.array(True)),
+             helper.make_node("Loop", ["M", "T", "x"], ["s_final", "ys"], body=_loop_body("g"))]
+    model = _model(nodes, [_vi("x", [2, 3])], [_vi("s_final", None), _vi("ys", None)])
+    net = _check(model, {"x": _rand(2, 3)})
+    (op,) = _carried(net)
+    assert [v.shape for v in op.outputs] == [(2, 3), (4, 2, 3)]
+    assert [i.name for i in _inner(op).graph.input] == ["x", "g"]  # state, then outer read
+    assert [i.name for i in _inner(op).graph.initializer] == ["M", "T"]
+
+
+def test_loop_whose_count_depends_on_the_data_is_refused():
+    nodes = [helper.make_node("ReduceMax", ["n"], ["m"], keepdims=0),
+             helper.make_node("Cast", ["m"], ["M"], to=TensorProto.INT64),
+             _const("T", np.array(True)),
+             helper.make_node("Loop", ["M", "T", "x"], ["s_final", "ys"], name="loop",
+                              body=_loop_body("x"))]
+    model = _model(nodes, [_vi("x", [2, 3]), _vi("n", [3])],
+                   [_vi("s_final", None), _vi("ys", None)])
+    with pytest.raises(xir.UnsupportedOnnxOpError, match="'loop' \\(Loop\\).*data-dependent"):
+        import_onnx(model)
+
+
+def test_scan_reads_the_outer_scope():
+    """A recurrence written as Scan (tf2onnx's idiom): h = tanh(x_t + h * w), w computed
+    outside the body."""
+    body = helper.make_graph(
+        [helper.make_node("Mul", ["h_in", "w"], ["hw"]),
+         helper.make_node("Add", ["x_t", "hw"], ["a"]),
+         helper.make_node("Tanh", ["a"], ["h_out"]),
+         helper.make_node("Identity", ["h_out"], ["y_t"])],
+        "body", [_vi("h_in", [4]), _vi("x_t", [4])], [_vi("h_out", [4]), _vi("y_t", [4])])
+    nodes = [helper.make_node("Sigmoid", ["v"], ["w"]),
+             helper.make_node("Scan", ["h0", "x"], ["h", "ys"], num_scan_inputs=1, body=body)]
+    model = _model(nodes, [_vi("h0", [4]), _vi("x", [6, 4]), _vi("v", [4])],
+                   [_vi("h", None), _vi("ys", None)])
+    net = _check(model, {"h0": _rand(4), "x": _rand(6, 4), "v": _rand(4)})
+    (op,) = _carried(net)
+    assert [i.name for i in _inner(op).graph.input] == ["h0", "x", "w"]
+    assert [v.shape for v in op.outputs] == [(4,), (6, 4)]
+
+
+# --- refusals --------------------------------------------------------------------------------
+
+def test_every_refused_node_is_listed_once_with_its_reason():
+    nodes = [helper.make_node("NonZero", ["x"], ["nz"], name="nonzero0"),
+             helper.make_node("Cast", ["nz"], ["nzf"], to=TensorProto.FLOAT, name="after_nz"),
+             helper.make_node("SplitToSequence", ["x"], ["seq"], axis=0, name="split_seq"),
+             helper.make_node("SequenceAt", ["seq", "zero"], ["first"], name="seq_at"),
+             helper.make_node("Frobnicate", ["x"], ["f"], domain="acme.ops", name="custom0"),
+             helper.make_node("Momentum", ["r", "t", "x", "x", "x"], ["m1", "m2"],
+                              domain="ai.onnx.preview.training", alpha=0.9, beta=0.1,
+                              mode="standard", norm_coefficient=0.0, name="train0"),
+             helper.make_node("Relu", ["x"], ["ok"], name="fine")]
+    model = _model(nodes, [_vi("x", [2, 3])],
+                   [_vi("nzf", None), _vi("first", None), _vi("f", None), _vi("m1", None),
+                    _vi("ok", None)],
+                   [("zero", np.array(0, np.int64)), ("r", np.array(0.1, np.float32)),
+                    ("t", np.array(1, np.int64))],
+                   domains=["acme.ops", "ai.onnx.preview.training"])
+    with pytest.raises(xir.UnsupportedOnnxOpError) as info:
+        import_onnx(model)
+    reasons = {name: (op, why) for name, op, why in info.value.nodes}
+    assert set(reasons) == {"nonzero0", "split_seq", "custom0", "train0"}
+    assert "data-dependent" in reasons["nonzero0"][1]
+    assert "sequence" in reasons["split_seq"][1]
+    assert "custom domain" in reasons["custom0"][1] and "Frobnicate" in reasons["custom0"][1]
+    assert "training op" in reasons["train0"][1]
+    text = str(info.value)
+    assert all(f"node '{n}'" in text for n in reasons)
+    assert all("\n" not in why for _, why in reasons.values())
+
+
+def test_string_outputs_are_refused():
+    nodes = [helper.make_node("Cast", ["x"], ["s"], to=TensorProto.STRING, name="to_str")]
+    model = _model(nodes, [_vi("x", [3])], [_vi("s", None, TensorProto.STRING)])
+    with pytest.raises(xir.UnsupportedOnnxOpError, match="to_str.*string"):
+        import_onnx(model)
