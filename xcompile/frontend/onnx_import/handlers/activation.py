@@ -1,7 +1,9 @@
 """Activations: Relu, LeakyRelu, Sigmoid, Tanh, HardSwish, HardSigmoid, Clip (as a bounded
 Relu) and Softmax.
 
-They work in whatever view their input has; Softmax remaps its axis to that view.
+They work in whatever view their input has; Softmax remaps its axis to that view. Relu, Clip and
+LeakyRelu of other dtypes than float32 / float16 (integers, float64) become the exact `Binary`
+max / min and `PRelu` (the Relu kernels compute in float32).
 """
 
 from __future__ import annotations
@@ -25,14 +27,26 @@ def _unary(im: _Importer, x: _T, op_type: str, **attrs: Any) -> _T:
     return im.result(im.emit1(op_type, [im.value(x, perm)], layout, **attrs), perm)
 
 
+def _float_relu(x: _T) -> bool:
+    """True when x's dtype keeps the quantisable Relu (its kernel computes in float32)."""
+    return x.dtype in (np.dtype(np.float32), np.dtype(np.float16))
+
+
 @_handles("Relu")
 def _relu(im, node, a, ins):
+    if not _float_relu(ins[0]):
+        zero = _T.constant(np.zeros((), ins[0].dtype))
+        return [_binary(im, "Binary", [ins[0], zero], func="max")]  # integer Relu, float64
     return [_unary(im, ins[0], "Relu")]
 
 
 @_handles("LeakyRelu")
 def _leaky(im, node, a, ins):
-    return [_unary(im, ins[0], "Relu", alpha=float(a.get("alpha", 0.01)))]
+    alpha = float(a.get("alpha", 0.01))
+    x = ins[0]
+    if not _float_relu(x):
+        return [_binary(im, "PRelu", [x, _T.constant(np.array(alpha, dtype=x.dtype))])]
+    return [_unary(im, x, "Relu", alpha=alpha)]
 
 
 @_handles("Sigmoid")
@@ -47,24 +61,35 @@ def _hardswish(im, node, a, ins):
 
 @_handles("Clip")
 def _clip(im: _Importer, node, a, ins):
+    """float32 with a constant lower bound: a bounded Relu (shifted when min != 0), which the
+    chips fold; otherwise (integers, float64, no lower bound, bounds computed at run time)
+    Binary max then min, exact in the dtype (max / min are integer ops once quantized)."""
     x = ins[0]
     if im.opset < 11:
-        lo, hi = a.get("min", -np.inf), a.get("max", np.inf)
+        bounds = [_T.constant(np.array(a.get(k, d), dtype=x.dtype))
+                  for k, d in (("min", -np.inf), ("max", np.inf))]
     else:
-        lo_c = im.const_of(ins[1] if len(ins) > 1 else None, "Clip min")
-        hi_c = im.const_of(ins[2] if len(ins) > 2 else None, "Clip max")
-        lo = -np.inf if lo_c is None else float(lo_c)
-        hi = np.inf if hi_c is None else float(hi_c)
-    if not np.issubdtype(x.dtype, np.floating):
-        raise _Unsupported(f"Clip of an integer tensor ({x.dtype})")
-    if lo == 0.0:
-        return [_unary(im, x, "Relu", max_value=float(hi))]
-    if not np.isfinite(lo):
-        raise _Unsupported(f"Clip(min={lo}) with no lower bound has no xir Relu form")
-    # clip(x, lo, hi) = relu(x - lo, max = hi - lo) + lo (the shifts become affines later)
-    shift = _T.constant(np.array(-lo, dtype=x.dtype))
-    r = _unary(im, _binary(im, "Add", [x, shift]), "Relu", max_value=float(hi - lo))
-    return [_binary(im, "Add", [r, _T.constant(np.array(lo, dtype=x.dtype))])]
+        bounds = [ins[k] if len(ins) > k and ins[k] is not None else None for k in (1, 2)]
+    lo_t, hi_t = bounds
+    lo = None if lo_t is None or not lo_t.is_const else float(lo_t.const.reshape(-1)[0])
+    hi = None if hi_t is None or not hi_t.is_const else float(hi_t.const.reshape(-1)[0])
+    if _float_relu(x) and lo is not None and np.isfinite(lo) and \
+            (hi_t is None or hi is not None):
+        hi = np.inf if hi is None else hi
+        if lo == 0.0:
+            return [_unary(im, x, "Relu", max_value=float(hi))]
+        # clip(x, lo, hi) = relu(x - lo, max = hi - lo) + lo (the shifts become affines later)
+        shift = _T.constant(np.array(-lo, dtype=x.dtype))
+        r = _unary(im, _binary(im, "Add", [x, shift]), "Relu", max_value=float(hi - lo))
+        return [_binary(im, "Add", [r, _T.constant(np.array(lo, dtype=x.dtype))])]
+    y = x
+    for t, v, func in ((lo_t, lo, "max"), (hi_t, hi, "min")):
+        if t is None or (v is not None and np.isinf(v)):
+            continue  # no bound on that side
+        if t.is_const:
+            t = _T.constant(t.const.reshape(()).astype(x.dtype))
+        y = _binary(im, "Binary", [y, t], func=func)
+    return [y]
 
 
 @_handles("Erf")

@@ -54,9 +54,13 @@ def _broadcast_values(im: _Importer, ins: list[_T]) -> tuple[list[Value], tuple[
 
 
 def _binary(im: _Importer, op_type: str, ins: list[_T], **attrs) -> _T:
-    values, perm, _ = _broadcast_values(im, ins)
+    values, perm, out_shape = _broadcast_values(im, ins)
     layout = "NHWC" if perm == NHWC else None
-    return im.result(im.emit1(op_type, values, layout, **attrs), perm)
+    v = im.emit1(op_type, values, layout, **attrs)
+    if not out_shape and v.shape != ():
+        # xir Params hold a 0-d constant as [1]: a scalar op's result goes back to rank 0
+        v = im.emit1("Reshape", [v], shape=[])
+    return im.result(v, perm)
 
 
 #: dtypes whose arithmetic stays on the quantisable float ops (the kernels compute in float32,
