@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import shutil
 import tempfile
 from typing import Any
@@ -20,7 +21,7 @@ from typing import Any
 from xcompile import zoo
 from xcompile.passes import optimize
 from xcompile.quant.calibrate import load_calibration
-from xcompile.quant.mixed import raise_until
+from xcompile.quant.mixed import DEFAULT_MAX_INT16, choose_bits, parse_share, worst_part
 from xcompile.quant.qdq import import_qdq
 from xcompile.quant.quantize import quantize_network
 from xcompile.quant.report import accuracy_report
@@ -29,14 +30,15 @@ from xrt import plugins
 from xrt.console import stage
 from xrt.errors import XrtError
 
-__all__ = ["DEFAULTS", "compile_model"]
+__all__ = ["DEFAULTS", "compile_model", "file_stem"]
 
 log = logging.getLogger(__name__)
 
 #: every option of a compile and its default ("model" has none)
 DEFAULTS = {"target": None, "calib": None, "output": "out", "bits": 8, "method": "mse",
             "input_shape": None, "name": None, "calib_count": 8, "input_size": None,
-            "input_bits": None, "op_bits": None, "min_cosine": 0.99}
+            "input_bits": None, "op_bits": None, "min_cosine": 0.99,
+            "max_int16": DEFAULT_MAX_INT16}
 
 
 def _shapes(spec: Any) -> dict[str, list[int]] | None:
@@ -69,7 +71,9 @@ def _op_bits(spec: Any) -> dict[str, int] | None:
 def _quantize(optimized: Any, samples: Any, opts: dict[str, Any], runner: Runner | None,
               name: str) -> Any:
     """The quantize stage: `opts`' bits, method and op_bits, then automatic mixed precision
-    (`xcompile.quant.mixed`) while the outputs' cosine is below `min_cosine`."""
+    (`xcompile.quant.mixed.choose_bits`) when an output part's cosine is below `min_cosine`:
+    the fewest most sensitive layers raised to int16 that reach it, within `max_int16` (share
+    of MACs). What it measured and chose goes to `tags["quantization"]["mixed_precision"]`."""
 
     def quantize(op_bits: Any) -> Any:
         return quantize_network(optimized, samples, bits=int(opts["bits"]),
@@ -78,18 +82,27 @@ def _quantize(optimized: Any, samples: Any, opts: dict[str, Any], runner: Runner
 
     user_bits = _op_bits(opts.get("op_bits"))
     min_cos = float(opts.get("min_cosine") or 0.0)
+    max_int16 = parse_share(opts.get("max_int16", DEFAULTS["max_int16"]))
     if min_cos <= 0.0 or int(opts["bits"]) != 8:
         return quantize(user_bits)
-    quantized, mixed = raise_until(optimized, quantize(user_bits), quantize, samples, min_cos,
-                                   op_bits=user_bits, runner=runner)
-    quantized.tags["quantization"]["mixed_precision"] = {
-        "min_cosine": min_cos, "cosines": [round(c, 6) for c in mixed.cosines],
-        "op_bits": {str(k): v for k, v in mixed.op_bits.items()}}
-    if len(mixed.cosines) > 1:
-        log.info("%s: int8 output cosine %.4f on the calibration samples is below %.4f; %d ops "
-                 "raised to int16 -> %.4f", name, mixed.cosines[0], min_cos,
-                 len(mixed.op_bits), mixed.reached)
+    quantized, mixed = choose_bits(optimized, quantize(user_bits), quantize, samples, min_cos,
+                                   max_int16=max_int16, op_bits=user_bits, runner=runner)
+    quantized.tags["quantization"]["mixed_precision"] = mixed.to_tag()
+    if mixed.warning:
+        log.warning("%s: %s", name, mixed.warning)
+    elif mixed.op_bits:
+        log.info("%s: %d ops raised to int16 (%s): worst part %s %.4f -> %.4f", name,
+                 len(mixed.op_bits), ", ".join(mixed.names), worst_part(mixed.before)[0],
+                 worst_part(mixed.before)[1], worst_part(mixed.after)[1])
     return quantized
+
+
+def file_stem(name: str) -> str:
+    """`name` made safe for a file name whatever the graph is called: runs of anything but
+    letters, digits, '-' and '_' become one '_', without leading or trailing '_' or '.'
+    (`"Model from PaddlePaddle."` -> `"Model_from_PaddlePaddle"`; nothing left: "network")."""
+    stem = re.sub(r"[^A-Za-z0-9_-]+", "_", str(name)).strip("_.")
+    return stem or "network"
 
 
 def _float_network(path: str) -> Any:
@@ -112,6 +125,7 @@ def compile_model(opts: dict[str, Any], report: bool = False, runner: Runner | N
     path} in the output folder. `runner` executes networks for calibration, GPTQ and the
     report (default: the HostBackend)."""
     model = str(opts["model"])
+    parse_share(opts.get("max_int16", DEFAULTS["max_int16"]))  # a bad cap fails before work
     lower = plugins.target(opts["target"]) if opts.get("target") else None
     with stage(f"parse {model}"):
         if model.endswith(".json"):  # an xir float network (json + raw), e.g. from Python
@@ -122,7 +136,7 @@ def compile_model(opts: dict[str, Any], report: bool = False, runner: Runner | N
         else:
             size = opts.get("input_size")
             net = zoo.build(model, input_size=int(size)) if size else zoo.build(model)
-    name = opts.get("name") or net.name
+    name = file_stem(opts.get("name") or net.name)
     if opts.get("calib"):
         with stage(f"read calibration samples from {opts['calib']}"):
             samples = load_calibration(opts["calib"], net)

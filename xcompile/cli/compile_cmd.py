@@ -36,9 +36,15 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="mixed precision: compute this op (name in the optimized "
                              "network) in 16 bits; repeatable")
     parser.add_argument("--min-cosine", type=float, metavar="C",
-                        help="automatic mixed precision: while the int8 outputs' cosine to "
-                             "float on the calibration samples is below C (default 0.99), "
-                             "raise the layers that lose most to int16; 0 turns it off")
+                        help="automatic mixed precision: when an output part's int8 cosine to "
+                             "float (lowest over the calibration samples and a mirrored "
+                             "variant of each) is below C (default 0.99), raise the fewest, "
+                             "most sensitive layers to int16 that reach C; 0 turns it off")
+    parser.add_argument("--max-int16", metavar="SHARE",
+                        help="cap of automatic mixed precision: at most this share of the "
+                             "network's MACs computed in int16, as a percentage (10%%, the "
+                             "default) or a fraction (0.1); when the cap cannot reach "
+                             "--min-cosine the compile warns and keeps int8")
     parser.add_argument("--input-shape", action="append", metavar="NAME=D0,D1,...",
                         help="shape of a dynamic ONNX input")
     parser.add_argument("--name", help="network name (default: the model's)")
@@ -74,9 +80,33 @@ def options(args: argparse.Namespace) -> dict[str, Any]:
     return opts
 
 
-def _op_key(op: str) -> tuple:
-    """Op ids in numeric order, then op names."""
-    return (0, int(op), "") if op.isdigit() else (1, 0, op)
+def mixed_precision_lines(mp: dict[str, Any]) -> list[str]:
+    """What automatic mixed precision measured and chose (`tags["quantization"]
+    ["mixed_precision"]`), as the compile prints it: the cosine per output part before and
+    after, the ops raised to int16 (names) and the int16 share of MACs they cost."""
+    if not mp:
+        return []
+    before, after = mp.get("cosine_before", {}), mp.get("cosine_after", {})
+    raised = mp.get("raised", [])
+    head = (f"mixed precision: --min-cosine {mp['min_cosine']}, --max-int16 "
+            f"{mp['max_int16']:.0%} of MACs; worst part {mp['worst_before'][0]} "
+            f"{mp['worst_before'][1]:.4f} in int8")
+    if raised:
+        head += (f"; {len(raised)} layer{'s' if len(raised) > 1 else ''} raised to int16 -> "
+                 f"{mp['worst_after'][1]:.4f}")
+    elif mp.get("warning"):
+        head += "; target missed within the cap, int8 kept"
+    else:
+        head += ": target met, nothing raised"
+    lines = [head]
+    for part, c in before.items():
+        lines.append(f"  part {part}: cosine {c:.4f} -> {after.get(part, c):.4f}")
+    if raised:
+        lines.append(f"  int16 layers: {', '.join(raised)}")
+    lines.append(f"  int16 cost: {mp['int16_mac_share']:.1%} of MACs (int8 network "
+                 f"{mp['int16_mac_share_before']:.1%}), {mp['int16_ops']} of "
+                 f"{mp['integer_ops']} integer ops in int16")
+    return lines  # the warning, when the cap missed the target, the pipeline logs itself
 
 
 def run(args: argparse.Namespace) -> int:
@@ -94,10 +124,8 @@ def run(args: argparse.Namespace) -> int:
     # the last stage carries the quantization tags of every stage before it
     last = xir.Network.CreateFromJsonFile(list(written.values())[-1])
     mp = last.tags.get("quantization", {}).get("mixed_precision") or {}
-    if len(mp.get("cosines", [])) > 1:
-        print(f"mixed precision: int8 output cosine {mp['cosines'][0]:.4f} < "
-              f"{mp['min_cosine']}; {len(mp['op_bits'])} ops raised to int16 -> "
-              f"{max(mp['cosines']):.4f} (ops {', '.join(sorted(mp['op_bits'], key=_op_key))})")
+    for line in mixed_precision_lines(mp):
+        print(line)
     if opts.get("target"):
         from xcompile.placement import placement
 

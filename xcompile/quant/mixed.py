@@ -1,21 +1,29 @@
-"""Automatic mixed precision: raise the layers whose own int8 rounding costs most to int16
-until the network's outputs reach a cosine target on the calibration samples.
+"""Automatic mixed precision by measure: raise the fewest layers to int16 that bring every
+output part to `min_cosine`, within a cap on the share of MACs computed in int16.
 
-Some trained networks lose too much in int8 wherever the calibration is set: PaddleOCR's SVTR
-recognizer keeps a 0.85 output cosine with every observer (onnxruntime's own int8: 0.81), and
-1.0 all in int16. A few layers carry most of that loss, and the integer report
-(`xcompile.quant.report`) measures each one *alone* (its float inputs, its own rounding). So the
-compile raises the worst of them to 16 bits (both chips compute mixed int8/int16 networks,
-docs/quantization.md section 10), re-quantizes, measures again, and doubles the count each
-round: a handful of rounds at most, each a quantization and a report.
+1. **Measure the int8 network.** The cosine against the float network, per output part and
+   per sample, on the calibration samples *and* a mirrored or half-rolled variant of each
+   (`probe_samples`: inputs the calibration never saw, with the same statistics; PaddleOCR's
+   recognizer reached 0.997 on its eight calibration images and 0.92 on a held-out one). The
+   lowest over samples is each part's figure; the lowest part decides. That figure, compared
+   with `min_cosine` itself, is the one the compile prints: there is no hidden stricter aim.
+2. **Rank the layers by measured sensitivity.** The integer report (`xcompile.quant.report`)
+   runs each 8-bit op alone on the float network's values (its input rounding, weights and
+   requantization, nothing it inherits): the lower its `alone` cosine, the more raising it buys.
+3. **Keep to the cap.** Raising one op widens more than that op: its inputs become 16-bit,
+   a scale-sharing group (Concat, MaxPool, ...) takes its widest member's bits, and every op
+   reading a 16-bit value computes at 16 bits (docs/quantization.md section 10). The quantizer's
+   own rules (`planned_int16`) give, without quantizing, which ops a set of raises puts at 16
+   bits; walking the ranking, an op joins the candidate order only while the int16 share of the
+   network's MACs stays within `max_int16` (default 10%).
+4. **Search the fewest.** Prefixes of that order are quantized and measured: the first op
+   alone, then the whole capped order (when even that misses the target the search stops:
+   the compile says so, names the worst part and keeps the int8 network), then doubling
+   prefixes and a bisection between the last short one and the first that reaches the target.
+   A handful of quantizations, each measured with the float outputs computed once.
 
-The calibration samples flatter the network they calibrated: the recognizer reached 0.997 on
-every one of its eight and 0.92 on one held-out text image of eight. So the cosine that decides
-is measured on the calibration samples *and* on a mirror image or half-roll of each
-(`probe_samples`): inputs the calibration never saw, with the same statistics (there the same
-network measured 0.962); and the rounds aim halfway between `min_cosine` and 1 (`aim`): 0.995
-for the default 0.99. A last round raises every remaining 8-bit layer when the doubling rounds
-end short of the aim.
+What was chosen, the cosine per part before and after, and the int16 MAC share go to
+`MixedPrecision.to_tag()` (`tags["quantization"]["mixed_precision"]`).
 """
 
 from __future__ import annotations
@@ -23,51 +31,99 @@ from __future__ import annotations
 import ctypes
 import gc
 import logging
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from xir.errors import XirError
+
 from .report import accuracy_report, cosine
 
 log = logging.getLogger(__name__)
 
-__all__ = ["MixedPrecision", "raise_until"]
+__all__ = ["DEFAULT_MAX_INT16", "MixedPrecision", "choose_bits", "int16_share",
+           "parse_share", "part_cosines", "planned_int16", "probe_samples", "worst_part"]
 
-#: calibration samples the per-round report runs on (enough to rank layers, cheap to run);
-#: the cosine that decides is measured on all of them
+#: calibration samples the per-layer report runs on (enough to rank layers, cheap to run)
 REPORT_SAMPLES = 4
+#: default cap on the share of the network's MACs computed in int16
+DEFAULT_MAX_INT16 = 0.10
 
 
-@dataclass
-class MixedPrecision:
-    """What `raise_until` chose: the op_bits it quantized with and the output cosine (lowest
-    over the outputs and the calibration samples) after each round, the 8-bit start first."""
-
-    op_bits: dict[int, int] = field(default_factory=dict)
-    cosines: list[float] = field(default_factory=list)
-
-    @property
-    def reached(self) -> float:
-        return max(self.cosines) if self.cosines else 0.0
+class MixedPrecisionError(XirError, ValueError):
+    """A mixed-precision option the compile cannot use (e.g. a cap that is no share)."""
 
 
-def _release() -> None:
-    """Give the memory of dropped networks back: a network is a graph of cycles (ops <->
-    values), so only the cycle collector frees one, and glibc keeps freed arrays below its
-    (self-raising) mmap threshold in the heap, resident, unless asked to trim."""
-    gc.collect()
+def parse_share(spec: Any, what: str = "--max-int16") -> float:
+    """A share in [0, 1] from `0.1`, `"0.1"` or `"10%"` (a bare number above 1 is refused: it
+    could mean a percentage or a count)."""
+    text = str(spec).strip()
     try:
-        ctypes.CDLL(None).malloc_trim(0)
-    except (OSError, AttributeError):  # not glibc
-        pass
+        val = float(text[:-1]) / 100.0 if text.endswith("%") else float(text)
+    except ValueError:
+        raise MixedPrecisionError(f"{what} {spec!r} is not a share: write a percentage "
+                                  f"(10%) or a fraction (0.1)") from None
+    if not 0.0 <= val <= 1.0 or math.isnan(val):
+        raise MixedPrecisionError(f"{what} {spec!r} is not between 0 and 100%: write a "
+                                  f"percentage (10%) or a fraction (0.1)")
+    return val
 
 
-def aim(min_cosine: float) -> float:
-    """The calibration-sample cosine the rounds stop at, so held-out inputs reach
-    `min_cosine`."""
-    return min_cosine + (1.0 - min_cosine) / 2.0
+# --- which ops a set of raises puts at 16 bits, and their share of the MACs ------------------
+
+def _macs(op: Any) -> int:
+    from xir.ops.nn import conv_macs
+
+    return int(conv_macs(op))
+
+
+def planned_int16(opt: Any, op_bits: dict[int, int], bits: int = 8) -> set[int]:
+    """The op ids of `opt` (the optimized float network) that compute at 16 bits when
+    `quantize_network(opt, ..., op_bits=op_bits)` quantizes it: the quantizer's own rules
+    (scale-sharing groups, rescaling ops computing at their widest input, 16-bit logits),
+    applied without calibrating anything."""
+    from . import quantize as qz
+
+    int_ops = qz._integer_ops(opt)
+    uf = qz._scale_groups(opt, int_ops)
+    raised = {**qz._logit_bits(opt, int_ops, bits),
+              **{int(k): v for k, v in op_bits.items() if int(k) in int_ops}}
+    vbits = qz._value_bits(opt, int_ops, uf, bits, raised, None)
+    return {op.op_id for op in opt.ops if op.op_id in int_ops and op.feature_inputs()
+            and vbits.get(op.feature_inputs()[0].v_id, bits) > bits}
+
+
+def int16_share(net: Any, at16: set[int]) -> float:
+    """The share of `net`'s MACs (convolutions and matmuls) computed by the ops `at16`; 0 for
+    a network without MACs."""
+    total = sum(_macs(op) for op in net.ops)
+    return sum(_macs(op) for op in net.ops if op.op_id in at16) / total if total else 0.0
+
+
+# --- measuring: the cosine per output part ---------------------------------------------------
+
+def part_cosines(net: Any, reference: list[list[np.ndarray]], got: list[list[np.ndarray]]
+                 ) -> dict[str, float]:
+    """`{part: cosine}`, each the lowest over the samples (per sample, not pooled: a pooled
+    cosine is carried by the samples with the largest outputs and hides the one image a
+    network gets wrong). `reference`/`got`: the float and quantized outputs, per sample. The
+    parts are the network outputs; this is the one place that decides what a part is."""
+    names = [v.name or f"output{k}" for k, v in enumerate(net.outputs())]
+    out: dict[str, float] = {}
+    for fs, qs in zip(reference, got):
+        for k, (f, q) in enumerate(zip(fs, qs)):
+            name = names[k] if k < len(names) else f"output{k}"
+            c = cosine(np.asarray(q, np.float64), np.asarray(f, np.float64))
+            out[name] = min(out.get(name, 1.0), c)
+    return out
+
+
+def worst_part(parts: dict[str, float]) -> tuple[str, float]:
+    """(name, cosine) of the lowest part; ("", 1.0) without parts."""
+    return min(parts.items(), key=lambda kv: kv[1], default=("", 1.0))
 
 
 def probe_samples(samples: list[list[np.ndarray]]) -> list[list[np.ndarray]]:
@@ -85,11 +141,30 @@ def probe_samples(samples: list[list[np.ndarray]]) -> list[list[np.ndarray]]:
     return out
 
 
+class _Probe:
+    """The probe samples and the float network's outputs on them, computed once; measures a
+    quantized network's parts with one integer forward per sample."""
+
+    def __init__(self, float_net: Any, samples: list, runner: Any) -> None:
+        from ..runner import default_runner
+        from .calibrate import load_calibration, run_float
+
+        self.runner = runner or default_runner()
+        self.data = probe_samples(load_calibration(samples, float_net))
+        self.reference = run_float(float_net, self.data, lambda v, a: None, self.runner,
+                                   what="accuracy check, float")
+
+    def parts(self, quantized: Any) -> dict[str, float]:
+        from .calibrate import run_float
+
+        got = run_float(quantized, self.data, lambda v, a: None, self.runner,
+                        what="accuracy check, integer")
+        return part_cosines(quantized, self.reference, got)
+
+
 def outputs_cosine(float_net: Any, quantized: Any, samples: list, runner: Any = None) -> float:
-    """The lowest cosine between `quantized`'s and `float_net`'s outputs, over every output and
-    every one of `samples` (per sample, not pooled: a pooled cosine is carried by the samples
-    with the largest outputs and hides the one image a network gets wrong). Outputs only, no
-    per-layer capture: two forwards per sample."""
+    """The lowest part cosine of `quantized` against `float_net` over `samples` as given (no
+    probe variants added)."""
     from ..runner import default_runner
     from .calibrate import load_calibration, run_float
 
@@ -97,55 +172,196 @@ def outputs_cosine(float_net: Any, quantized: Any, samples: list, runner: Any = 
     data = load_calibration(samples, float_net)
     f = run_float(float_net, data, lambda v, a: None, runner, what="accuracy check, float")
     q = run_float(quantized, data, lambda v, a: None, runner, what="accuracy check, integer")
-    return min((cosine(np.asarray(qs[k], np.float64).ravel(),
-                       np.asarray(fs[k], np.float64).ravel())
-                for qs, fs in zip(q, f) for k in range(len(fs))), default=1.0)
+    return worst_part(part_cosines(quantized, f, q))[1]
 
 
-def raise_until(float_net: Any, quantized: Any, quantize: Callable[[dict[int, int]], Any],
-                samples: list, min_cosine: float, *, op_bits: dict | None = None,
-                runner: Any = None, max_rounds: int = 5) -> tuple[Any, MixedPrecision]:
-    """The quantized network (`quantized`, or one `quantize(op_bits)` made with more ops at 16
-    bits) whose outputs come closest to `float_net`'s, stopping as soon as the lowest output
-    cosine over the calibration samples and their variants (`probe_samples`) reaches
-    `aim(min_cosine)`; and what was chosen. `op_bits` are the user's own choices, kept in every
-    round. The caller should hold no other reference to `quantized`: a worse network is
-    dropped as soon as a better one exists."""
+# --- the search ------------------------------------------------------------------------------
+
+@dataclass
+class Attempt:
+    """One quantization the search measured: how many ops of the order it raised, the int16
+    MAC share that gave, and the cosine per part."""
+
+    raised: int
+    share: float
+    parts: dict[str, float]
+
+    @property
+    def worst(self) -> float:
+        return worst_part(self.parts)[1]
+
+
+@dataclass
+class MixedPrecision:
+    """What `choose_bits` measured and chose."""
+
+    min_cosine: float
+    max_int16: float
+    #: cosine per output part of the int8 network (with the user's own op_bits)
+    before: dict[str, float] = field(default_factory=dict)
+    #: cosine per part of the network kept (== before when nothing was raised)
+    after: dict[str, float] = field(default_factory=dict)
+    #: the ops the search raised ({op_id: 16}), beyond the user's op_bits; empty when int8 kept
+    op_bits: dict[int, int] = field(default_factory=dict)
+    #: their names (op id where unnamed), in order of sensitivity
+    names: list[str] = field(default_factory=list)
+    #: int16 share of the MACs before (user op_bits, 16-bit logits) and in the kept network
+    share_before: float = 0.0
+    share_after: float = 0.0
+    #: ops computing at 16 bits in the kept network, of all integer ops
+    int16_ops: int = 0
+    integer_ops: int = 0
+    attempts: list[Attempt] = field(default_factory=list)
+    #: a warning when the target was not reached within the cap (None: reached or not needed)
+    warning: str | None = None
+
+    @property
+    def reached(self) -> bool:
+        return worst_part(self.after)[1] >= self.min_cosine
+
+    def to_tag(self) -> dict:
+        """JSON-ready record for `tags["quantization"]["mixed_precision"]`."""
+        r6 = lambda d: {k: round(float(c), 6) for k, c in d.items()}  # noqa: E731
+        return {"min_cosine": self.min_cosine, "max_int16": self.max_int16,
+                "cosine_before": r6(self.before), "cosine_after": r6(self.after),
+                "worst_before": list(worst_part(self.before)),
+                "worst_after": list(worst_part(self.after)),
+                "reached": self.reached,
+                "op_bits": {str(k): v for k, v in self.op_bits.items()},
+                "raised": list(self.names),
+                "int16_mac_share_before": round(self.share_before, 6),
+                "int16_mac_share": round(self.share_after, 6),
+                "int16_ops": self.int16_ops, "integer_ops": self.integer_ops,
+                "cost": "int16 share of MACs (convolutions and matmuls), a proxy for the "
+                        "cycles the raise costs",
+                "attempts": [{"raised": a.raised, "int16_mac_share": round(a.share, 6),
+                              "worst": round(a.worst, 6)} for a in self.attempts],
+                "warning": self.warning}
+
+
+def _release() -> None:
+    """Give the memory of dropped networks back: a network is a graph of cycles (ops <->
+    values), so only the cycle collector frees one, and glibc keeps freed arrays below its
+    (self-raising) mmap threshold in the heap, resident, unless asked to trim."""
+    gc.collect()
+    try:
+        ctypes.CDLL(None).malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc
+        pass
+
+
+def _stage(text: str) -> Any:
+    from xrt.console import stage
+
+    return stage(f"mixed precision: {text}")
+
+
+def _capped_order(float_net: Any, ranked: list[Any], user: dict[int, int], max_int16: float
+                  ) -> tuple[list[Any], list[float]]:
+    """The ranked report rows that fit the cap, walked in order (an op whose raise would
+    carry the int16 share past `max_int16` is passed over), and the share after each."""
+    order: list[Any] = []
+    shares: list[float] = []
+    chosen = dict(user)
+    for row in ranked:
+        trial = {**chosen, row.op_id: 16}
+        share = int16_share(float_net, planned_int16(float_net, trial))
+        if share <= max_int16 + 1e-12:
+            chosen = trial
+            order.append(row)
+            shares.append(share)
+    return order, shares
+
+
+def _fewest(n: int, passes: Callable[[int], bool]) -> int | None:
+    """The smallest k in 1..n with `passes(k)`, assuming larger prefixes do no worse: k=1,
+    then n (None when even n fails), then doubling, then bisection."""
+    if n == 0:
+        return None
+    if passes(1):
+        return 1
+    if n == 1 or not passes(n):
+        return None
+    lo, hi, k = 1, n, 2
+    while k < hi:
+        if passes(k):
+            hi = k
+            break
+        lo, k = k, k * 2
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if passes(mid):
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
+def choose_bits(float_net: Any, quantized: Any, quantize: Callable[[dict], Any],
+                samples: list, min_cosine: float, *, max_int16: float = DEFAULT_MAX_INT16,
+                op_bits: dict | None = None, runner: Any = None) -> tuple[Any, MixedPrecision]:
+    """The network to keep and what was measured: `quantized` (the int8 network made with the
+    user's `op_bits`) when its worst part reaches `min_cosine` or when no raise within the cap
+    `max_int16` (share of MACs in int16) reaches it; otherwise `quantize(op_bits)` with the
+    fewest most sensitive ops raised that does. The caller should hold no other reference to
+    `quantized`: it is dropped as soon as a network reaching the target exists, so at most two
+    quantized networks are alive at once (a vgg19's are 0.35 GB each)."""
     from .calibrate import load_calibration
 
     data = load_calibration(samples, float_net)
-    sub = data[:REPORT_SAMPLES]
-    probe = probe_samples(data)
-    target = aim(min_cosine)
-    chosen: dict[Any, int] = dict(op_bits or {})
-    cos = outputs_cosine(float_net, quantized, probe, runner)
-    result = MixedPrecision(dict(chosen), [cos])
-    if cos >= target:
+    with _stage("measure the int8 network on the calibration samples and their variants"):
+        probe = _Probe(float_net, data, runner)
+        before = probe.parts(quantized)
+    user_ids = {int(k): 16 for k in quantized.tags["quantization"].get("op_bits", {})}
+    at16 = {int(k) for k in quantized.tags["quantization"].get("op_bits", {})}
+    share0 = int16_share(float_net, at16)
+    n_int = sum(1 for op in quantized.ops if op.is_quantized() and op.op_type != "Cast")
+    result = MixedPrecision(min_cosine, max_int16, before, dict(before), share_before=share0,
+                            share_after=share0, int16_ops=len(at16), integer_ops=n_int)
+    if worst_part(before)[1] >= min_cosine:
         return quantized, result
-    rep = accuracy_report(float_net, quantized, sub, runner)
-    # at most two quantized networks alive at once (the best so far and the one being made):
-    # a vgg19's are 0.35 GB each
-    best, best_cos = quantized, cos
+    with _stage("per-layer sensitivity (each int8 op alone on float inputs)"):
+        rep = accuracy_report(float_net, quantized, data[:REPORT_SAMPLES], runner)
+        ranked = rep.raisable(skip=user_ids)
+    order, shares = _capped_order(float_net, ranked, {int(k): 16 for k in user_ids},
+                                  max_int16)
+    base = {k: v for k, v in (op_bits or {}).items()}
+    best: dict[str, Any] = {"k": None, "net": None}
+    kept = [quantized]
     del quantized
-    _release()
-    n = max(2, len(rep.raisable()) // 32)
-    for k in range(max_rounds + 1):
-        if best_cos >= target:
-            break
-        # the last round raises whatever is left
-        cands = rep.raisable(skip=chosen)[:n if k < max_rounds else None]
-        if not cands:
-            break
-        chosen.update({r.op_id: 16 for r in cands})
-        q = quantize(dict(chosen))
-        if k < max_rounds:
-            rep = accuracy_report(float_net, q, sub, runner)
-        cos = outputs_cosine(float_net, q, probe, runner)
-        result.cosines.append(cos)
-        log.info("mixed precision: %d ops at 16 bits, output cosine %.4f", len(chosen), cos)
-        if cos > best_cos:
-            best, best_cos, result.op_bits = q, cos, dict(chosen)
+
+    def passes(k: int) -> bool:
+        raise_ids = {r.op_id: 16 for r in order[:k]}
+        with _stage(f"{k} op{'s' if k > 1 else ''} in int16 ({shares[k - 1]:.1%} of MACs)"):
+            q = quantize({**base, **raise_ids})
+            parts = probe.parts(q)
+        result.attempts.append(Attempt(k, shares[k - 1], parts))
+        ok = worst_part(parts)[1] >= min_cosine
+        log.info("mixed precision: %d ops raised, worst part %s %.4f", k, *worst_part(parts))
+        if ok and (best["k"] is None or k < best["k"]):
+            best.update(k=k, net=q, parts=parts)
+            kept.clear()  # the int8 network is no longer the fallback
         del q
         _release()
-        n *= 2
-    return best, result
+        return ok
+
+    k = _fewest(len(order), passes)
+    if k is None:
+        name, cos = worst_part(before)
+        capped = max(result.attempts, key=lambda a: a.raised, default=None)
+        reach = (f"raising the {capped.raised} most sensitive ops the cap allows "
+                 f"({capped.share:.1%} of MACs) reaches {capped.worst:.4f}"
+                 if capped else "no op fits the cap")
+        result.warning = (f"int8 part '{name}' has cosine {cos:.4f} < --min-cosine "
+                          f"{min_cosine}, and {reach}: the int8 network is kept (raise "
+                          f"--max-int16, now {max_int16:.0%}, to allow more int16)")
+        return kept[0], result
+    chosen = order[:k]
+    result.op_bits = {r.op_id: 16 for r in chosen}
+    result.names = [r.name or str(r.op_id) for r in chosen]
+    result.after = best["parts"]
+    net = best["net"]
+    at16 = {int(o) for o in net.tags["quantization"].get("op_bits", {})}
+    result.share_after = int16_share(float_net, at16)
+    result.int16_ops = len(at16)
+    return net, result

@@ -485,24 +485,3 @@ def test_probe_samples_vary_image_inputs_only():
     np.testing.assert_array_equal(probe[5][0], np.roll(img, 2, -1))
     assert all(p[1] is vec for p in probe)
     assert len(probe_samples([[vec]] * 3)) == 3  # nothing to vary
-
-
-def test_mixed_precision_ends_with_every_layer_raised_when_the_rounds_fall_short(tiny):
-    """No round left (max_rounds=0) and an aim the 8-bit network misses: the last round raises
-    every layer still computing at 8 bits."""
-    from xcompile.quant.mixed import raise_until
-
-    net, cal = tiny
-    opt = optimize(net)
-
-    def quantize(op_bits):
-        return quantize_network(opt, cal[:2], bits=8, method="minmax",
-                                weight_rounding="nearest", op_bits=op_bits)
-
-    q8 = quantize(None)
-    best, mp = raise_until(opt, q8, quantize, cal[:2], 0.999999, max_rounds=0)
-    assert len(mp.cosines) == 2 and mp.cosines[1] > mp.cosines[0]
-    computing = [op for op in best.ops if op.op_type not in ("Input", "Output", "Cast")
-                 and any(v.dtype.is_quantized() for v in op.feature_inputs())]
-    assert computing and all(v.dtype.numpy_dtype == np.int16 for op in computing
-                             for v in op.feature_inputs())

@@ -1,0 +1,208 @@
+"""Automatic mixed precision (`xcompile.quant.mixed`, docs/quantization.md section 10): the
+threshold printed is the one compared, the fewest sensitive layers are raised, the int16 cap
+holds, and a cap that cannot reach the target is said and keeps int8. Small ONNX networks
+written with onnx.helper, as exporters write them."""
+
+from __future__ import annotations
+
+import logging
+import os
+from types import SimpleNamespace
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from xcompile.frontend import import_onnx
+from xcompile.passes import optimize
+from xcompile.pipeline import DEFAULTS, compile_model, file_stem
+from xcompile.quant.mixed import (
+    MixedPrecisionError,
+    _capped_order,
+    _fewest,
+    choose_bits,
+    int16_share,
+    parse_share,
+    planned_int16,
+    worst_part,
+)
+from xcompile.quant.quantize import quantize_network
+from xrt.cli import main
+
+SHAPE = (1, 3, 16, 16)
+
+
+def _three_convs(rng: np.random.Generator, outlier: float, name: str = "three convs"
+                 ) -> onnx.ModelProto:
+    """conv_a -> relu -> conv_b -> relu -> conv_c (1x1). With `outlier` > 1, conv_b writes one
+    channel `outlier` times larger than the rest, a channel conv_c does not read: one int8
+    scale for conv_b's output rounds the channels conv_c reads to nothing, so conv_c (3.9% of
+    the MACs) is the one sensitive layer, and raising it (its input in int16) repairs it."""
+    wa = rng.normal(0, 0.3, (8, 3, 3, 3)).astype(np.float32)
+    wb = rng.normal(0, 0.3, (8, 8, 3, 3)).astype(np.float32)
+    wb[0] *= outlier
+    wc = rng.normal(0, 0.3, (4, 8, 1, 1)).astype(np.float32)
+    if outlier > 1:
+        wc[:, 0] = 0.0
+    inits = [numpy_helper.from_array(a, n) for a, n in ((wa, "wa"), (wb, "wb"), (wc, "wc"))]
+    nodes = [helper.make_node("Conv", ["x", "wa"], ["a"], pads=[1] * 4, name="conv_a"),
+             helper.make_node("Relu", ["a"], ["ar"], name="relu_a"),
+             helper.make_node("Conv", ["ar", "wb"], ["b"], pads=[1] * 4, name="conv_b"),
+             helper.make_node("Relu", ["b"], ["br"], name="relu_b"),
+             helper.make_node("Conv", ["br", "wc"], ["y"], name="conv_c")]
+    graph = helper.make_graph(
+        nodes, name, [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(SHAPE))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 16, 16])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _setup(tmp_path, outlier: float, name: str = "three convs"):
+    rng = np.random.default_rng(0)
+    path = tmp_path / "net.onnx"
+    onnx.save(_three_convs(rng, outlier, name), str(path))
+    opt = optimize(import_onnx(str(path)))
+    cal = [[rng.normal(0, 1, SHAPE).astype(np.float32)] for _ in range(3)]
+
+    def quantize(op_bits):
+        return quantize_network(opt, cal, bits=8, method="minmax", weight_rounding="nearest",
+                                op_bits=op_bits)
+
+    return path, opt, cal, quantize
+
+
+def _cal_dir(tmp_path, cal) -> str:
+    d = tmp_path / "cal"
+    d.mkdir()
+    for k, (x,) in enumerate(cal):
+        np.save(d / f"{k}.npy", x)
+    return str(d)
+
+
+@pytest.fixture(autouse=True)
+def _quiet(monkeypatch):
+    monkeypatch.setenv("XRT_PROGRESS", "0")
+
+
+def test_the_fewest_sensitive_layers_are_raised_and_the_quantizer_agrees(tmp_path):
+    _, opt, cal, quantize = _setup(tmp_path, outlier=1000.0)
+    best, mp = choose_bits(opt, quantize(None), quantize, cal, 0.99)
+    assert worst_part(mp.before)[1] < 0.5  # the int8 network has collapsed ...
+    assert mp.names == ["conv_c"] and mp.reached  # ... one layer repairs it
+    assert worst_part(mp.after)[1] >= 0.99
+    at16 = {int(k) for k in best.tags["quantization"]["op_bits"]}
+    assert at16 == planned_int16(opt, mp.op_bits)  # the share is counted as quantized
+    assert mp.share_after == pytest.approx(int16_share(opt, at16)) and 0 < mp.share_after <= 0.1
+    assert [a.raised for a in mp.attempts] == [1]
+    tag = mp.to_tag()
+    assert tag["raised"] == ["conv_c"] and tag["cosine_after"]["y"] >= 0.99
+    assert tag["warning"] is None
+
+
+def test_a_cap_that_cannot_reach_the_target_warns_and_keeps_int8(tmp_path):
+    _, opt, cal, quantize = _setup(tmp_path, outlier=1000.0)
+    best, mp = choose_bits(opt, quantize(None), quantize, cal, 0.99, max_int16=0.01)
+    assert not mp.reached and mp.op_bits == {}
+    assert all(a.share <= 0.01 for a in mp.attempts)  # conv_c (3.9%) does not fit in 1%
+    assert best.tags["quantization"]["op_bits"] == {}  # int8 kept
+    name, cos = worst_part(mp.before)
+    assert f"'{name}'" in mp.warning and f"{cos:.4f}" in mp.warning and "1%" in mp.warning
+    # a cap that fits the layer but a target beyond reach: the capped raise is tried, int8 kept
+    best, mp = choose_bits(opt, quantize(None), quantize, cal, 0.999999999, max_int16=0.05)
+    assert not mp.reached and best.tags["quantization"]["op_bits"] == {}
+    assert mp.attempts and all(a.share <= 0.05 for a in mp.attempts)
+    assert "reaches" in mp.warning
+
+
+def test_the_cap_passes_over_layers_whose_raise_would_exceed_it(tmp_path):
+    _, opt, _, _ = _setup(tmp_path, outlier=1.0)
+    ids = {op.name: op.op_id for op in opt.ops if op.op_type == "Conv2d"}
+    rows = [SimpleNamespace(op_id=ids[n]) for n in ("conv_b", "conv_c", "conv_a")]
+    order, shares = _capped_order(opt, rows, {}, 0.31)
+    # conv_b alone is 70% of the MACs: passed over; conv_c (3.9%) and conv_a (26%) would make
+    # 30.1% together (conv_a's input is the network input, conv_b stays 8-bit)
+    assert [r.op_id for r in order] == [ids["conv_c"], ids["conv_a"]]
+    assert shares == sorted(shares) and shares[-1] <= 0.31
+    order, _ = _capped_order(opt, rows, {}, 1.0)
+    assert len(order) == 3
+
+
+def test_fewest_prefix_search_tries_few_and_finds_the_smallest():
+    for need in range(1, 21):
+        tried = []
+
+        def passes(k, need=need, tried=tried):
+            tried.append(k)
+            return k >= need
+
+        assert _fewest(20, passes) == need
+        assert len(tried) <= 2 + 2 * 5  # 1, n, doubling, bisection
+    tried = []
+    assert _fewest(20, lambda k: tried.append(k) or False) is None
+    assert tried == [1, 20]  # the whole capped order failing ends the search
+    assert _fewest(0, lambda k: True) is None
+
+
+def test_the_printed_threshold_is_the_one_compared(tmp_path, capsys):
+    """An int8 network a hair above --min-cosine is kept as it is (no stricter hidden aim); a
+    hair below, layers are raised; the compile prints the threshold it compared."""
+    path, opt, cal, quantize = _setup(tmp_path, outlier=1.0)
+    _, mp = choose_bits(opt, quantize(None), quantize, cal, 0.5)
+    cos = worst_part(mp.before)[1]
+    assert 0.99 < cos < 1.0
+    _, kept = choose_bits(opt, quantize(None), quantize, cal, cos - 1e-9)
+    assert kept.op_bits == {} and kept.attempts == []
+    _, raised = choose_bits(opt, quantize(None), quantize, cal, cos + 1e-9, max_int16=1.0)
+    assert raised.attempts and raised.attempts[0].raised == 1
+    calib = _cal_dir(tmp_path, cal)
+    thr = round(cos - 1e-4, 6)
+    assert main(["compile", str(path), "--calib", calib, "-o", str(tmp_path / "o"),
+                 "--method", "minmax", "--min-cosine", str(thr)]) == 0
+    out = capsys.readouterr().out
+    assert f"--min-cosine {thr}," in out and "target met, nothing raised" in out
+    assert "part y: cosine" in out
+
+
+def test_compile_warns_naming_the_worst_part_and_records_it(tmp_path, caplog, capsys):
+    path, _, cal, _ = _setup(tmp_path, outlier=1000.0, name="Model from PaddlePaddle.")
+    calib = _cal_dir(tmp_path, cal)
+    with caplog.at_level(logging.WARNING, logger="xcompile.pipeline"):
+        assert main(["compile", str(path), "--calib", calib, "-o", str(tmp_path / "o"),
+                     "--method", "minmax", "--max-int16", "1%"]) == 0
+    warn = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert warn and "part 'y' has cosine" in warn[0] and "int8 network is kept" in warn[0]
+    assert "int8 kept" in capsys.readouterr().out
+    # the graph's name, spaces and all, gives safe file names
+    files = sorted(os.listdir(tmp_path / "o"))
+    assert "Model_from_PaddlePaddle_quantized.json" in files
+    assert all(" " not in f for f in files)
+    # with room for the sensitive layer the compile raises it and prints which
+    assert main(["compile", str(path), "--calib", calib, "-o", str(tmp_path / "p"),
+                 "--method", "minmax"]) == 0
+    out = capsys.readouterr().out
+    assert "1 layer raised to int16" in out and "int16 layers: conv_c" in out
+    assert "of MACs" in out
+
+
+@pytest.mark.parametrize("name,stem", [("Model from PaddlePaddle.", "Model_from_PaddlePaddle"),
+                                       ("../../etc/passwd", "etc_passwd"),
+                                       ("a/b\\c:d", "a_b_c_d"), ("...", "network"),
+                                       ("yolov5s", "yolov5s"), ("net-1_x", "net-1_x")])
+def test_file_stem_is_safe(name, stem):
+    assert file_stem(name) == stem
+
+
+@pytest.mark.parametrize("spec,share", [("10%", 0.1), ("0.25", 0.25), (0.5, 0.5), ("100%", 1.0),
+                                        ("0", 0.0)])
+def test_max_int16_accepts_a_percentage_or_a_fraction(spec, share):
+    assert parse_share(spec) == pytest.approx(share)
+
+
+@pytest.mark.parametrize("spec", ["10", "150%", "-1%", "lots", "nan"])
+def test_max_int16_refuses_what_is_no_share(spec, tmp_path, capsys):
+    with pytest.raises(MixedPrecisionError, match="--max-int16"):
+        parse_share(spec)
+    with pytest.raises(MixedPrecisionError):
+        compile_model(dict(DEFAULTS, model="tiny_cnn", output=str(tmp_path / "o"),
+                           max_int16=spec))
+    assert not (tmp_path / "o").exists()
