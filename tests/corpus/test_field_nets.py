@@ -29,16 +29,22 @@ WHERE = {
     "torch_melspec": ({"Conv2d", "Matmul"}, set()),
     "keras_audio_cnn": ({"Conv2d"}, set()),
     "onnx_vad_if_loop": ({"Conv2d"}, {"OnnxGraph"}),
+    "onnx_vad_loop_scan": ({"Conv2d"}, {"OnnxGraph"}),
     "torch_unet": ({"Conv2d", "ConvTranspose2d", "Concat", "MaxPool2d"}, set()),
     "torch_espcn_sr": ({"Conv2d", "Tanh"}, set()),
     "torch_vit_tiny_block": ({"Conv2d", "Matmul", "Softmax", "LayerNorm", "Gelu"}, set()),
     "torch_efficientnet_swish_se": ({"Conv2d", "Silu", "Sigmoid", "Multiply", "Add",
                                      "AvgPool2d"}, set()),
 }
-#: ops that never stay on the host in any of these networks
-NEVER_HOST = {"Conv2d", "ConvTranspose2d", "Silu", "Sigmoid", "Tanh", "Gelu", "LayerNorm"}
+#: ops that never stay on the host in any of these networks (a LayerNorm or Softmax may: where
+#: a float op reads it, docs/quantization.md "What stays float")
+NEVER_HOST = {"Conv2d", "ConvTranspose2d", "Silu", "Sigmoid", "Tanh", "Gelu"}
 #: cases that cannot pass yet, with the precise reason (strict: they must fail)
-XFAIL: dict[str, str] = {}
+XFAIL: dict[str, str] = {
+    "keras_audio_cnn": "accuracy: int8 output cosine 0.928 (x*x then Sqrt: small magnitudes "
+                       "round to 0); automatic mixed precision reaches 0.945 with the 9 ops "
+                       "its 10% MAC cap allows and keeps int8; all-int16 measures 0.9999",
+}
 
 
 def compile_field(name: str, target: str, tmp_path: Path, model=None) -> dict:
@@ -112,18 +118,44 @@ def test_field_network_runs_on_the_chip(name, target, tmp_path):
     check_on_chip(name, target, built, x, want, *WHERE[name])
 
 
+@pytest.mark.parametrize("symmetric", [True, False], ids=["int8", "uint8_zero_points"])
 @pytest.mark.parametrize("target", sorted(CHIPS))
-def test_pre_quantized_qdq_model_runs_on_the_chip(target, tmp_path):
-    """A QDQ model made by onnxruntime's quantize_static (int8, symmetric, per-channel) from
-    the EfficientNet block: it imports, its pairs are removed and their scales kept, and it
-    runs bit-exactly on the chip within 0.99 of onnxruntime's run of the QDQ model."""
+def test_pre_quantized_qdq_model_runs_on_the_chip(target, symmetric, tmp_path):
+    """A QDQ model made by onnxruntime's quantize_static (per-channel int8 weights; int8
+    symmetric activations, or onnxruntime's default uint8 with zero points) from the
+    EfficientNet block: it imports, its pairs are removed and their ranges kept, and it runs
+    bit-exactly on the chip within 0.99 of onnxruntime's run of the QDQ model."""
     import onnxruntime as ort
 
     name = "torch_efficientnet_swish_se"
     fn = FIELD_NETS[name]
-    qdq = qdq_model(fn.build(np.random.default_rng(7)), fn.inputs(4, 0))
+    qdq = qdq_model(fn.build(np.random.default_rng(7)), fn.inputs(4, 0), symmetric=symmetric)
     built = compile_field(name, target, tmp_path, model=qdq)
     x = fn.inputs(1, 5)[0]
     want = ort.InferenceSession(str(built["path"]), providers=["CPUExecutionProvider"]).run(
         None, {"x": x})[0]
     check_on_chip(name, target, built, x, want, *WHERE[name])
+    # the author's activation ranges on the compiled values: 8-bit values carry the author's
+    # scale (symmetric pairs, to float64 round-off) or the pair's whole range [lo, hi] at zero
+    # point 0 (uint8 pairs); 16-bit ones the same range at a finer step
+    from onnx import numpy_helper
+
+    inits = {i.name: numpy_helper.to_array(i) for i in qdq.graph.initializer}
+    authors = {}
+    for n in qdq.graph.node:
+        if n.op_type == "QuantizeLinear":
+            sc, zp = float(inits[n.input[1]]), inits[n.input[2]]
+            info = np.iinfo(zp.dtype)
+            zp = int(zp)
+            authors[n.input[0]] = sc * info.max if zp == 0 and info.min < 0 else \
+                max(abs(info.min - zp), abs(info.max - zp)) * sc
+    checked = 0
+    for op in load_stage(built["written"]["quantized"]).ops:
+        for v in op.outputs:
+            if v.name in authors and v.dtype.is_quantized() and op.op_type != "Cast":
+                el = v.dtype.element_dtype
+                qmax = 127 if el.storage.bits == 8 else 32767
+                assert float(el.scale[0]) * qmax == pytest.approx(authors[v.name], rel=1e-9), \
+                    v.name
+                checked += 1
+    assert checked >= 10

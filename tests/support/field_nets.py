@@ -328,9 +328,19 @@ def audio_cnn(rng):
 def vad(rng):
     """A voice-activity detector with control flow (opset 13): an `If` on `Equal` of the
     input's length picks the front end (a strided Conv1d holding branch), and a `Loop` over
-    the frames accumulates a smoothed energy (s = 0.8 s + 0.2 energy[i], every step's state a
-    scan output), which gates a Linear of the features; a Sigmoid gives a speech probability
-    per frame."""
+    the frames accumulates a smoothed energy (s = 0.8 s + 0.2 energy[i]) whose square root
+    gates a Linear of the features; a Sigmoid gives a speech probability per feature."""
+    return _vad(rng, scan=False)
+
+
+@_net("onnx_vad_loop_scan", (1, 1, 512), "audio")
+def vad_scan(rng):
+    """The same detector whose `Loop` also emits every step's state as a scan output (8, 1):
+    one probability per frame."""
+    return _vad(rng, scan=True)
+
+
+def _vad(rng, scan: bool):
     from onnx import TensorProto, helper
 
     g = Builder(rng)
@@ -364,14 +374,15 @@ def vad(rng):
         helper.make_node("Mul", ["s_in", "k_s"], ["a"]),
         helper.make_node("Mul", ["e_i", "k_e"], ["b"]),
         helper.make_node("Add", ["a", "b"], ["s_out"]),
-        helper.make_node("Identity", ["s_out"], ["s_scan"]),
-    ]
+    ] + ([helper.make_node("Identity", ["s_out"], ["s_scan"])] if scan else [])
     body_out = [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
-                helper.make_tensor_value_info("s_out", TensorProto.FLOAT, [1]),
-                helper.make_tensor_value_info("s_scan", TensorProto.FLOAT, [1])]
+                helper.make_tensor_value_info("s_out", TensorProto.FLOAT, [1])]
+    if scan:
+        body_out.append(helper.make_tensor_value_info("s_scan", TensorProto.FLOAT, [1]))
     body = helper.make_graph(body_nodes, "accumulate", body_in, body_out)
-    _, states = g.op("Loop", [g.ints(8), "", g.const(np.zeros(1))], n_out=2, body=body)
-    level = g.op("Reshape", [g.op("Sqrt", [states]), g.ints([1, 8])])           # (1, 8)
+    loop = g.op("Loop", [g.ints(8), "", g.const(np.zeros(1))], n_out=1 + scan, body=body)
+    states = loop[1] if scan else loop                                           # (8, 1) / (1,)
+    level = g.op("Reshape", [g.op("Sqrt", [states]), g.ints([1, 8 if scan else 1])])
     proj = g.op("Gemm", [feat, g.const(rng.normal(0, 2.0, (8, 8))),
                          g.const(rng.normal(0, 0.1, 8))], transB=1)             # (1, 8)
     y = g.op("Sub", [g.op("Mul", [proj, g.op("Mul", [level, g.const(np.array(40.0))])]),
