@@ -45,15 +45,15 @@ class Compiled:
 
 
 def compile_onnx(model: Any, shape: tuple[int, ...], target: str, bits: int = 8,
-                 seed: int = 0, calib: int = 3) -> Compiled:
-    """Import (input "x" fixed to `shape`), optimize, quantize (minmax on `calib` random
+                 seed: int = 0, calib: int = 3, input_name: str = "x") -> Compiled:
+    """Import (input `input_name` fixed to `shape`), optimize, quantize (minmax on `calib` random
     samples, nearest weight rounding), adapt and lower `model` for `target`."""
     from xcompile.frontend import import_onnx
     from xcompile.passes import optimize
     from xcompile.quant.quantize import quantize_network
     from xrt import plugins
 
-    net = optimize(import_onnx(model, {"x": list(shape)}, name="net"))
+    net = optimize(import_onnx(model, {input_name: list(shape)}, name="net"))
     rng = np.random.default_rng(seed)
     samples = [[rng.normal(0, 1, shape).astype(np.float32)] for _ in range(calib)]
     q = quantize_network(net, samples, bits=bits, method="minmax", weight_rounding="nearest")
@@ -108,3 +108,44 @@ def assert_bit_exact(c: Compiled, xs: list[np.ndarray]) -> list[np.ndarray]:
         assert g.shape == w.shape and g.dtype == w.dtype
         assert g.tobytes() == w.tobytes(), f"max |diff| {np.abs(g - w).max()}"
     return got
+
+
+def check_quantized(net: Any, target: str, seed: int = 0) -> Any:
+    """Lower a quantized network built directly (its inputs already integer) for `target`,
+    run it on the chip and on the HostBackend with random codes, assert every output
+    bit-identical; return the lowered network."""
+    from host_backend import HostBackend
+    from xrt import Device, HostDevice, plugins
+
+    rng = np.random.default_rng(seed)
+    xs = []
+    for v in net.inputs():
+        info = np.iinfo(v.dtype.numpy_dtype)
+        xs.append(rng.integers(info.min, info.max + 1, size=v.shape).astype(v.dtype.numpy_dtype))
+    want = forward(net, [HostBackend], [HostDevice.Default()], xs)[0]
+    lowered = plugins.target(target)(net)
+    name, url = CHIPS[target]
+    npu = plugins.backend_class(name)
+    dev = Device.Open(url)
+    try:
+        got, bound = forward(lowered, [npu, HostBackend], [dev, HostDevice.Default()], xs)
+    finally:
+        dev.close()
+    assert all(isinstance(bound[op.op_id], npu) for op in lowered.ops if op.op_type == "HardOp")
+    for g, w in zip(got, want):
+        assert g.shape == w.shape and g.dtype == w.dtype
+        assert g.tobytes() == w.tobytes(), f"max |diff| {np.abs(g.astype(int) - w).max()}"
+    return lowered
+
+
+def hard_kinds(lowered: Any, origin_type: str, source: Any) -> list[list[str]]:
+    """The layer kinds of every HardOp of `lowered` holding an op of `origin_type` (op types
+    read from `source`, the network that was lowered)."""
+    types = {op.op_id: op.op_type for op in source.ops}
+    return [op.device_info["kinds"] for op in lowered.ops if op.op_type == "HardOp"
+            and any(types.get(i) == origin_type for i in op.origin_ops_id)]
+
+
+def host_types(lowered: Any, target: str) -> set[str]:
+    """Op types the lowering left on the host (Input / Output aside)."""
+    return {lowered.getOpById(int(k)).op_type for k in lowered.tags[target]["host_ops"]}

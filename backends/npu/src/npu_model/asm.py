@@ -255,6 +255,8 @@ class Copy:
     out: FMap
     tag: int = 0
     out_step: int = 1
+    #: output axis k (h, w, c) runs along input axis ``perm[k]`` (COPY PERMUTE: a Transpose)
+    perm: tuple[int, int, int] = (0, 1, 2)
 
 
 @dataclass
@@ -483,6 +485,16 @@ def _emit_resize(L: Resize, cfg: NpuConfig) -> list[int]:
 def _emit_copy(L: Copy, cfg: NpuConfig) -> list[int]:
     i, o = L.inp.resolved(cfg), L.out.resolved(cfg)
     _check_same_dtype(i, o)
+    perm = tuple(int(a) for a in L.perm)
+    if perm != (0, 1, 2):
+        ishape = (i.h, i.w, i.c)
+        if sorted(perm) != [0, 1, 2] or L.out_step != 1 or \
+                tuple(ishape[a] for a in perm) != (o.h, o.w, o.c):
+            raise ValueError(f"copy permute {perm}: {ishape} -> {(o.h, o.w, o.c)}")
+        return _fmap_words(i, "in") + _fmap_words(o, "out") + \
+            _tile_words(cfg, o, o, 1, 1, 1) + \
+            [set_word(F.PERM, a0=perm[0], a1=perm[1], a2=perm[2]),
+             run_word(Op.COPY, CopyMode.PERMUTE)]
     step = int(L.out_step)
     if step < 1 or (i.h, i.w, (i.c - 1) * step + 1) != (o.h, o.w, o.c):
         raise ValueError("copy in and out shapes differ")

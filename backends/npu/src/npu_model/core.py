@@ -455,6 +455,19 @@ class Icore:
             elif compute:
                 self._rec.call(vector.upsample_nearest, x.arr, x.rs, x.pitch, x.coff, y.arr, y.rs,
                                y.pitch, y.coff, y.h, y.w, y.c, sh, sw)
+        elif op == Op.COPY and mode == CopyMode.PERMUTE:
+            pm = unpack_payload(F.PERM, d.get(F.PERM, 0))
+            perm = (pm["a0"], pm["a1"], pm["a2"])
+            xs = (x.h, x.w, x.c)
+            if sorted(perm) != [0, 1, 2] or tuple(xs[a] for a in perm) != (y.h, y.w, y.c) or \
+                    x.dtype != y.dtype:
+                raise NpuFault(f"COPY PERMUTE {perm}: {xs} -> {(y.h, y.w, y.c)} or dtypes differ")
+            # modelled as a copy of the same bytes (the output's rows; docs/zg330-hardware-model)
+            lv[cy.L_KIND] = cy.K_COPY
+            lv[cy.L_IN_H], lv[cy.L_IN_W], lv[cy.L_IN_C] = y.h, y.w, y.c
+            if compute:
+                self._rec.call(vector.permute, x.arr, x.rs, x.pitch, x.coff, x.h, x.w, x.c,
+                               y.arr, y.rs, y.pitch, y.coff, perm[0], perm[1], perm[2])
         elif op == Op.COPY:
             if mode not in (CopyMode.DENSE, CopyMode.STRIDED_OUT):
                 raise NpuFault(f"COPY mode {mode} unknown")

@@ -87,6 +87,9 @@ class NormMode(IntEnum):
 class CopyMode(IntEnum):
     DENSE = 0  #: ``y = x`` between layouts
     STRIDED_OUT = 1  #: input channel k goes to output channel ``k * CSTEP`` (channel shuffle)
+    #: the DMA's axis permutation: output axis k runs along input axis ``PERM.a<k>``
+    #: (``y[i0, i1, i2] = x[j]`` with ``j[a_k] = i_k``): Transpose of a feature map
+    PERMUTE = 2
 
 
 class PoolMode(IntEnum):
@@ -124,6 +127,7 @@ class F(IntEnum):
     ELTW_KB = 0x1D
     CSTEP = 0x1E
     PRM_LEN = 0x1F
+    PERM = 0x20
 
 
 @dataclass(frozen=True)
@@ -165,6 +169,7 @@ FIELDS: dict[F, tuple[Sub, ...]] = {
     F.TILE: (Sub("rows", 0, 16), Sub("oc_blocks", 16, 16)),
     F.CSTEP: (Sub("out", 0, 16),),
     F.PRM_LEN: (Sub("value", 0, 48),),
+    F.PERM: (Sub("a0", 0, 2), Sub("a1", 2, 2), Sub("a2", 4, 2)),
 }
 
 

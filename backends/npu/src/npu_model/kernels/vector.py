@@ -260,3 +260,18 @@ def copy(x, xrs, xpitch, xcoff, y, yrs, ypitch, ycoff, h_n, w_n, c_n, step):
                 for c in range(c_n):
                     ys[c * step] = xs[c]
     return y
+
+
+def permute(x, xrs, xpitch, xcoff, xh, xw, xc, y, yrs, ypitch, ycoff, a0, a1, a2):
+    """COPY PERMUTE: ``y[i0, i1, i2] = x[j]`` with ``j[a_k] = i_k`` (a Transpose of the
+    ``xh x xw x xc`` map), both maps in their own layouts. One strided numpy assignment: the
+    DMA's 3-D descriptor, no per-element Python loop."""
+    from numpy.lib.stride_tricks import as_strided
+
+    e = x.itemsize
+    xv = as_strided(x[xcoff:], (xh, xw, xc), (xrs * e, xpitch * e, e), writeable=False)
+    src = xv.transpose(a0, a1, a2)
+    ye = y.itemsize
+    yv = as_strided(y[ycoff:], src.shape, (yrs * ye, ypitch * ye, ye))
+    yv[...] = src
+    return y

@@ -32,7 +32,8 @@ from xir.values import Value
 from .common import items, map3, npu_dtype, scale_of
 
 #: ops that never compute: they become channel offsets / aliases, or a COPY when they cannot
-ALIAS_OPS = frozenset({"Concat", "Split", "Reshape", "AlignAxis", "PruneAxis"})
+ALIAS_OPS = frozenset({"Concat", "Split", "Reshape", "Squeeze", "Unsqueeze", "AlignAxis",
+                       "PruneAxis"})
 #: Add/Sub common-shift rule of docs/quantization.md section 9
 
 Resolver = Any  # lower._Resolver: .fmap(value) -> asm.FMap, .const(index) -> logical address
@@ -58,6 +59,8 @@ class OpLowering:
     macs: int = 0
     scratch: list[Any] = field(default_factory=list)
     fold: bool = False
+    #: the scratch maps are dense (pitch = channels): their bytes are the elements in order
+    dense_scratch: bool = False
 
     @property
     def kinds(self) -> list[str]:

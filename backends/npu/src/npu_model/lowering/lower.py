@@ -45,6 +45,7 @@ from .common import (
     npu_dtype,
 )
 from .layers import ALIAS_OPS, EDGE_REASON, RULES, NotLowerable, OpLowering, alias_ok
+from .moves import MOVE_RULES
 
 log = logging.getLogger(__name__)
 
@@ -144,25 +145,35 @@ class _Lowering:
 
     # --- 1. selection -------------------------------------------------------------------
     def select(self) -> None:
+        moves: dict[int, OpLowering | None] = {}  # data movement: on the NPU next to NPU ops
         for op in self.net.ops:
+            if not op.is_quantized():
+                continue
+            if op.op_type in ALIAS_OPS and alias_ok(op):
+                moves[op.op_id] = None
+                continue
             rule = RULES.get(op.op_type)
-            if rule is None or not op.is_quantized():
+            move = MOVE_RULES.get(op.op_type)
+            if rule is None and move is None:
                 continue
             try:
-                self.npu_ops[op.op_id] = rule(op, self.cfg)
+                if rule is not None:
+                    self.npu_ops[op.op_id] = rule(op, self.cfg)
+                else:
+                    moves[op.op_id] = move(op, self.cfg)
             except NotLowerable as exc:
                 self.why_host[op.op_id] = str(exc)
         changed = True
         while changed:
             changed = False
             for op in self.net.ops:
-                if op.op_id in self.npu_ops or op.op_type not in ALIAS_OPS or not alias_ok(op):
+                if op.op_id in self.npu_ops or op.op_id not in moves:
                     continue
                 near = any(v.producer is not None and v.producer.op_id in self.npu_ops
                            for v in op.feature_inputs()) or \
                     any(c.op_id in self.npu_ops for v in op.outputs for c in v.consumers)
                 if near:
-                    self.npu_ops[op.op_id] = None
+                    self.npu_ops[op.op_id] = moves[op.op_id]
                     changed = True
 
     def host_reason(self, op: Any) -> str:
@@ -174,8 +185,8 @@ class _Lowering:
         if not op.is_quantized():
             return ("float op: kept float by the quantizer (no integer form, or probabilities "
                     "leaving the network), computes in float32 on the host")
-        if op.op_type in ALIAS_OPS:
-            return "moves codes between host ops (an NPU alias only next to NPU ops)"
+        if op.op_type in ALIAS_OPS or op.op_type in MOVE_RULES:
+            return "moves codes between host ops (on the NPU only next to NPU ops)"
         return f"no {self.target.name} lowering for {op.op_type}"
 
     def on_npu(self, op) -> bool:
@@ -231,7 +242,7 @@ class _Lowering:
                 spec = _HardSpec([op], [low], list(op.feature_inputs()), list(op.outputs))
                 for v in low.scratch:  # maps inside the op: fresh ids, their own buffers
                     v.v_id = self.net.newVId()
-                    self._scratch(spec, v)
+                    self._scratch(spec, v, dense=low.dense_scratch)
                 y = op.outputs[0]
                 nxt = self._fusable_lut(op)
                 if nxt is not None:
@@ -248,9 +259,9 @@ class _Lowering:
             seq.append(self._plan_alias(op))
         return seq
 
-    def _scratch(self, spec: _HardSpec, v: Value) -> None:
+    def _scratch(self, spec: _HardSpec, v: Value, dense: bool = False) -> None:
         """`v` lives only inside `spec`'s HardOp: an FTMP slot of its own."""
-        sb = self._new_buffer(v, dense=False)
+        sb = self._new_buffer(v, dense=dense)
         sb.scratch = True
         spec.scratch.append(sb.bid)
 
