@@ -80,6 +80,14 @@ ROW_OPS = frozenset({"Softmax", "LayerNorm"})
 #: Default amax multiplier of 16-bit quantization: int16 has resolution to spare, and one
 #: bit of it buys headroom for values beyond the calibration set's range.
 INT16_HEADROOM = 2.0
+#: Ops a Concat's output may pass on its way to a network output and still be "at the output".
+OUTPUT_MOVE_OPS = frozenset({"Reshape", "Transpose", "Squeeze", "Unsqueeze", "AlignAxis",
+                             "PruneAxis"})
+#: A Concat branch whose range is this many times below the largest branch's loses too many
+#: codes at one shared scale (4 of int8's 7 bits): it keeps its own scale (`_concat_plan`).
+BRANCH_SPREAD = 16.0
+#: The same at a network output, where keeping every branch costs only a host Concat.
+OUTPUT_SPREAD = 4.0
 _REQUANT_OPS = frozenset({"Conv2d", "ConvTranspose2d", "Matmul", "Add", "Sub", "Multiply",
                           "AvgPool2d", "Relu", "Resize", "Upsample"})
 
@@ -182,15 +190,88 @@ class _UnionFind:
             self.parent[max(ra, rb)] = min(ra, rb)
 
 
-def _scale_groups(net: Network, int_ops: set[int]) -> _UnionFind:
-    """Union-find of the values that must share one scale (and so one dtype)."""
+def _scale_groups(net: Network, int_ops: set[int], concat: bool = True) -> _UnionFind:
+    """Union-find of the values that must share one scale (and so one dtype); `concat=False`
+    leaves Concat out (`_concat_plan` decides its unions)."""
     uf = _UnionFind()
     for op in net.ops:
-        if op.op_id in int_ops and _shares_scale(op):
+        if op.op_id in int_ops and _shares_scale(op) and (concat or op.op_type != "Concat"):
             vals = [v.v_id for v in op.feature_inputs()] + [v.v_id for v in op.outputs]
             for v in vals[1:]:
                 uf.union(vals[0], v)
     return uf
+
+
+def _output_tail(op: Operation) -> list[Operation] | None:
+    """The code-moving ops from `op`'s output to a network output, when that is all its output
+    reaches (the chain a Concat's output passes on its way out); None otherwise."""
+    tail: list[Operation] = []
+    v = op.outputs[0]
+    while True:
+        if not v.consumers:
+            return None
+        if all(c.op_type == "Output" for c in v.consumers):
+            return tail
+        if len(v.consumers) != 1:
+            return None
+        c = v.consumers[0]
+        if c.op_type not in OUTPUT_MOVE_OPS or len(c.outputs) != 1:
+            return None
+        tail.append(c)
+        v = c.outputs[0]
+
+
+def _concat_plan(net: Network, int_ops: set[int], amax: dict[int, float]
+                 ) -> tuple[_UnionFind, set[tuple[int, int]], set[int], dict[str, dict]]:
+    """How each integer Concat keeps its branches' ranges (docs/quantization.md, "Concat").
+
+    A branch's *spread* is the largest range among the Concat's branches over its own (group
+    amax, measured by calibration): at one shared scale it keeps `qmax / spread` of its codes.
+    - every branch within `BRANCH_SPREAD` (16x: at most 4 of int8's 7 bits lost): one shared
+      scale, the codes move unchanged (an NPU alias);
+    - a network output (the Concat reaches the Output through code-moving ops only) with a
+      branch beyond `OUTPUT_SPREAD` (4x: 2 bits): the Concat, and the ops after it, stay float
+      at the host edge; each branch leaves the integer part at its own scale (a detector's box
+      pixels and class probabilities);
+    - elsewhere, a branch beyond `BRANCH_SPREAD` keeps its own scale (its producer and other
+      readers keep their resolution) and is requantized into the Concat's by a Cast.
+    Returns (the scale groups, the requantized (concat op_id, input index) pairs, the ops made
+    float, the record for `tags["quantization"]["concats"]`)."""
+    uf = _scale_groups(net, int_ops, concat=False)
+    gmax: dict[int, float] = {}
+    for vid, a in amax.items():
+        r = uf.find(vid)
+        gmax[r] = max(gmax.get(r, 0.0), a)
+    requant: set[tuple[int, int]] = set()
+    floats: set[int] = set()
+    record: dict[str, dict] = {}
+    for op in net.ops:
+        if op.op_type != "Concat" or op.op_id not in int_ops or op.op_id in floats:
+            continue
+        feats, y = op.feature_inputs(), op.outputs[0]
+        ranges = [gmax.get(uf.find(v.v_id), 0.0) for v in feats]
+        top = max(ranges + [gmax.get(uf.find(y.v_id), 0.0)])
+        spread = [top / a if a > 0 else (1.0 if top == 0 else float("inf")) for a in ranges]
+        tail = _output_tail(op)
+        form = "shared"
+        if tail is not None and max(spread, default=1.0) > OUTPUT_SPREAD:
+            form = "float"
+            floats.update([op.op_id] + [t.op_id for t in tail])
+        else:
+            for i, (v, sp) in enumerate(zip(feats, spread)):
+                if sp > BRANCH_SPREAD:
+                    requant.add((op.op_id, i))
+                    form = "requantized"
+                else:
+                    ry, rv = uf.find(y.v_id), uf.find(v.v_id)
+                    a = max(gmax.get(ry, 0.0), gmax.get(rv, 0.0))
+                    uf.union(ry, rv)
+                    gmax[uf.find(ry)] = a
+        if len(feats) > 1:
+            record[str(op.op_id)] = {
+                "name": op.name, "form": form, "at_output": tail is not None,
+                "spread": [round(float(x), 2) if np.isfinite(x) else None for x in spread]}
+    return uf, requant, floats, record
 
 
 def _logit_bits(net: Network, int_ops: set[int], bits: int) -> dict[int, int]:
@@ -380,6 +461,8 @@ def quantize_network(net: Network, samples: Any, *, bits: int = 8, method: str =
     # a QDQ model's pairs (xcompile.quant.qdq): the range its author chose, not calibration's
     amax.update({v.v_id: float(v.tags["qdq_amax"]) for op in opt.ops for v in op.outputs
                  if "qdq_amax" in v.tags and v.v_id in amax})
+    uf, requant, floats, concats = _concat_plan(opt, int_ops, amax)
+    int_ops -= floats
     scales, groups = _assign_scales(amax, uf, lambda vid: el_of(vid).numpy_dtype)
     op_el = {op.op_id: el_of(op.feature_inputs()[0].v_id) for op in opt.ops
              if op.op_id in int_ops and op.feature_inputs()}
@@ -396,7 +479,7 @@ def quantize_network(net: Network, samples: Any, *, bits: int = 8, method: str =
                               "headroom": float(headroom if headroom is not None else
                                                  1.0 if bits == 8 else INT16_HEADROOM),
                               "input_bits": input_bits, "equalized_pairs": n_eq,
-                              "bias_corrected": n_bc,
+                              "bias_corrected": n_bc, "concats": concats,
                               "op_bits": {str(oid): 16 for oid, el in op_el.items()
                                           if el.storage.bits > bits},
                               "float_ops": sorted(op.op_id for op in opt.ops
@@ -442,6 +525,16 @@ def quantize_network(net: Network, samples: Any, *, bits: int = 8, method: str =
             fv[v.v_id] = add_cast(qv[v.v_id], ftype, v)
         return fv[v.v_id]
 
+    requants: dict[tuple[int, float], Value] = {}
+
+    def get_requant(v: Value, dst: TensorType) -> Value:
+        """`v`'s codes requantized to `dst` (a Cast between quantized types)."""
+        key = (v.v_id, float(dst.element_dtype.scale[0]))
+        if key not in requants:
+            requants[key] = add_cast(get_q(v), TensorType(dst.element_dtype, v.shape,
+                                                          v.dtype.layout), v)
+        return requants[key]
+
     def copy_params(p: Params) -> Params:
         return Params(p.v_id, p.dtype, None if p.data is None else p.data.copy(), p.name,
                       p.mtype, dict(p.tags))
@@ -475,6 +568,10 @@ def quantize_network(net: Network, samples: Any, *, bits: int = 8, method: str =
         act_el = op_el.get(op.op_id, INT8 if bits == 8 else INT16)
         bias_el = INT32 if act_el.storage.bits == 8 else INT64
         ins = _integer_inputs(op, get_q, act_el, bias_el, per_channel, codes.get(op.op_id))
+        if t == "Concat":  # branches that keep their own scale, requantized into the Concat's
+            for i, v in enumerate(op.inputs):
+                if (op.op_id, i) in requant:
+                    ins[i] = get_requant(v, qtype(op.outputs[0]))
         outs = []
         for v in op.outputs:
             nv = Value(v.v_id, qtype(v), v.name, v.mtype, tags_of(v))
