@@ -20,7 +20,7 @@ NETS = {  # name: (builder, input name, input shape, target, op types that must 
     "crnn": (crnn_head, "image", (1, 1, 32, 64), "zg330", {"Conv2d", "MaxPool2d", "Matmul"}),
     "kws_gru": (kws_gru, "mfcc", (1, 49, 10), "buyi", {"Conv2d", "Matmul"}),
     "cnn1d": (cnn1d, "x", (2, 4, 40), "zg330", {"Conv2d", "ConvTranspose2d", "MaxPool2d",
-                                                 "AvgPool2d"}),
+                                                 "AvgPool2d", "Multiply", "Power"}),
 }
 
 

@@ -148,11 +148,12 @@ def keras_stft(seed: int = 0, n_fft: int = 64, hop: int = 32) -> onnx.ModelProto
 
 def cnn1d(seed: int = 0) -> onnx.ModelProto:
     """Every 1-D form: Conv (pads, dilation), grouped Conv with SAME_LOWER, MaxPool (ceil),
-    AveragePool (pads, count_include_pad), ConvTranspose (stride, output_padding), global
-    pools on rank 3."""
+    LpPool (p = 2, a pad), AveragePool (pads, count_include_pad), ConvTranspose (stride,
+    output_padding), global pools on rank 3."""
     g = Graph(seed)
     x = g("Conv", ["x", g.weight(8, 4, 5), g.weight(8)], pads=[4, 4], dilations=[2])
     x = g("MaxPool", [g("Relu", [x])], kernel_shape=[3], strides=[2], ceil_mode=1)
+    x = g("LpPool", [x], kernel_shape=[2], pads=[1, 0], p=2)
     x = g("Conv", [x, g.weight(8, 2, 3)], group=4, auto_pad="SAME_LOWER")
     x = g("AveragePool", [x], kernel_shape=[3], strides=[2], pads=[1, 1],
           count_include_pad=1)

@@ -37,7 +37,7 @@ from recurrent_nets import (  # noqa: E402
 
 from xcompile.frontend import import_onnx  # noqa: E402
 
-MINE = {"Conv", "ConvTranspose", "MaxPool", "AveragePool", "GlobalAveragePool",
+MINE = {"Conv", "ConvTranspose", "MaxPool", "AveragePool", "LpPool", "GlobalAveragePool",
         "GlobalMaxPool", "LSTM", "GRU", "RNN"}
 
 
@@ -139,9 +139,27 @@ def test_every_1d_conv_and_pool():
     x = np.random.default_rng(3).standard_normal((2, 4, 40)).astype(np.float32)
     net = _check(model, {"x": x})
     assert _count(net, "Conv2d") == 2 and _count(net, "ConvTranspose2d") == 1
-    assert _count(net, "MaxPool2d") == 2 and _count(net, "AvgPool2d") == 2
+    assert _count(net, "MaxPool2d") == 2 and _count(net, "AvgPool2d") == 3
     # a chain of 1-D ops transposes once in and once per ONNX-order graph output
     assert _count(net, "Transpose") <= 4
+
+
+@pytest.mark.parametrize("rank,p,attrs", [
+    (3, 3, dict(kernel_shape=[3], strides=[2], pads=[2, 1])),
+    (3, 1, dict(kernel_shape=[2], auto_pad="SAME_UPPER")),
+    (4, 2, dict(kernel_shape=[2, 3], strides=[2, 1], pads=[1, 1, 0, 1])),
+    (4, 4, dict(kernel_shape=[3, 3])),
+])
+def test_lppool(rank, p, attrs):
+    """LpPool as x * x, a Power (x * x)^(p/2) for p != 2, an AvgPool2d counting the pads and
+    a Power (k * mean)^(1/p): every p > 0, 1-D and 2-D."""
+    g = Graph(12)
+    y = g("LpPool", ["x"], p=p, **attrs)
+    shape = [2, 3, 11] if rank == 3 else [1, 3, 7, 9]
+    model = g.model({"x": shape}, [y], 18)
+    x = np.random.default_rng(13).standard_normal(shape).astype(np.float32)
+    net = _check(model, {"x": x}, rtol=2e-5, atol=2e-6)
+    assert _count(net, "AvgPool2d") == 1 and _count(net, "Power") == (1 if p == 2 else 2)
 
 
 @pytest.mark.parametrize("kind", ["LSTM", "GRU", "RNN"])

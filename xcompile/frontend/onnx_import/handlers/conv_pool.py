@@ -253,3 +253,26 @@ def _gmp(im: _Importer, node, a, ins):
     hw = _shape4(x)[2:]
     v = im.emit1("MaxPool2d", [_nhwc_in(im, x)], "NHWC", pool_height=hw[0], pool_width=hw[1])
     return [_nhwc_out(im, v, x.rank)]
+
+
+@_handles("LpPool")
+def _lppool(im: _Importer, node, a, ins):
+    """``(sum over the window of |x|^p)^(1/p)`` as ops the chips run: ``x * x`` (and for
+    p != 2 a Power ``(x * x)^(p/2)``, which is |x|^p for any p > 0), an AvgPool2d counting
+    the zero pads, and a Power ``(k * mean)^(1/p)`` with k the window size. 1-D and 2-D; no
+    ceil_mode, no dilations (refused here, carried whole by the generic fallback)."""
+    x = ins[0]
+    attrs = _pool_attrs(a, x, False, "LpPool")
+    p = float(a.get("p", 2))
+    if not p > 0:
+        raise _Unsupported(f"LpPool with p = {a.get('p')} (p must be > 0)")
+    if attrs["ceil_mode"]:
+        raise _Unsupported("LpPool with ceil_mode")
+    v = _nhwc_in(im, x)
+    powered = im.emit1("Multiply", [v, v], "NHWC")
+    if p != 2:
+        powered = im.emit1("Power", [powered], "NHWC", power=p / 2)
+    mean = im.emit1("AvgPool2d", [powered], "NHWC", count_include_pad=True, **attrs)
+    k = attrs["pool_height"] * attrs["pool_width"]
+    y = im.emit1("Power", [mean], "NHWC", power=1.0 / p, scale=float(k))
+    return [_nhwc_out(im, y, x.rank)]
