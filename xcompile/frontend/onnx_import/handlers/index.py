@@ -1,10 +1,11 @@
 """Index and shape ops: Expand, Tile, Gather*, Scatter*, OneHot, Range, Trilu, EyeLike,
 CastLike, DepthToSpace/SpaceToDepth, Compress and ReverseSequence.
 
-Index ops read the ONNX-order view (`im.value`); Tile, Trilu-free axis-local ones and the
-DepthToSpace family use the view their input has. Constant indices become Params. Whatever
-fixes an output shape (Expand's shape, Tile's repeats, OneHot's depth, Compress's condition)
-must be constant: an xir value has a static shape.
+Index ops read the ONNX-order view (`im.value`) unless they are axis-local: Expand (same
+rank), Tile, Gather with 0-D / 1-D indices, GatherElements, ScatterElements, Convert and the
+DepthToSpace family work in the view their input has (an NHWC map stays NHWC). Constant
+indices become Params. Whatever fixes an output shape (Expand's shape, Tile's repeats,
+OneHot's depth, Compress's condition) must be constant: an xir value has a static shape.
 """
 
 from __future__ import annotations
