@@ -144,6 +144,27 @@ def test_every_1d_conv_and_pool():
     assert _count(net, "Transpose") <= 4
 
 
+@pytest.mark.parametrize("op,attrs", [
+    ("ConvTranspose", dict(strides=[3], output_shape=[20])),
+    ("ConvTranspose", dict(strides=[2], auto_pad="SAME_UPPER", dilations=[2])),
+    ("Conv", dict(strides=[2], auto_pad="SAME_LOWER")),
+    ("Conv", dict(pads=[2, 3], dilations=[3])),
+    ("Conv", dict(auto_pad="VALID")),
+])
+def test_1d_conv_forms_with_weights_fed_at_run_time(op, attrs):
+    """1-D Conv / ConvTranspose with output_shape or auto_pad, the weights a graph input:
+    they reach the Conv2d through Reshape + Transpose."""
+    g = Graph(14)
+    y = g(op, ["x", "w"], **attrs)
+    wshape = [6, 4, 3] if op == "Conv" else [4, 6, 3]
+    model = g.model({"x": [1, 4, 7], "w": wshape}, [y], 13)
+    rng = np.random.default_rng(15)
+    feeds = {"x": rng.standard_normal((1, 4, 7)).astype(np.float32),
+             "w": rng.standard_normal(wshape).astype(np.float32)}
+    net = _check(model, feeds)
+    assert _count(net, op + "2d") == 1
+
+
 @pytest.mark.parametrize("rank,p,attrs", [
     (3, 3, dict(kernel_shape=[3], strides=[2], pads=[2, 1])),
     (3, 1, dict(kernel_shape=[2], auto_pad="SAME_UPPER")),
