@@ -393,3 +393,26 @@ def test_channel_gather_and_gather_elements_on_a_feature_map_keep_nhwc(idx):
     assert g.attrs["axis"] == 3  # C of the NHWC view
     # the input's, one per NCHW output (a scalar pick leaves (N, H, W): already ONNX order)
     assert ops(net).count("Transpose") == (4 if idx.ndim else 3)
+
+
+@pytest.mark.parametrize("axes", [[1], [2], [3], [1, 3], [0, 2]])
+@pytest.mark.parametrize("op_type", ["ReduceSum", "ArgMin", "CumSum", "TopK"])
+def test_axis_local_ops_on_an_nhwc_map_any_axis(op_type, axes):
+    """Reduced / searched in the NHWC view of a Conv output, kept or dropped axes remapped."""
+    c, (name, w) = conv("x", "c", 3, 5)
+    inits = [(name, w)]
+    if op_type == "ReduceSum":
+        node = helper.make_node(op_type, ["c", "ax"], ["y"], keepdims=0)
+        inits.append(("ax", np.array(axes, np.int64)))
+    elif op_type == "ArgMin":
+        node = helper.make_node(op_type, ["c"], ["y"], axis=axes[-1], keepdims=0)
+    elif op_type == "CumSum":
+        node = helper.make_node(op_type, ["c", "ax"], ["y"], reverse=1)
+        inits.append(("ax", np.array(axes[0], np.int64)))
+    else:
+        node = helper.make_node(op_type, ["c", "k"], ["y", "i"], axis=axes[0])
+        inits.append(("k", np.array([1], np.int64)))
+    outs = [helper.make_empty_tensor_value_info("y")]
+    m = model([c, node], [vi("x", [2, 3, 4, 6])], outs, inits, opset=13)
+    net = check(m, {"x": rand(2, 3, 4, 6)}, rtol=1e-4, atol=1e-4)
+    assert ops(net).count("Transpose") <= 2
