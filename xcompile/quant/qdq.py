@@ -120,26 +120,18 @@ def _params(op: Operation) -> QdqScale | None:
     """The pair parameters an op carries, or None where they are not a per-tensor integer
     grid (or not constant)."""
     if op.op_type == "OnnxGraph":
-        onnx, numpy_helper = _onnx()
-        model = onnx.load_from_string(op.model_bytes())
-        consts = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
-        for n in model.graph.node:  # constants carried as Constant nodes
-            if n.op_type == "Constant" and n.attribute and n.attribute[0].type == \
-                    onnx.AttributeProto.TENSOR:
-                consts[n.output[0]] = numpy_helper.to_array(n.attribute[0].t)
-        node = next(n for n in model.graph.node if n.op_type in ("QuantizeLinear",
-                                                                  "DequantizeLinear"))
-        names = list(node.input[1:3])
-        scale = consts.get(names[0]) if names else None
-        zp = consts.get(names[1]) if len(names) > 1 and names[1] else None
-        out_dtype = next((a.i for a in node.attribute if a.name == "output_dtype"), 0)
-        if zp is None:
-            zp = np.zeros((), onnx.helper.tensor_dtype_to_np_dtype(out_dtype) if out_dtype
-                          else np.uint8)
-    else:
-        ins = op.inputs[1:3]
-        scale = ins[0].data if ins and ins[0].is_params else None
-        zp = ins[1].data if len(ins) > 1 and ins[1].is_params else np.zeros((), np.uint8)
+        onnx, _ = _onnx()
+        graph = onnx.load_from_string(op.model_bytes()).graph
+        node = next(n for n in graph.node if n.op_type in ("QuantizeLinear", "DequantizeLinear"))
+        return _onnx_pair(node, _consts(graph))
+    ins = op.inputs[1:3]
+    scale = ins[0].data if ins and ins[0].is_params else None
+    zp = ins[1].data if len(ins) > 1 and ins[1].is_params else np.zeros((), np.uint8)
+    return _pair(scale, zp)
+
+
+def _pair(scale, zp) -> QdqScale | None:
+    """A per-tensor pair on an 8- or 16-bit integer grid, else None."""
     if scale is None or zp is None:
         return None
     scale, zp = np.asarray(scale), np.asarray(zp)
@@ -148,6 +140,17 @@ def _params(op: Operation) -> QdqScale | None:
     info = np.iinfo(zp.dtype)
     return QdqScale(float(scale.ravel()[0]), int(zp.ravel()[0]), zp.dtype.name,
                     int(info.min), int(info.max))
+
+
+def _consts(graph) -> dict[str, np.ndarray]:
+    """A graph's constants: initializers and Constant nodes' tensors."""
+    onnx, numpy_helper = _onnx()
+    out = {i.name: numpy_helper.to_array(i) for i in graph.initializer}
+    for n in graph.node:
+        if n.op_type == "Constant" and n.attribute and \
+                n.attribute[0].type == onnx.AttributeProto.TENSOR:
+            out[n.output[0]] = numpy_helper.to_array(n.attribute[0].t)
+    return out
 
 
 def _relu_after(net: Network, x: Value, readers: list[Operation]) -> Value:
@@ -245,6 +248,8 @@ _ONNX_SIGNED = frozenset({"Conv", "ConvTranspose", "MatMul", "Gemm", "Add", "Sub
 
 
 def _onnx_pair(node, consts: dict) -> QdqScale | None:
+    """The pair parameters of an ONNX QuantizeLinear / DequantizeLinear node (zero point
+    absent: uint8, or the node's `output_dtype`)."""
     onnx, _ = _onnx()
     scale = consts.get(node.input[1]) if len(node.input) > 1 else None
     zp = consts.get(node.input[2]) if len(node.input) > 2 and node.input[2] else None
@@ -252,14 +257,7 @@ def _onnx_pair(node, consts: dict) -> QdqScale | None:
         out_dtype = next((a.i for a in node.attribute if a.name == "output_dtype"), 0)
         zp = np.zeros((), onnx.helper.tensor_dtype_to_np_dtype(out_dtype) if out_dtype
                       else np.uint8)
-    if scale is None:
-        return None
-    scale, zp = np.asarray(scale), np.asarray(zp)
-    if scale.size != 1 or zp.size != 1 or zp.dtype.kind not in "iu" or zp.dtype.itemsize > 2:
-        return None
-    info = np.iinfo(zp.dtype)
-    return QdqScale(float(scale.ravel()[0]), int(zp.ravel()[0]), zp.dtype.name,
-                    int(info.min), int(info.max))
+    return _pair(scale, zp)
 
 
 def _dequantize(node, consts: dict) -> np.ndarray | None:
@@ -293,11 +291,7 @@ def strip_qdq_model(model) -> tuple[object, dict[str, QdqScale], dict[str, np.nd
     out = onnx.ModelProto()
     out.CopyFrom(model)
     g = out.graph
-    consts = {i.name: numpy_helper.to_array(i) for i in g.initializer}
-    for n in g.node:
-        if n.op_type == "Constant" and n.attribute and \
-                n.attribute[0].type == onnx.AttributeProto.TENSOR:
-            consts[n.output[0]] = numpy_helper.to_array(n.attribute[0].t)
+    consts = _consts(g)
     readers: dict[str, list] = {}
     producer: dict[str, object] = {}
     for n in g.node:

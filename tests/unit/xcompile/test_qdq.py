@@ -172,3 +172,29 @@ def test_float_models_are_left_alone():
     assert [op.op_type for op in a.ops] == [op.op_type for op in b.ops]
     assert remove_qdq(b) == {}
     assert not any(AMAX_TAG in v.tags for op in b.ops for v in op.outputs)
+
+
+def test_pairs_that_are_not_round_trips_stay():
+    """A DequantizeLinear whose scale differs from its QuantizeLinear's rescales: the pair is
+    not a plain round trip and stays (the host runs it); the round trip beside it goes."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    def c(name, arr):
+        return numpy_helper.from_array(np.asarray(arr), name)
+
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s1", "z"], ["q1"]),
+             helper.make_node("DequantizeLinear", ["q1", "s2", "z"], ["d1"]),
+             helper.make_node("QuantizeLinear", ["d1", "s1", "z"], ["q2"]),
+             helper.make_node("DequantizeLinear", ["q2", "s1", "z"], ["y"])]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                                      [1, 4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
+                          [c("s1", np.float32(0.1)), c("s2", np.float32(0.2)),
+                           c("z", np.int8(0))])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    stripped, pairs, _ = strip_qdq_model(m)
+    assert [n.op_type for n in stripped.graph.node] == ["QuantizeLinear", "DequantizeLinear",
+                                                         "Identity"]
+    assert set(pairs) == {"d1"} and pairs["d1"].scale == pytest.approx(0.1)
+    x = np.array([[0.33, -1.0, 2.5, 20.0]], np.float32)
+    assert np.allclose(_ort(stripped, x), np.clip(np.round(x / 0.1), -128, 127) * 0.2)
