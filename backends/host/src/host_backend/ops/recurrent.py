@@ -17,11 +17,17 @@ from collections.abc import Callable
 
 import numpy as np
 
-from xir.ops.recurrent import DIRECTIONS, resolve_activations
+from xir.ops.recurrent import (
+    DIRECTIONS,
+    GRURecurrence,
+    LSTMRecurrence,
+    RNNRecurrence,
+    resolve_activations,
+)
 from xrt.errors import InvalidArgumentError
 
-_DEFAULT_ACTS = {"LSTMRecurrence": ("Sigmoid", "Tanh", "Tanh"),
-                 "GRURecurrence": ("Sigmoid", "Tanh"), "RNNRecurrence": ("Tanh",)}
+_DEFAULT_ACTS = {cls.op_type: cls.DEFAULT_ACTS
+                 for cls in (LSTMRecurrence, GRURecurrence, RNNRecurrence)}
 
 
 def _sigmoid(x, a, b):
