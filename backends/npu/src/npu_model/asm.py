@@ -411,7 +411,8 @@ def _emit_eltw(L: Eltw, cfg: NpuConfig) -> list[int]:
         raise ValueError(f"eltw a {a.h}x{a.w}x{a.c} and out {o.h}x{o.w}x{o.c} differ")
     if b.c != a.c or (b.h, b.w) not in ((a.h, a.w), (1, 1)):
         raise ValueError(f"eltw b {b.h}x{b.w}x{b.c} neither matches a nor is one pixel")
-    mode = {"add": EltwMode.ADD, "sub": EltwMode.SUB, "mul": EltwMode.MUL}[L.op]
+    mode = {"add": EltwMode.ADD, "sub": EltwMode.SUB, "mul": EltwMode.MUL,
+            "max": EltwMode.MAX, "min": EltwMode.MIN}[L.op]
     mn = L.mult if L.mult_neg is None else L.mult_neg
     sn = L.shift if L.shift_neg is None else L.shift_neg
     words = _fmap_words(a, "in") + _fmap_words(b, "in1") + _fmap_words(o, "out") + [

@@ -402,8 +402,8 @@ class Icore:
             self._matmul(mode, d, mmu, x, y, lv, rows_en, lo, hi, compute)
         elif op == Op.ELTW:
             b = self._operand(d, mmu, "in1")
-            if mode > 2:
-                raise NpuFault(f"ELTW mode {mode} is not add/sub/mul")
+            if mode > 4:
+                raise NpuFault(f"ELTW mode {mode} is not add/sub/mul/max/min")
             if b.dtype != x.dtype or (b.h, b.w) not in ((x.h, x.w), (1, 1)) or b.c != x.c or \
                     (x.h, x.w, x.c) != (y.h, y.w, y.c):
                 raise NpuFault("ELTW operand shapes do not match")
@@ -413,7 +413,14 @@ class Icore:
             rn = unpack_payload(F.RQ_NEG, d.get(F.RQ_NEG, d.get(F.RQ, 0)))
             lv[cy.L_KIND] = cy.K_ELTW
             lv[cy.L_IN1_BYTES], lv[cy.L_IN1_MEM] = b.h * b.w * b.c * lv[cy.L_ESZ_IN], b.mem
-            if compute:
+            bcast = (b.h, b.w) == (1, 1) and (x.h, x.w) != (1, 1)
+            if compute and mode >= 3:  # MAX / MIN: each operand to OUT's scale, then compare
+                info = np.iinfo(NP_DTYPES[y.dtype])
+                self._rec.call(vector.eltw_minmax, x.arr, x.rs, x.pitch, x.coff, b.arr, b.rs,
+                               b.pitch, b.coff, bcast, y.arr, y.rs, y.pitch, y.coff, y.h, y.w,
+                               y.c, mode == 3, rq["mult"], rq["shift"], rn["mult"], rn["shift"],
+                               int(info.min), int(info.max), lo, hi)
+            elif compute:
                 self._rec.call(vector.eltw, x.arr, x.rs, x.pitch, x.coff, b.arr, b.rs, b.pitch,
                                b.coff, (b.h, b.w) == (1, 1) and (x.h, x.w) != (1, 1), y.arr, y.rs,
                                y.pitch, y.coff, y.h, y.w, y.c, mode, ka, kb, rq["mult"],

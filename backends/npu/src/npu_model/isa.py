@@ -64,6 +64,10 @@ class EltwMode(IntEnum):
     ADD = 0
     SUB = 1
     MUL = 2
+    #: ``max(rq(a, RQ), rq(b, RQ_NEG))``: both moved to the output scale (saturating to OUT's
+    #: dtype), then the larger; MIN the smaller (element-wise Max / Min, a clip by a constant)
+    MAX = 3
+    MIN = 4
 
 
 class UpsampleMode(IntEnum):

@@ -73,6 +73,27 @@ def eltw(a, ars, apitch, acoff, b, brs, bpitch, bcoff, b_bcast,
 
 
 @njit(cache=True)
+def eltw_minmax(a, ars, apitch, acoff, b, brs, bpitch, bcoff, b_bcast,
+                y, yrs, ypitch, ycoff, h_n, w_n, c_n,
+                is_max, ma, sa, mb, sb, qlo, qhi, lo, hi):
+    """ELTW MAX / MIN: ``ya = requantize_one(a, ma, sa)``, ``yb = requantize_one(b, mb, sb)``
+    (each saturated to OUT's dtype ``[qlo, qhi]``), then the larger (smaller) clamped to
+    ``[lo, hi]``: the HostBackend's integer Max / Min."""
+    for h in range(h_n):
+        for w in range(w_n):
+            abase = h * ars + w * apitch + acoff
+            bbase = bcoff if b_bcast else h * brs + w * bpitch + bcoff
+            ybase = h * yrs + w * ypitch + ycoff
+            for c in range(c_n):
+                va = requantize_one(np.int64(a[abase + c]), ma, sa, ma, sa, qlo, qhi)
+                vb = requantize_one(np.int64(b[bbase + c]), mb, sb, mb, sb, qlo, qhi)
+                v = (va if va > vb else vb) if is_max else (va if va < vb else vb)
+                v = lo if v < lo else v
+                y[ybase + c] = hi if v > hi else v
+    return y
+
+
+@njit(cache=True)
 def _run_copy(xs, ys):
     """``ys[:] = xs`` over slices (no index wraparound test: the loop vectorises)."""
     for c in range(ys.shape[0]):

@@ -321,13 +321,14 @@ def _const_map(v, y, dt: str) -> np.ndarray:
     return np.ascontiguousarray(per_item[0]).reshape(h, w, c)
 
 
-def lower_eltw(op, cfg) -> OpLowering:
-    dt = _feature_dtypes(op, rescales=True)
+def eltw_operands(op, dt: str) -> tuple[Value, Value, np.ndarray | None, bool]:
+    """(first, second, constant map or None, fold) of a two-input element-wise op: the ELTW
+    layer reads a full map first and a full map, one pixel or a constant (in the weight blob)
+    second; `fold` says the batch items can run as one layer (`OpLowering.fold`)."""
     if len(op.inputs) != 2 or all(v.is_params for v in op.inputs):
         raise NotLowerable("element-wise op needs a feature-map operand")
     a, b, y = op.inputs[0], op.inputs[1], op.outputs[0]
     sy3 = map3(y.shape)
-    # the ELTW layer reads a full map first and a full or one-pixel map second
     first, second = (a, b) if not a.is_params and map3(a.shape) == sy3 and \
         len(a.shape) == len(y.shape) else (b, a)
     if first.is_params or map3(first.shape) != sy3 or len(first.shape) != len(y.shape):
@@ -340,6 +341,25 @@ def lower_eltw(op, cfg) -> OpLowering:
         if not (s3 == sy3 or (s3[:2] == (1, 1) and s3[2] == sy3[2])) or \
                 len(second.shape) != len(y.shape):
             raise NotLowerable("broadcast other than a one-pixel or constant operand")
+    n = items(y.shape)
+    # one layer over all items: every map holds all N items, or the second is one pixel
+    # shared by them
+    fold = items(first.shape) == n and (
+        (const is None and ((items(second.shape) == n and map3(second.shape) == sy3) or
+                            (items(second.shape) == 1 and map3(second.shape)[:2] == (1, 1))))
+        or (const is not None and const.shape[:2] == (1, 1)))
+    return first, second, const, fold
+
+
+def const_words(const: np.ndarray, dt: str) -> np.ndarray:
+    """A constant ELTW operand as the bytes of the weight blob."""
+    return const.astype(np.dtype(dt).newbyteorder("<")).reshape(-1).view(np.uint8)
+
+
+def lower_eltw(op, cfg) -> OpLowering:
+    dt = _feature_dtypes(op, rescales=True)
+    a, b, y = op.inputs[0], op.inputs[1], op.outputs[0]
+    first, second, const, fold = eltw_operands(op, dt)
     out_np = y.dtype.numpy_dtype
     if op.op_type == "Multiply":
         m, s = (int(v) for v in requant_multiplier(scale_of(a), scale_of(b), scale_of(y)))
@@ -369,15 +389,7 @@ def lower_eltw(op, cfg) -> OpLowering:
             other = asm.FMap(R.const(0), h, w, c, pitch=c, dtype=dt)
         return [asm.Eltw(R.fmap(first), other, R.fmap(y), tag=op.op_id, **kw)]
 
-    consts = [] if const is None else \
-        [const.astype(np.dtype(dt).newbyteorder("<")).reshape(-1).view(np.uint8)]
-    n = items(y.shape)
-    # one layer over all items: every map holds all N items, or the second is one pixel
-    # shared by them
-    fold = items(first.shape) == n and (
-        (const is None and ((items(second.shape) == n and map3(second.shape) == sy3) or
-                            (items(second.shape) == 1 and map3(second.shape)[:2] == (1, 1))))
-        or (const is not None and const.shape[:2] == (1, 1)))
+    consts = [] if const is None else [const_words(const, dt)]
     return OpLowering("eltw", consts, make, fold=fold)
 
 

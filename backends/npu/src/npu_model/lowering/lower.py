@@ -46,6 +46,13 @@ from .common import (
 )
 from .layers import ALIAS_OPS, EDGE_REASON, RULES, NotLowerable, OpLowering, alias_ok
 from .moves import MOVE_RULES
+from .pointwise import RULES as POINTWISE_RULES
+from .pointwise import TABLE_OPS
+
+#: every compute op's rule (the data-movement ops are `MOVE_RULES`)
+ALL_RULES = {**RULES, **POINTWISE_RULES}
+#: ops that are one LUT layer, fused after a compute op whose only reader they are
+_TABLES = frozenset(LUT_OPS) | TABLE_OPS
 
 log = logging.getLogger(__name__)
 
@@ -152,7 +159,7 @@ class _Lowering:
             if op.op_type in ALIAS_OPS and alias_ok(op):
                 moves[op.op_id] = None
                 continue
-            rule = RULES.get(op.op_type)
+            rule = ALL_RULES.get(op.op_type)
             move = MOVE_RULES.get(op.op_type)
             if rule is None and move is None:
                 continue
@@ -266,13 +273,13 @@ class _Lowering:
         spec.scratch.append(sb.bid)
 
     def _fusable_lut(self, op) -> Any:
-        if len(op.outputs) != 1 or op.op_type in LUT_OPS:
+        if len(op.outputs) != 1 or op.op_type in _TABLES:
             return None
         y = op.outputs[0]
         if len(y.consumers) != 1:
             return None
         c = y.consumers[0]
-        if c.op_type in LUT_OPS and self.npu_ops.get(c.op_id) is not None:
+        if c.op_type in _TABLES and self.npu_ops.get(c.op_id) is not None:
             return c
         return None
 
