@@ -40,7 +40,7 @@ import numpy as np
 
 from xir.errors import XirError
 
-from .report import accuracy_report, cosine
+from .report import accuracy_report
 
 log = logging.getLogger(__name__)
 
@@ -105,19 +105,22 @@ def int16_share(net: Any, at16: set[int]) -> float:
 
 # --- measuring: the cosine per output part ---------------------------------------------------
 
-def part_cosines(net: Any, reference: list[list[np.ndarray]], got: list[list[np.ndarray]]
-                 ) -> dict[str, float]:
-    """`{part: cosine}`, each the lowest over the samples (per sample, not pooled: a pooled
+def part_cosines(net: Any, reference: list[list[np.ndarray]], got: list[list[np.ndarray]],
+                 parts: Any = None) -> dict[str, float]:
+    """`{part: figure}`, each the lowest over the samples (per sample, not pooled: a pooled
     cosine is carried by the samples with the largest outputs and hides the one image a
     network gets wrong). `reference`/`got`: the float and quantized outputs, per sample. The
-    parts are the network outputs; this is the one place that decides what a part is."""
-    names = [v.name or f"output{k}" for k, v in enumerate(net.outputs())]
+    parts are `xcompile.quant.parts.output_parts(net)` (`parts`, when given): a Concat
+    output's branches, score parts measured by their kept entries too; a part's figure is its
+    cosine, 0 where it collapsed (`parts.PartResult.figure`)."""
+    from .parts import compare_parts, output_parts
+
+    if parts is None:
+        parts = output_parts(net, reference=reference[0] if reference else None)
     out: dict[str, float] = {}
     for fs, qs in zip(reference, got):
-        for k, (f, q) in enumerate(zip(fs, qs)):
-            name = names[k] if k < len(names) else f"output{k}"
-            c = cosine(np.asarray(q, np.float64), np.asarray(f, np.float64))
-            out[name] = min(out.get(name, 1.0), c)
+        for r in compare_parts(fs, qs, parts):
+            out[r.part.name] = min(out.get(r.part.name, 1.0), float(r.figure))
     return out
 
 
@@ -148,18 +151,20 @@ class _Probe:
     def __init__(self, float_net: Any, samples: list, runner: Any) -> None:
         from ..runner import default_runner
         from .calibrate import load_calibration, run_float
+        from .parts import output_parts
 
         self.runner = runner or default_runner()
         self.data = probe_samples(load_calibration(samples, float_net))
         self.reference = run_float(float_net, self.data, lambda v, a: None, self.runner,
                                    what="accuracy check, float")
+        self.parts = output_parts(float_net, reference=self.reference[0])
 
-    def parts(self, quantized: Any) -> dict[str, float]:
+    def measure(self, quantized: Any) -> dict[str, float]:
         from .calibrate import run_float
 
         got = run_float(quantized, self.data, lambda v, a: None, self.runner,
                         what="accuracy check, integer")
-        return part_cosines(quantized, self.reference, got)
+        return part_cosines(quantized, self.reference, got, self.parts)
 
 
 def outputs_cosine(float_net: Any, quantized: Any, samples: list, runner: Any = None) -> float:
@@ -311,7 +316,7 @@ def choose_bits(float_net: Any, quantized: Any, quantize: Callable[[dict], Any],
     data = load_calibration(samples, float_net)
     with _stage("measure the int8 network on the calibration samples and their variants"):
         probe = _Probe(float_net, data, runner)
-        before = probe.parts(quantized)
+        before = probe.measure(quantized)
     user_ids = {int(k): 16 for k in quantized.tags["quantization"].get("op_bits", {})}
     at16 = {int(k) for k in quantized.tags["quantization"].get("op_bits", {})}
     share0 = int16_share(float_net, at16)
@@ -334,7 +339,7 @@ def choose_bits(float_net: Any, quantized: Any, quantize: Callable[[dict], Any],
         raise_ids = {r.op_id: 16 for r in order[:k]}
         with _stage(f"{k} op{'s' if k > 1 else ''} in int16 ({shares[k - 1]:.1%} of MACs)"):
             q = quantize({**base, **raise_ids})
-            parts = probe.parts(q)
+            parts = probe.measure(q)
         result.attempts.append(Attempt(k, shares[k - 1], parts))
         ok = worst_part(parts)[1] >= min_cosine
         log.info("mixed precision: %d ops raised, worst part %s %.4f", k, *worst_part(parts))

@@ -24,6 +24,7 @@ from xcompile.quant.mixed import (
     choose_bits,
     int16_share,
     parse_share,
+    part_cosines,
     planned_int16,
     worst_part,
 )
@@ -206,3 +207,47 @@ def test_max_int16_refuses_what_is_no_share(spec, tmp_path, capsys):
         compile_model(dict(DEFAULTS, model="tiny_cnn", output=str(tmp_path / "o"),
                            max_int16=spec))
     assert not (tmp_path / "o").exists()
+
+
+def _boxes_and_scores(rng: np.random.Generator) -> onnx.ModelProto:
+    """A detector head as YOLOv8 writes it: box coordinates in pixels (0-640) and sigmoid class
+    scores concatenated into one output. One int8 scale for the Concat is a step of ~5 pixels,
+    every score rounds to 0, and the whole output's cosine, carried by the boxes, reads ~1."""
+    wf = rng.normal(0, 0.3, (8, 3, 3, 3)).astype(np.float32)
+    wb = np.abs(rng.normal(0, 0.3, (4, 8, 1, 1))).astype(np.float32)
+    ws = rng.normal(0, 0.5, (6, 8, 1, 1)).astype(np.float32)
+    inits = [numpy_helper.from_array(a, n) for a, n in
+             ((wf, "wf"), (wb, "wb"), (ws, "ws"), (np.array(160.0, np.float32), "px"))]
+    nodes = [helper.make_node("Conv", ["x", "wf"], ["f"], pads=[1] * 4, name="feat"),
+             helper.make_node("Relu", ["f"], ["fr"], name="feat_relu"),
+             helper.make_node("Conv", ["fr", "wb"], ["b"], name="box"),
+             helper.make_node("Mul", ["b", "px"], ["bp"], name="box_px"),
+             helper.make_node("Conv", ["fr", "ws"], ["s"], name="cls"),
+             helper.make_node("Sigmoid", ["s"], ["sp"], name="cls_sigmoid"),
+             helper.make_node("Concat", ["bp", "sp"], ["y"], axis=1, name="head")]
+    graph = helper.make_graph(
+        nodes, "head", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(SHAPE))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 10, 16, 16])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_a_collapsed_score_part_decides_not_the_whole_output(tmp_path):
+    """The figure the search compares is per output part (`xcompile.quant.parts`): scores
+    rounded to 0 beside pixel boxes read ~1 as a whole output and 0 as their own part."""
+    from xcompile.quant.report import cosine
+
+    rng = np.random.default_rng(1)
+    path = tmp_path / "head.onnx"
+    onnx.save(_boxes_and_scores(rng), str(path))
+    opt = optimize(import_onnx(str(path)))
+    x = np.abs(rng.normal(0, 1, SHAPE)).astype(np.float32)
+    from xcompile.quant.calibrate import run_float
+
+    ref = run_float(opt, [[x]], lambda v, a: None)
+    got = [[ref[0][0].copy()]]
+    got[0][0][:, 4:] = 0.0  # every score rounded to 0, the boxes exact
+    assert cosine(got[0][0], ref[0][0]) > 0.999
+    parts = part_cosines(opt, ref, got)
+    assert set(parts) == {"y.box", "y.cls_sigmoid"}
+    assert parts["y.box"] == pytest.approx(1.0) and parts["y.cls_sigmoid"] <= 0.0
+    assert worst_part(parts)[0] == "y.cls_sigmoid"
