@@ -223,29 +223,6 @@ def _gap(im: _Importer, node, a, ins):
     return [_nhwc_out(im, v, x.rank)]
 
 
-@_handles("ReduceMean")
-def _reduce_mean(im: _Importer, node, a, ins):
-    """The mean over H and W of an NCHW map (how PyTorch exports `x.mean((2, 3))`): a global
-    AvgPool2d, reshaped when `keepdims` is 0; over other axes a (float) ReduceMean."""
-    x = ins[0]
-    if len(ins) > 1 and ins[1] is not None:
-        axes = im.const_of(ins[1], "ReduceMean axes")
-    else:
-        axes = a.get("axes")
-    if axes is None or a.get("noop_with_empty_axes", 0) or not np.size(axes):
-        raise _Unsupported("no axes (the mean over every axis)")
-    axes = sorted(int(d) % max(x.rank, 1) for d in np.ravel(axes))
-    if x.rank != 4 or axes != [2, 3]:  # any other mean: a float ReduceMean in ONNX order
-        v = im.emit1("ReduceMean", [im.value(x)], None, axes=axes,
-                     keepdims=bool(int(a.get("keepdims", 1))))
-        return [im.result(v)]
-    v = im.emit1("AvgPool2d", [im.nhwc(x)], "NHWC", is_global=True,
-                 pool_height=x.shape[2], pool_width=x.shape[3])
-    if int(a.get("keepdims", 1)):
-        return [im.result(v, NHWC)]
-    return [im.result(im.emit1("Reshape", [v], None, shape=[x.shape[0], x.shape[1]]))]
-
-
 @_handles("GlobalMaxPool")
 def _gmp(im: _Importer, node, a, ins):
     x = ins[0]
