@@ -224,6 +224,9 @@ UNARY_LUT_FUNCS: dict[str, Callable] = {name: _finite(fn) for name, fn in {
     "acosh": lambda x, a, b, g: np.arccosh(x),
     "atanh": lambda x, a, b, g: np.arctanh(x),
     "sign": lambda x, a, b, g: np.sign(x),
+    "floor": lambda x, a, b, g: np.floor(x),
+    "ceil": lambda x, a, b, g: np.ceil(x),
+    "round": lambda x, a, b, g: np.round(x),  # half to even, as ONNX Round
     "elu": lambda x, a, b, g: np.where(x > 0, x, a * np.expm1(np.minimum(x, 0.0))),
     "selu": lambda x, a, b, g: g * np.where(x > 0, x, a * np.expm1(np.minimum(x, 0.0))),
     "celu": _celu,

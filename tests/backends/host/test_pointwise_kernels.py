@@ -331,7 +331,8 @@ def test_max_min_int_rescale_then_compare():
 
 
 @pytest.mark.parametrize("storage", [INT8, INT16])
-@pytest.mark.parametrize("func", ["exp", "log", "elu", "softplus", "mish", "abs", "reciprocal"])
+@pytest.mark.parametrize("func", ["exp", "log", "elu", "softplus", "mish", "abs", "reciprocal",
+                                  "round"])
 def test_unary_int_is_a_table_of_the_float_function(func, storage):
     dt = storage.numpy_dtype
     info = np.iinfo(dt)
@@ -350,5 +351,5 @@ def test_unary_int_is_a_table_of_the_float_function(func, storage):
     want = np.floor(np.abs(real[ok] / s_out) + 0.5) * np.sign(real[ok])
     np.testing.assert_array_equal(got[ok], want.astype(dt))
     with pytest.raises(ValueError, match="no lookup-table form"):
-        pw.unary_int([q], {"func": "floor"}, [_qt(q.shape, s_in, storage)],
+        pw.unary_int([q], {"func": "bitwise_not"}, [_qt(q.shape, s_in, storage)],
                      [_qt(q.shape, s_out, storage)])

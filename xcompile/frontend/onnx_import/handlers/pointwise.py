@@ -1,10 +1,12 @@
-"""ONNX handlers: element-wise math, comparison and logic (xir.ops.pointwise).
+"""ONNX handlers: element-wise math, comparison, logic and activations (xir.ops.pointwise).
 
-Unary math (Exp, Log, Abs, Floor, Sin, ...), IsNaN / IsInf, Not and BitwiseNot become a
-`Unary`; Max / Min / Mean of N inputs, Mod, comparisons, And / Or / Xor, BitShift and the
-Bitwise ops a chain of `Binary`; Where a `Where`. Every operand is brought into the view a
-computed full-rank input already has (`_broadcast_values`), so these ops on NHWC maps need no
-Transpose.
+Unary math (Exp, Log, Abs, Floor, Sin, ...), IsNaN / IsInf, Not, BitwiseNot and the
+parametrised activations (Elu, Selu, Celu, ThresholdedRelu, Softplus, Softsign, Mish, Shrink,
+Swish) become a `Unary`; Max / Min / Mean of N inputs, Mod, comparisons, And / Or / Xor,
+BitShift and the Bitwise ops a chain of `Binary`; Where a `Where`, PRelu a `PRelu`. Every
+operand is brought into the view a computed full-rank input already has (`_broadcast_values`),
+so these ops on NHWC maps need no Transpose. A dtype ONNX does not define an op for is refused
+with the reason (the importer then lists the node, or hands it to a generic fallback).
 """
 
 from __future__ import annotations
