@@ -1,5 +1,5 @@
 """Index and shape ops: broadcasts and tiles, gathers and scatters, one-hot, ranges, triangles,
-sequence reversal and the plain element-type conversion.
+sequence reversal, Col2Im and the plain element-type conversion.
 
 Semantics are ONNX's (opsets 7-21). Indices are inputs (constant ones are Params), may be
 negative (counted from the end of their axis) and are checked when the op runs. Every output
@@ -265,6 +265,55 @@ class ReverseSequence(Operation):
         if lens != (x[b],):
             raise fail(self, f"lens must have shape [{x[b]}], not {list(lens)}", "inputs")
         return [x]
+
+
+def col2im_blocks(image: list[int], block: list[int], dilations: list[int], pads: list[int],
+                  strides: list[int]) -> list[int]:
+    """Blocks per spatial axis of ONNX Col2Im / im2col: ``(image + pads - extent) // stride
+    + 1`` with ``extent = dilation * (block - 1) + 1``; pads are begins then ends."""
+    n = len(image)
+    return [(image[d] + pads[d] + pads[n + d] - dilations[d] * (block[d] - 1) - 1)
+            // strides[d] + 1 for d in range(n)]
+
+
+@register_op
+class Col2Im(Operation):
+    """ONNX Col2Im: input `[N, C * prod(block_shape), L]`, its columns summed back into
+    `[N, C, *image_shape]` (the inverse of im2col: overlapping blocks add up). dilations,
+    pads (begins then ends) and strides as the convolutions' (empty: 1s / 0s)."""
+
+    op_type = "Col2Im"
+    KEEPS_LAYOUT = False
+    ATTRS = {"image_shape": (list, REQUIRED), "block_shape": (list, REQUIRED),
+             "dilations": (list, []), "pads": (list, []), "strides": (list, [])}
+
+    def geometry(self) -> tuple[list[int], list[int], list[int], list[int], list[int]]:
+        """image, block, dilations, pads, strides with the defaults filled in."""
+        a = self.attrs
+        image, block = [int(d) for d in a["image_shape"]], [int(d) for d in a["block_shape"]]
+        n = len(image)
+        dil = [int(d) for d in a["dilations"]] or [1] * n
+        pads = [int(d) for d in a["pads"]] or [0] * (2 * n)
+        strides = [int(d) for d in a["strides"]] or [1] * n
+        if not n or len(block) != n or len(dil) != n or len(pads) != 2 * n or \
+                len(strides) != n:
+            raise fail(self, f"image_shape {image}, block_shape {block}, dilations {dil}, "
+                             f"pads {pads}, strides {strides} disagree on the spatial rank",
+                       "image_shape")
+        if min(block + dil + strides) < 1 or min(pads) < 0 or min(image) < 1:
+            raise fail(self, "block_shape, dilations and strides must be >= 1, pads >= 0",
+                       "block_shape")
+        return image, block, dil, pads, strides
+
+    def infer_shapes(self, shapes):
+        x = tuple(shapes[0])
+        image, block, dil, pads, strides = self.geometry()
+        if len(x) != 3 or x[1] % math.prod(block):
+            raise fail(self, f"input {list(x)} is not [N, C * {math.prod(block)}, L]", "inputs")
+        blocks = col2im_blocks(image, block, dil, pads, strides)
+        if min(blocks) < 1 or math.prod(blocks) != x[2]:
+            raise fail(self, f"{x[2]} columns, the geometry gives {blocks} blocks", "inputs")
+        return [(x[0], x[1] // math.prod(block), *image)]
 
 
 @register_op

@@ -339,6 +339,27 @@ def test_convert_is_onnx_cast(src, dst):
     same(got, ref)
 
 
+@pytest.mark.parametrize("image, block, attrs", [
+    ([5, 5], [2, 2], {}),
+    ([6, 7], [3, 2], {"strides": [2, 1], "pads": [1, 0, 1, 2]}),
+    ([7, 6], [2, 3], {"dilations": [2, 1], "pads": [0, 1, 1, 0], "strides": [1, 2]}),
+    ([4, 3, 5], [2, 2, 2], {"strides": [2, 1, 2], "pads": [1, 0, 1, 1, 1, 0]}),
+])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_col2im(image, block, attrs, dtype):
+    from xir.ops.index import col2im_blocks
+
+    nd = len(image)
+    blocks = col2im_blocks(image, block, attrs.get("dilations", [1] * nd),
+                           attrs.get("pads", [0] * 2 * nd), attrs.get("strides", [1] * nd))
+    x = data(dtype, (2, 3 * int(np.prod(block)), int(np.prod(blocks))))
+    consts = {1: np.array(image, np.int64), 2: np.array(block, np.int64)}
+    ref = run_ort("Col2Im", [x, consts[1], consts[2]], attrs, consts=consts)[0]
+    got = kernel("Col2Im", [x], {"image_shape": image, "block_shape": block, **attrs})[0]
+    assert got.dtype == x.dtype
+    same(got, ref)
+
+
 @pytest.mark.parametrize("mode", ["constant", "reflect", "edge", "wrap"])
 @pytest.mark.parametrize("dtype", [np.float32, np.int32])
 def test_pad_every_mode(mode, dtype):

@@ -416,3 +416,14 @@ def test_axis_local_ops_on_an_nhwc_map_any_axis(op_type, axes):
     m = model([c, node], [vi("x", [2, 3, 4, 6])], outs, inits, opset=13)
     net = check(m, {"x": rand(2, 3, 4, 6)}, rtol=1e-4, atol=1e-4)
     assert ops(net).count("Transpose") <= 2
+
+
+def test_col2im_with_constant_shapes():
+    """torch.nn.Fold exports Col2Im (opset 18) with constant image and block shapes."""
+    node = helper.make_node("Col2Im", ["x", "img", "blk"], ["y"], strides=[2, 2],
+                            pads=[1, 1, 1, 1])
+    m = model([node], [vi("x", [1, 8, 9])], [vi("y", [1, 2, 5, 5])],
+              [("img", np.array([5, 5], np.int64)), ("blk", np.array([2, 2], np.int64))],
+              opset=18)
+    net = check(m, {"x": rand(1, 8, 9)})
+    assert "Col2Im" in ops(net)

@@ -15,7 +15,8 @@ from xir.values import Value
 
 REDUCE_INDEX_OPS = {"Reduce", "ArgReduce", "TopK", "CumSum", "CumProd", "Hardmax", "LogSoftmax",
                     "Expand", "Tile", "Gather", "GatherElements", "GatherND", "ScatterElements",
-                    "ScatterND", "OneHot", "Range", "Trilu", "ReverseSequence", "Convert"}
+                    "ScatterND", "OneHot", "Range", "Trilu", "ReverseSequence", "Convert",
+                    "Col2Im"}
 
 
 def val(shape, dtype=np.float32) -> Value:
@@ -109,6 +110,16 @@ def test_shape_ops():
         types("Convert", [Value(0, TensorType(QuantizedType(INT8, 0.1), [2]))], to="@fp(32)")
 
 
+def test_col2im_shapes():
+    assert shapes("Col2Im", [val((2, 12, 24))], image_shape=[6, 7], block_shape=[3, 2],
+                  strides=[2, 1], pads=[1, 0, 1, 2]) == [(2, 2, 6, 7)]
+    with pytest.raises(ShapeMismatchError, match="columns"):
+        shapes("Col2Im", [val((2, 12, 23))], image_shape=[6, 7], block_shape=[3, 2],
+               strides=[2, 1], pads=[1, 0, 1, 2])
+    with pytest.raises(ShapeMismatchError, match="spatial rank"):
+        shapes("Col2Im", [val((2, 12, 20))], image_shape=[6, 7], block_shape=[3, 2, 1])
+
+
 def test_pad_knows_wrap():
     assert shapes("Pad", [val((2, 3))], pad_before=[1, 0], pad_after=[0, 4], mode="wrap") == \
         [(3, 7)]
@@ -142,7 +153,9 @@ def build_net() -> xir.Network:
     rs = b.op("ReverseSequence", [x, b.params(np.array([5, 2], np.int64))], batch_axis=0,
               time_axis=1)
     cv = b.op("Convert", [rs], to="@sint(16)")
-    b.output(hm, ls, ex, tl, g, ge, gn, se, sn, oh, rg, tr, cv)
+    ci = b.op("Col2Im", [b.op("Reshape", [x], shape=[1, 4, 10])], image_shape=[3, 6],
+              block_shape=[2, 2], strides=[1, 1], pads=[0, 0, 0, 0], dilations=[1, 1])
+    b.output(hm, ls, ex, tl, g, ge, gn, se, sn, oh, rg, tr, cv, ci)
     return b.build()
 
 
@@ -172,7 +185,7 @@ def test_round_tripped_network_runs_the_same(tmp_path):
         sess = Session.Create([host.HostBackend], n.view(0), [HostDevice.Default()])
         sess.apply()
         outs.append([np.asarray(t) for t in sess.forward([Tensor(x)])])
-    assert len(outs[0]) == 13
+    assert len(outs[0]) == 14
     for a, b in zip(*outs):
         np.testing.assert_array_equal(a, b)
-    assert outs[0][-1].dtype == np.int16
+    assert outs[0][-2].dtype == np.int16 and outs[0][-1].shape == (1, 1, 3, 6)

@@ -1,5 +1,5 @@
 """Index and shape ops: Expand, Tile, Gather*, Scatter*, OneHot, Range, Trilu, EyeLike,
-CastLike, DepthToSpace/SpaceToDepth, Compress and ReverseSequence.
+CastLike, DepthToSpace/SpaceToDepth, Compress, ReverseSequence and Col2Im.
 
 Index ops read the ONNX-order view (`im.value`) unless they are axis-local: Expand (same
 rank), Tile, Gather with 0-D / 1-D indices, GatherElements, ScatterElements, Convert and the
@@ -298,4 +298,16 @@ def _reverse_sequence(im: _Importer, node, a, ins):
     x, lens = ins
     v = im.emit1("ReverseSequence", [im.value(x), _indices(im, lens, "sequence_lens")],
                  batch_axis=int(a.get("batch_axis", 1)), time_axis=int(a.get("time_axis", 0)))
+    return [im.result(v)]
+
+
+@_handles("Col2Im")
+def _col2im(im: _Importer, node, a, ins):
+    """image_shape and block_shape must be constant (they fix the output shape)."""
+    image = _ints(im.const_of(ins[1], "Col2Im image_shape"))
+    block = _ints(im.const_of(ins[2], "Col2Im block_shape"))
+    v = im.emit1("Col2Im", [im.value(ins[0])], image_shape=image, block_shape=block,
+                 dilations=[int(d) for d in a.get("dilations", [])],
+                 pads=[int(d) for d in a.get("pads", [])],
+                 strides=[int(d) for d in a.get("strides", [])])
     return [im.result(v)]

@@ -1,5 +1,5 @@
 """Host kernels of xir.ops.index: Expand, Tile, the gathers and scatters, OneHot, Range, Trilu,
-ReverseSequence and Convert.
+ReverseSequence, Col2Im and Convert.
 
 After onnx/reference, vectorised with numpy (no loop over elements). Data keeps its element
 type; indices may be any integer type and negative (counted from the end of their axis). An
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from xir.ops.index import col2im_blocks
 from xir.types import ScalarType
 from xrt.errors import TensorError
 
@@ -170,6 +171,40 @@ def reverse_sequence(inputs: list[np.ndarray], attrs: dict) -> list[np.ndarray]:
     return [fresh(np.take_along_axis(x, np.broadcast_to(src, x.shape), axis=t_ax))]
 
 
+def col2im(inputs: list[np.ndarray], attrs: dict) -> list[np.ndarray]:
+    """Sum the columns of `[N, C*prod(block), L]` into `[N, C, *image]`: every (block
+    offset, block position) pair adds into one pixel of the padded image (`ufunc.at`), the
+    pads are cut off at the end."""
+    x = np.asarray(inputs[0])
+    image = [int(d) for d in require(attrs, "image_shape", "Col2Im")]
+    block = [int(d) for d in require(attrs, "block_shape", "Col2Im")]
+    nd = len(image)
+    dil = [int(d) for d in attrs.get("dilations") or [1] * nd]
+    pads = [int(d) for d in attrs.get("pads") or [0] * (2 * nd)]
+    strides = [int(d) for d in attrs.get("strides") or [1] * nd]
+    blocks = col2im_blocks(image, block, dil, pads, strides)
+    padded = [image[d] + pads[d] + pads[nd + d] for d in range(nd)]
+    n, ck, length = x.shape
+    kk = int(np.prod(block))
+    if ck % kk or length != int(np.prod(blocks)):
+        raise ValueError(f"Col2Im: input {list(x.shape)} does not fit block_shape {block} and "
+                         f"{blocks} blocks")
+    c = ck // kk
+    # padded coordinate of (offset k, block b) on axis d: b * stride + k * dilation
+    offs = np.indices(block).reshape(nd, kk, 1)
+    pos = np.indices(blocks).reshape(nd, 1, length)
+    coords = pos * np.array(strides).reshape(nd, 1, 1) + offs * np.array(dil).reshape(nd, 1, 1)
+    flat = np.ravel_multi_index(tuple(coords), padded).reshape(-1)  # (kk * L,)
+    cols = x.reshape(n * c, kk * length).T  # one row per (offset, block)
+    acc_dt = np.float32 if x.dtype == np.float16 else x.dtype
+    out = np.zeros((int(np.prod(padded)), n * c), dtype=acc_dt)
+    np.add.at(out, flat, cols.astype(acc_dt, copy=False))
+    out = out.T.reshape([n, c] + padded)
+    crop = tuple([slice(None), slice(None)] +
+                 [slice(pads[d], pads[d] + image[d]) for d in range(nd)])
+    return [np.asarray(out[crop].astype(x.dtype, copy=False), order="C")]
+
+
 def convert(inputs: list[np.ndarray], attrs: dict) -> list[np.ndarray]:
     """astype `to`: float -> int truncates toward zero, x -> bool is x != 0."""
     x = np.asarray(inputs[0])
@@ -241,4 +276,5 @@ FLOAT_KERNELS: dict = {
     "Trilu": trilu,
     "ReverseSequence": reverse_sequence,
     "Convert": convert,
+    "Col2Im": col2im,
 }
