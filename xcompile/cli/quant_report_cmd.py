@@ -1,11 +1,15 @@
 """`xrt quant-report` (registered by the xcompile plugin): per-layer accuracy of a quantized
-network against its float network."""
+network against its float network, and of its outputs per part (a Concat output per branch,
+score parts with top-5 agreement and kept entries). It ends with a verdict and exits with
+status 1 when the network is not accurate: an output part collapsed, or a part's worst sample is
+below --min-cosine."""
 
 from __future__ import annotations
 
 import argparse
 
-HELP = "per-layer cosine similarity and max abs error of quantized vs float (table + json)"
+HELP = ("per-layer cosine similarity and max abs error of quantized vs float, outputs per part "
+        "(table + json); exit status 1 when an output part collapsed")
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -19,12 +23,16 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="the float ONNX model the networks came from: adds onnxruntime's "
                              "own int8 (quantize_static, QDQ, per-channel, the same samples) "
                              "as a column of the outputs table")
+    parser.add_argument("--min-cosine", type=float, default=0.99,
+                        help="the verdict's aim: every output part's worst sample at least "
+                             "this cosine (default 0.99); a collapsed part always fails")
     parser.add_argument("--suggest", type=int, metavar="N", default=0,
                         help="print the N 8-bit ops whose own rounding costs most (lowest "
                              "'alone' cosine) as --op-bits flags for xrt compile")
 
 
 def run(args: argparse.Namespace) -> int:
+    import json
     import os
 
     import xir
@@ -65,11 +73,15 @@ def run(args: argparse.Namespace) -> int:
 
         attach(report, args.onnx, samples, samples)
     report.print()
+    ok, why = report.verdict(args.min_cosine)
+    print(f"accurate: {'yes' if ok else 'NO'} -- {why}")
     if args.suggest:
         flags = " ".join(f"--op-bits {name}=16"
                          for name in report.suggest_op_bits(args.suggest))
         print(f"raise these to 16 bits: {flags}" if flags else "no 8-bit op to raise")
     if args.json_out:
+        d = report.to_dict()
+        d["verdict"] = {"accurate": ok, "min_cosine": args.min_cosine, "why": why}
         with open(args.json_out, "w") as fh:
-            fh.write(report.to_json())
-    return 0
+            json.dump(d, fh, indent=2)
+    return 0 if ok else 1

@@ -19,6 +19,12 @@ with its scale, and compared over all samples together:
   requantization) shows, not what the layers before it lost. Toolkits call the two figures the
   entire and the single error; a layer with a low `alone` is the one to raise with `op_bits`
   (docs/quantization.md section 10). None where the op cannot be run alone (a float input).
+
+The network outputs are measured per *part* too (`xcompile.quant.parts`): a Concat output
+per input branch (a detector's boxes and class scores), score parts with their top-5
+agreement and the entries above 0.25 each side keeps. `Report.parts` holds them (json
+"parts"), `Report.collapsed()` the parts that collapsed: a whole-output cosine of 0.999 over
+box pixels says nothing about class scores that all rounded to 0.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from xcompile.quant.calibrate import load_calibration, run_float
+from xcompile.quant.parts import PartResult, compare_parts, compare_samples, output_parts
 from xcompile.runner import Runner, default_runner
 
 __all__ = ["LayerRow", "Report", "accuracy_report", "cosine"]
@@ -72,10 +79,43 @@ class Report:
     method: str | None
     rows: list[LayerRow] = field(default_factory=list)
     outputs: list[dict] = field(default_factory=list)
+    #: the outputs per part, over every sample together (`xcompile.quant.parts`)
+    parts: list[PartResult] = field(default_factory=list)
+    #: per part name: the lowest cosine of any one sample (0.0 where that sample collapsed)
+    part_worst_sample: dict[str, float] = field(default_factory=dict)
 
     def to_dict(self) -> dict:
+        parts = []
+        for r in self.parts:
+            d = r.as_dict()
+            d["worst_sample"] = self.part_worst_sample.get(r.part.name)
+            parts.append(d)
         return {"network": self.network, "bits": self.bits, "method": self.method,
-                "outputs": list(self.outputs), "layers": [asdict(r) for r in self.rows]}
+                "outputs": list(self.outputs), "parts": parts,
+                "collapsed": [r.part.name for r in self.collapsed()],
+                "layers": [asdict(r) for r in self.rows]}
+
+    def collapsed(self) -> list[PartResult]:
+        """The output parts that collapsed (over all samples, or in any one sample)."""
+        return [r for r in self.parts
+                if r.collapsed or self.part_worst_sample.get(r.part.name, 1.0) <= 0.0]
+
+    def verdict(self, min_cosine: float = 0.99) -> tuple[bool, str]:
+        """(accurate, why): no part collapsed and every part's worst-sample figure at least
+        `min_cosine`; the reason names the deciding part."""
+        bad = self.collapsed()
+        if bad:
+            r = bad[0]
+            why = r.reason or "collapsed in one sample"
+            return False, (f"output part '{r.part.label}' collapsed: {why}" +
+                           (f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""))
+        if not self.parts:
+            return True, "no output parts"
+        name, low = min(self.part_worst_sample.items(), key=lambda kv: kv[1],
+                        default=("", 1.0))
+        if low < min_cosine:
+            return False, f"output part '{name}': cosine {low:.6f} < {min_cosine}"
+        return True, f"every output part at cosine >= {min_cosine} (lowest: '{name}' {low:.6f})"
 
     def to_json(self, indent: int | None = 2) -> str:
         return json.dumps(self.to_dict(), indent=indent)
@@ -131,6 +171,24 @@ class Report:
             out.add_row(o["name"], str(o["v_id"]), f"{o['cosine']:.6f}",
                         f"{o['max_abs_err']:.4g}", *extra)
         console.print(out)
+        if self.parts:
+            pt = Table(title="output parts (per Concat branch; scores: top-5 and kept > 0.25)")
+            for col in ("part", "kind", "range", "cosine", "worst sample", "max abs err",
+                        "top-5", "kept (ref/got/both)", "collapsed"):
+                pt.add_column(col)
+            for r in self.parts:
+                rng = "all" if r.part.axis is None else \
+                    f"axis {r.part.axis}: {r.part.start}:{r.part.stop}"
+                low = self.part_worst_sample.get(r.part.name)
+                kept = "-" if r.kept_ref is None else \
+                    f"{r.kept_ref}/{r.kept_got}/{r.kept_both}"
+                bad = r.collapsed or (low is not None and low <= 0.0)
+                pt.add_row(r.part.name, r.part.kind, rng, f"{r.cosine:.6f}",
+                           "-" if low is None else f"{low:.6f}", f"{r.max_abs:.4g}",
+                           "-" if r.topk is None else f"{r.topk:.3f}", kept,
+                           (r.reason or "in one sample") if bad else "no",
+                           style="red" if bad else None)
+            console.print(pt)
 
 
 def _capture(net: Any, samples: list[list[np.ndarray]], runner: Runner) -> tuple[dict, list]:
@@ -238,4 +296,26 @@ def accuracy_report(float_net: Any, quant_net: Any, samples: Any,
         rep.outputs.append({"name": name, "v_id": int(quant_net.outputs()[k].v_id),
                             "cosine": cosine(qo, f),
                             "max_abs_err": float(np.abs(qo - f).max(initial=0.0))})
+    _measure_parts(rep, quant_net, fouts, qouts)
     return rep
+
+
+def _measure_parts(rep: Report, quant_net: Any, fouts: list[list[np.ndarray]],
+                   qouts: list[list[np.ndarray]]) -> None:
+    """`rep.parts` (every sample together), `rep.part_worst_sample` (the lowest figure of any
+    one sample) and, per output, its lowest part."""
+    if not fouts:
+        return
+    parts = output_parts(quant_net, reference=fouts[0])
+    rep.parts = compare_samples(fouts, qouts, parts)
+    for f, q in zip(fouts, qouts):
+        for r in compare_parts(f, q, parts):
+            low = rep.part_worst_sample.get(r.part.name, 1.0)
+            rep.part_worst_sample[r.part.name] = min(low, float(r.figure))
+    for k, o in enumerate(rep.outputs):
+        mine = [r for r in rep.parts if r.part.output == k]
+        if mine:
+            w = min(mine, key=lambda r: rep.part_worst_sample.get(r.part.name, r.figure))
+            o["parts"] = [r.part.name for r in mine]
+            o["worst_part"] = w.part.name
+            o["worst_part_cosine"] = rep.part_worst_sample.get(w.part.name, w.figure)

@@ -182,3 +182,38 @@ def test_larger_head_with_default_options(head):
     res = compare_samples(ref, got, output_parts(q), threshold=THRESHOLD)
     assert not collapsed_parts(res)
     _assert_detections(ref, got, 96)
+
+
+def test_quant_report_names_the_collapsed_part(head, tmp_path, capsys):
+    """`xrt quant-report` on the shared-scale network: the class-score part is reported
+    collapsed (table, verdict, json) and the command exits 1; on the fixed one it exits 0."""
+    import json
+
+    from xcompile.passes import optimize
+    from xrt.cli import main
+
+    _, net, q, _, _ = head
+    cal = tmp_path / "cal"
+    cal.mkdir()
+    for k, x in enumerate(Y.images(2, SIZE, seed=7)):
+        np.save(cal / f"{k}.npy", x)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(quantize_mod, "OUTPUT_SPREAD", float("inf"))
+        mp.setattr(quantize_mod, "BRANCH_SPREAD", float("inf"))
+        shared = quantize_network(net, Y.images(4, SIZE, seed=1), weight_rounding="nearest")
+    optimize(net).save(tmp_path / "f.json")
+    for name, qn, rc in (("shared", shared, 1), ("kept", q, 0)):
+        qn.save(tmp_path / f"{name}.json")
+        out = tmp_path / f"{name}.report.json"
+        assert main(["quant-report", str(tmp_path / "f.json"), str(tmp_path / f"{name}.json"),
+                     "--calib", str(cal), "--json", str(out)]) == rc
+        text = capsys.readouterr().out
+        data = json.loads(out.read_text())
+        assert [p["kind"] for p in data["parts"]] == ["value", "score"]
+        assert data["verdict"]["accurate"] is (rc == 0)
+        if rc:
+            assert data["collapsed"] == ["output0./sigmoid_141"]
+            assert "accurate: NO" in text and "sigmoid_141" in text.split("accurate: NO")[1]
+            assert data["outputs"][0]["cosine"] > 0.999  # the whole output looks fine
+        else:
+            assert data["collapsed"] == [] and data["parts"][1]["kept_both"] > 0
