@@ -218,6 +218,21 @@ def test_integer_div_truncates_toward_zero(a, b):
     np.testing.assert_array_equal(got, _ort_node("Div", [a, b]))
 
 
+@settings(max_examples=60, deadline=None)
+@given(hnp.arrays(np.int64, 12, elements=st.integers(-2 ** 62, 2 ** 62)),
+       hnp.arrays(np.int64, 12, elements=st.integers(-999, 999).filter(lambda v: v != 0)))
+def test_integer_mod_sign_rules(a, b):
+    """fmod=0 takes the divisor's sign (Python %), fmod=1 the dividend's (C fmod), exactly
+    (int64 values beyond float64's 2**53 included)."""
+    import math
+
+    mod = pw.binary([a, b], {"func": "mod"})[0]
+    fmod = pw.binary([a, b], {"func": "fmod"})[0]
+    assert mod.tolist() == [x % y for x, y in zip(a.tolist(), b.tolist())]
+    assert fmod.tolist() == [int(math.copysign(abs(x) % abs(y), x)) if x % y else 0
+                             for x, y in zip(a.tolist(), b.tolist())]
+
+
 @pytest.mark.parametrize("dtype", [np.uint8, np.uint16, np.uint32, np.uint64])
 @pytest.mark.parametrize("direction", ["LEFT", "RIGHT"])
 def test_bitshift_against_ort(dtype, direction):
