@@ -11,7 +11,7 @@ import pytest
 from npu_chip_lib import assert_bit_exact, check_quantized, compile_onnx, hard_kinds, host_types
 
 from xir.builder import NetworkBuilder
-from xir.types import INT8, INT16, QuantizedType, TensorType
+from xir.types import INT8, INT16, INT32, QuantizedType, TensorType
 
 CHIPS = ["zg330", "buyi"]
 
@@ -133,3 +133,48 @@ def test_audio_cnn_pointwise_ops_run_on_the_chip(target, n):
     assert c.host_types() == {"Sqrt"}, c.host_ops
     x = np.random.default_rng(9).normal(0, 1, (n, 4, 64)).astype(np.float32)
     assert_bit_exact(c, [x])
+
+
+@pytest.mark.parametrize("target", CHIPS)
+@pytest.mark.parametrize("shape,axes,keep", [
+    ((1, 6, 7, 20), [1, 2], True), ((2, 6, 7, 20), [1, 2], False),
+    ((2, 6, 7, 20), [2], True), ((2, 6, 7, 20), [1], False),
+    ((1, 5, 6, 40), [3], True), ((3, 5, 6, 40), [-1], False),
+    ((2, 4, 5, 33), [3], True),
+])
+def test_reduce_max_over_space_or_channels_bit_exact(target, shape, axes, keep):
+    """Reduce max (the integer reference moves codes) as POOL MAX over the reduced spatial
+    axes, or over the channels after a COPY PERMUTE that lays them out as a row."""
+    out = [1 if (i in [a % 4 for a in axes]) else d for i, d in enumerate(shape)]
+    if not keep:
+        out = [d for i, d in enumerate(shape) if i not in [a % 4 for a in axes]]
+    b = NetworkBuilder("rmax")
+    x = b.input(list(shape), _q(8, 0.03), "NHWC", "x")
+    s = b.op("Sigmoid", [x], out_types=[_t(shape, 8, 1 / 250)])
+    r = b.op("Reduce", [s], out_types=[_t(out, 8, 1 / 250)], func="max", axes=axes,
+             keepdims=keep)
+    b.output(b.op("Tanh", [r], out_types=[_t(out, 8, 1 / 120)]))
+    net = b.build()
+    z = check_quantized(net, target, seed=len(out))
+    assert "Reduce" not in host_types(z, target)
+    kinds = [k for ks in hard_kinds(z, "Reduce", net) for k in ks if k != "lut"]
+    assert "maxpool" in kinds and (("copy" in kinds) == (3 in [a % 4 for a in axes]))
+
+
+@pytest.mark.parametrize("target", CHIPS)
+def test_gate_matmul_of_a_recurrent_layer(target):
+    """The gate products of an LSTM as the recurrent importer emits them: a plain Matmul of the
+    [T * B, I] inputs by the [I, 4H] weights, with the bias: one MATMUL layer."""
+    t_b, i, h4 = 6 * 2, 20, 4 * 16
+    rng = np.random.default_rng(1)
+    b = NetworkBuilder("gates")
+    x = b.input([t_b, i], _q(8, 0.04), None, "x")
+    s_w = rng.uniform(0.002, 0.01, h4)
+    w = b.params(rng.integers(-127, 128, (i, h4)).astype(np.int8), "w", None,
+                 QuantizedType(INT8, s_w, axis=1))
+    bias = b.params(rng.integers(-900, 900, h4).astype(np.int32), "b", None,
+                    QuantizedType(INT32, 0.04 * s_w, axis=0))
+    b.output(b.op("Matmul", [x, w, bias], out_types=[_t((t_b, h4), 8, 0.05)]))
+    net = b.build()
+    z = check_quantized(net, target, seed=2)
+    assert hard_kinds(z, "Matmul", net) == [["matmul"]]

@@ -48,9 +48,10 @@ from .layers import ALIAS_OPS, EDGE_REASON, RULES, NotLowerable, OpLowering, ali
 from .moves import MOVE_RULES
 from .pointwise import RULES as POINTWISE_RULES
 from .pointwise import TABLE_OPS
+from .reduce import RULES as REDUCE_RULES
 
 #: every compute op's rule (the data-movement ops are `MOVE_RULES`)
-ALL_RULES = {**RULES, **POINTWISE_RULES}
+ALL_RULES = {**RULES, **POINTWISE_RULES, **REDUCE_RULES}
 #: ops that are one LUT layer, fused after a compute op whose only reader they are
 _TABLES = frozenset(LUT_OPS) | TABLE_OPS
 
@@ -134,6 +135,18 @@ class _Resolver:
 
     def fmap(self, v: Value) -> asm.FMap:
         return self.L.fmap(v, self.item)
+
+    def item_map(self, v: Value, h: int, w: int) -> asm.FMap:
+        """The current item's pixels of `v` seen as an ``h x w`` map (every item: ``n * h``
+        rows): a buffer's pixels lie in order, so an item of ``h * w`` pixels may be read or
+        written in any geometry of that many pixels (a reduction writing a rank-2/3 output)."""
+        f = self.L.fmap(v, None)
+        esz = 2 if f.dtype == "int16" else 1
+        if self.item is None:
+            n = (f.h * f.w) // (h * w)
+            return asm.FMap(f.addr, n * h, w, f.c, f.pitch, f.c_off, f.dtype)
+        at = f.addr + self.item * h * w * f.pitch * esz
+        return asm.FMap(at, h, w, f.c, f.pitch, f.c_off, f.dtype)
 
     def const(self, i: int) -> int:
         return self.spec.blob_addr + self.spec.const_off[self.base + i]
