@@ -320,7 +320,8 @@ def test_accuracy_report_json(tiny, tiny_q8):
     rep = accuracy_report(net, tiny_q8, cal[:2])
     d = json.loads(rep.to_json())
     assert d["network"] == "tiny_cnn" and d["bits"] == 8 and d["method"] == "kl"
-    assert set(d) == {"network", "bits", "method", "outputs", "layers"}
+    assert set(d) == {"network", "bits", "method", "outputs", "parts", "collapsed", "layers"}
+    assert [p["kind"] for p in d["parts"]] == ["value"] and d["collapsed"] == []
     assert len(d["outputs"]) == 1 and d["outputs"][0]["cosine"] > 0.99
     row = d["layers"][0]
     assert {"op_id", "op_type", "name", "v_id", "float_v_id", "cosine", "max_abs_err",
