@@ -103,6 +103,24 @@ def collect_hessians(net: Any, data: list, ops: list, max_rows: int = 16384,
     return hess
 
 
+def _upper_inverse_factor(h: np.ndarray) -> np.ndarray:
+    """Upper triangular `u` with `inv(h) = u^T u`, from one Cholesky factorisation and one
+    triangular inverse instead of a general inverse and a second factorisation (a third of the
+    work): with `J` the index reversal and `J h J = L L^T`, `inv(h) = (J L^-1 J)^T (J L^-1 J)`
+    and `J L^-1 J` is upper triangular with a positive diagonal, so it is the Cholesky factor
+    of `inv(h)` itself. Raises `LinAlgError` when `h` is not positive definite."""
+    low = np.linalg.cholesky(h[::-1, ::-1])
+    try:
+        from scipy.linalg import lapack
+
+        inv_low, info = lapack.dtrtri(low, lower=1)
+        if info != 0:
+            raise np.linalg.LinAlgError(f"dtrtri: info {info}")
+    except ImportError:  # scipy is optional: numpy's solve of the identity
+        inv_low = np.linalg.solve(low, np.eye(low.shape[0]))
+    return np.ascontiguousarray(np.triu(inv_low[::-1, ::-1]))
+
+
 def gptq_quantize(w: np.ndarray, scales: np.ndarray, h: np.ndarray, qmax: int, *,
                   damp: float = 0.01, block: int = 128) -> np.ndarray:
     """Codes for `w` `(K, C)` (columns = output channels, per-column `scales`) given the input
@@ -119,7 +137,7 @@ def gptq_quantize(w: np.ndarray, scales: np.ndarray, h: np.ndarray, qmax: int, *
     inv = np.argsort(perm, kind="stable")
     w, h = w[perm], h[np.ix_(perm, perm)]
     try:
-        u = np.linalg.cholesky(np.linalg.inv(h)).T  # upper: Hinv = u^T u
+        u = _upper_inverse_factor(h)
     except np.linalg.LinAlgError:
         log.debug("GPTQ: Hessian not positive definite, nearest rounding")
         return np.clip(np.round(w[inv] / s), -qmax, qmax).astype(np.int64)
