@@ -353,13 +353,18 @@ def _fold_gelu_tanh(net: Network, tanh: Operation, outputs: set[int]) -> bool:
     return False
 
 
+def _is_mean(op: Operation) -> bool:
+    """A mean over axes: the ONNX importer's Reduce(func="mean") or an older ReduceMean."""
+    return op.op_type == "ReduceMean" or (op.op_type == "Reduce" and op.attrs["func"] == "mean")
+
+
 def _fold_layernorm(net: Network, mean: Operation, outputs: set[int]) -> bool:
     """``(x - mean(x)) / sqrt(mean((x - mean(x))**2) + eps) [* gamma] [+ beta]`` over the last
     axes, from `mean` = the first ReduceMean on: one LayerNorm (op_id of `mean`)."""
     from xir.ops.nn import LayerNorm
 
     x = mean.inputs[0]
-    axes = sorted(int(a) % len(x.shape) for a in mean.attrs["axes"])
+    axes = sorted(int(a) % len(x.shape) for a in mean.attrs["axes"]) or list(range(len(x.shape)))
     if not mean.attrs.get("keepdims", True) or axes != list(range(axes[0], len(x.shape))):
         return False
     sub = _reader(mean.outputs[0], outputs, "Sub")
@@ -371,8 +376,10 @@ def _fold_layernorm(net: Network, mean: Operation, outputs: set[int]) -> bool:
     if len(d.consumers) != 2 or sq is None or div is None or list(sq.inputs) != [d, d] or \
             div.inputs[0] is not d:
         return False
-    var = _reader(sq.outputs[0], outputs, "ReduceMean")
-    if var is None or sorted(int(a) % len(x.shape) for a in var.attrs["axes"]) != axes or \
+    var = _reader(sq.outputs[0], outputs)
+    if var is None or not _is_mean(var) or \
+            (sorted(int(a) % len(x.shape) for a in var.attrs["axes"]) or
+             list(range(len(x.shape)))) != axes or \
             not var.attrs.get("keepdims", True):
         return False
     add = _reader(var.outputs[0], outputs, "Add")
@@ -566,7 +573,7 @@ def optimize(net: Network) -> Network:
             n_act += 1
         elif op in out.ops and op.op_type == "Tanh" and _fold_gelu_tanh(out, op, outputs):
             n_act += 1
-        elif op in out.ops and op.op_type == "ReduceMean" and _fold_layernorm(out, op, outputs):
+        elif op in out.ops and _is_mean(op) and _fold_layernorm(out, op, outputs):
             n_act += 1
         elif op in out.ops and op.op_type == "LRN" and _lrn_as_chip_ops(out, op):
             n_act += 1
