@@ -132,6 +132,14 @@ def test_sequence_lens_and_initial_state(kind, direction, layout):
     _compare(kind, data, {"hidden_size": 6, "direction": direction, "layout": layout})
 
 
+@pytest.mark.parametrize("kind", ["LSTM", "GRU", "RNN"])
+def test_zero_length_items(kind):
+    """An item of length 0: Y and the final states are zeros (not its initial state)."""
+    data = _case(kind, t=4, b=3, direction="bidirectional", seq=True, init=True, seed=1)
+    data["sequence_lens"] = np.array([0, 4, 2], np.int32)
+    _compare(kind, data, {"hidden_size": 6, "direction": "bidirectional"})
+
+
 def test_sequence_lens_padding_is_zero_and_state_is_last_valid():
     """A short sequence: Y is zero past its length, Y_h is the state at its last step (the
     first step for the reverse direction)."""

@@ -104,6 +104,7 @@ class _Seq:
         steps = np.arange(t)[:, None]
         self.valid = steps < lens[None, :]                       # [T, B]
         self.full = bool(self.valid.all())
+        self.empty = lens == 0                                   # [B]
         back = np.where(self.valid, lens[None, :] - 1 - steps, steps)
         reverse = [direction == "reverse" or (direction == "bidirectional" and k == 1)
                    for k in range(d)]
@@ -135,7 +136,10 @@ class _Seq:
         return y.transpose(2, 0, 1, 3) if self.layout == 1 else y
 
     def state(self, hs: np.ndarray) -> np.ndarray:
-        """A final state [D, B, H] in the layout ([B, D, H] for layout 1)."""
+        """A final state [D, B, H] in the layout ([B, D, H] for layout 1); zeros for an item
+        of length 0 (not its initial state), as onnxruntime gives."""
+        if self.empty.any():
+            hs = np.where(self.empty[None, :, None], 0, hs).astype(hs.dtype, copy=False)
         return hs.transpose(1, 0, 2) if self.layout == 1 else hs
 
     def initial(self, x: np.ndarray, dt) -> np.ndarray:
