@@ -255,3 +255,43 @@ def test_bad_sequence_lens(lens):
     bad = dict(data, sequence_lens=np.array(lens, np.int32))
     with pytest.raises(InvalidArgumentError, match="sequence_lens"):
         _ours("RNN", bad, {"hidden_size": 6})
+
+
+_ACT_NAMES = ["Sigmoid", "Tanh", "Relu", "Affine", "LeakyRelu", "ThresholdedRelu", "ScaledTanh",
+              "HardSigmoid", "Elu", "Softsign", "Softplus"]
+
+
+@pytest.mark.parametrize("block", range(4))
+def test_random_configurations(block):
+    """Random cells, directions, sizes, lengths (0 included), states, peepholes, activation
+    lists with alpha/beta lists of any length, clip, linear_before_reset, input_forget and
+    layout: 25 configurations per block, each against onnxruntime."""
+    rng = np.random.default_rng(100 + block)
+    for i in range(25):
+        kind = str(rng.choice(list(GATES)))
+        direction = str(rng.choice(["forward", "reverse", "bidirectional"]))
+        t, b, i_, h = (int(v) for v in rng.integers(1, [7, 4, 5, 5]))
+        data = _case(kind, t=t, b=b, i=i_, h=h, direction=direction, seq=bool(rng.integers(2)),
+                     init=bool(rng.integers(2)), peep=kind == "LSTM" and bool(rng.integers(2)),
+                     bias=bool(rng.integers(2)), seed=1000 * block + i)
+        if data["sequence_lens"] is not None:
+            data["sequence_lens"] = rng.integers(0, t + 1, b).astype(np.int32)
+        attrs: dict = {"hidden_size": h, "direction": direction}
+        if rng.integers(2):
+            n = {"LSTM": 3, "GRU": 2, "RNN": 1}[kind] * (2 if direction == "bidirectional" else 1)
+            attrs["activations"] = [str(a) for a in rng.choice(_ACT_NAMES, n)]
+            for key in ("activation_alpha", "activation_beta"):
+                k = int(rng.integers(0, 2 * n + 1))
+                if k:
+                    attrs[key] = [float(v) for v in rng.uniform(0.1, 1.5, k)]
+        if rng.integers(3) == 0:
+            attrs["clip"] = float(rng.uniform(0.3, 3))
+        if kind == "GRU" and rng.integers(2):
+            attrs["linear_before_reset"] = 1
+        if kind == "LSTM" and rng.integers(4) == 0:
+            attrs["input_forget"] = 1
+        if rng.integers(3) == 0:
+            attrs["layout"] = 1
+            data = {k: v.transpose(1, 0, 2) if k in ("X", "initial_h", "initial_c") and
+                    v is not None else v for k, v in data.items()}
+        _compare(kind, data, attrs)
