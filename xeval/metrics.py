@@ -1,4 +1,9 @@
-"""How one sample's outputs compare with the reference's: pure functions of numpy arrays."""
+"""How one sample's outputs compare with the reference's: pure functions of numpy arrays.
+
+Besides the whole-output cosine, each output is measured per part (`xcompile.quant.parts`): a
+Concat output per input branch (a detector's boxes and class scores), score parts with their
+top-5 agreement and kept entries above 0.25. A row names the parts that collapsed: a cosine of
+0.999 over box pixels says nothing about class scores that all rounded to 0."""
 
 from __future__ import annotations
 
@@ -8,7 +13,7 @@ from typing import Any
 import numpy as np
 
 #: the per-sample figures `--metric` may rank and plot by
-METRICS = ("cosine", "max_error", "top1")
+METRICS = ("cosine", "max_error", "top1", "worst_part_cosine")
 
 
 def _flat(arrays: Sequence[Any]) -> np.ndarray:
@@ -32,9 +37,13 @@ def is_class_vector(arr: Any) -> bool:
     return a.size > 1 and sum(d > 1 for d in a.shape) == 1
 
 
-def compare(outputs: Sequence[Any], reference: Sequence[Any]) -> dict[str, Any]:
+def compare(outputs: Sequence[Any], reference: Sequence[Any], parts: Any = None
+            ) -> dict[str, Any]:
     """cosine, max_error (largest absolute difference) and, where the first output is a class
-    vector, top1 (1 when the arg-max classes agree, else 0; None otherwise)."""
+    vector, top1 (1 when the arg-max classes agree, else 0; None otherwise). With `parts`
+    (`xcompile.quant.parts.output_parts` of the reference network) also `parts` (per part:
+    cosine, max_abs, top-k and kept entries for score parts, collapsed), `worst_part`,
+    `worst_part_cosine` (0.0 where it collapsed) and `collapsed` (the collapsed parts' names)."""
     if len(outputs) != len(reference):
         raise ValueError(f"{len(outputs)} outputs against {len(reference)} reference outputs")
     for k, (o, r) in enumerate(zip(outputs, reference)):
@@ -46,6 +55,29 @@ def compare(outputs: Sequence[Any], reference: Sequence[Any]) -> dict[str, Any]:
     if outputs and is_class_vector(outputs[0]) and is_class_vector(reference[0]):
         top1 = int(np.argmax(np.asarray(outputs[0]).ravel()) ==
                    np.argmax(np.asarray(reference[0]).ravel()))
-    return {"cosine": cosine(a, b),
-            "max_error": float(np.max(np.abs(a - b))) if a.size else 0.0,
-            "top1": top1}
+    row = {"cosine": cosine(a, b),
+           "max_error": float(np.max(np.abs(a - b))) if a.size else 0.0,
+           "top1": top1}
+    if parts:
+        row.update(part_figures(outputs, reference, parts))
+    return row
+
+
+def part_figures(outputs: Sequence[Any], reference: Sequence[Any], parts: Any
+                 ) -> dict[str, Any]:
+    """The per-part fields of `compare` (outputs reshaped to the reference's shapes: `compare`
+    compares them in flat order)."""
+    from xcompile.quant.parts import compare_parts, worst, worst_part
+
+    got = [np.asarray(o).reshape(np.shape(r)) for o, r in zip(outputs, reference)]
+    res = compare_parts(list(reference), got, parts)
+    out = {}
+    for r in res:
+        d = {k: v for k, v in r.as_dict().items()
+             if k in ("kind", "cosine", "max_abs", "topk", "kept_ref", "kept_got", "kept_both",
+                      "collapsed", "reason")}
+        out[r.part.name] = d
+    w = worst_part(res)
+    return {"parts": out, "worst_part": None if w is None else w.part.name,
+            "worst_part_cosine": float(worst(res)),
+            "collapsed": [r.part.name for r in res if r.collapsed]}

@@ -24,11 +24,39 @@ def eval_summary(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     top = [r["top1"] for r in ok if r.get("top1") is not None]
     if top:
         s["top1_agreement"] = sum(top) / len(top)
+    _part_summary(ok, s)
     for key in ("cycles", "chip_ms", "wall_ms"):
         vals = [float(r[key]) for r in ok if key in r]
         if vals:
             s[f"{key}_mean"] = sum(vals) / len(vals)
     return s
+
+
+def _part_summary(ok: Sequence[dict[str, Any]], s: dict[str, Any]) -> None:
+    """Per output part (`xcompile.quant.parts`, the rows' "parts"): mean and lowest cosine,
+    mean top-5 agreement and share of the reference's kept entries (score parts), and in how
+    many samples it collapsed; `collapsed_samples`: samples with any collapsed part."""
+    names: list[str] = []
+    for r in ok:
+        for n in r.get("parts") or {}:
+            if n not in names:
+                names.append(n)
+    if not names:
+        return
+    s["collapsed_samples"] = sum(1 for r in ok if r.get("collapsed"))
+    for n in names:
+        ps = [r["parts"][n] for r in ok if n in (r.get("parts") or {})]
+        cos = [p["cosine"] for p in ps if p.get("cosine") is not None]
+        if cos:
+            s[f"part {n} cosine_mean"] = float(np.mean(cos))
+            s[f"part {n} cosine_min"] = float(np.min(cos))
+        topk = [p["topk"] for p in ps if p.get("topk") is not None]
+        if topk:
+            s[f"part {n} top5_agreement"] = float(np.mean(topk))
+        kept = [(p["kept_both"], p["kept_ref"]) for p in ps if p.get("kept_ref")]
+        if kept:
+            s[f"part {n} kept_recall"] = sum(b for b, _ in kept) / sum(r for _, r in kept)
+        s[f"part {n} collapsed"] = sum(1 for p in ps if p.get("collapsed"))
 
 
 def _fmt(v: Any) -> str:
@@ -52,6 +80,12 @@ def print_eval(rows: Sequence[dict[str, Any]], title: str, console: Any = None) 
     for k, v in s.items():
         table.add_row(k, _fmt(v))
     console.print(table)
+    for k, v in s.items():
+        if k.startswith("part ") and k.endswith(" collapsed") and v:
+            console.print(f"COLLAPSED: output part {k[5:-10]} in {v} of {s['ok']} samples "
+                          f"(its values are all one, or far from the reference's, or it "
+                          f"keeps under half of the reference's scores above 0.25)",
+                          style="bold red", markup=False, highlight=False)
     for r in [r for r in rows if "error" in r][:5]:
         console.print(f"failed: {r['sample']}: {r['error']}", markup=False, highlight=False)
     return s

@@ -22,6 +22,8 @@ import numpy as np
 from .metrics import compare
 
 _CACHE: dict[tuple, Any] = {}
+#: the output parts of each reference network (`xcompile.quant.parts`), by its digest
+_PARTS: dict[str, Any] = {}
 _LOCK = threading.Lock()
 _DIR: str | None = None
 
@@ -75,6 +77,7 @@ def reference_session(digest: str, files: dict[str, bytes]) -> Any:
     key = ("ref", digest)
     with _LOCK:
         if key not in _CACHE:
+            _PARTS.pop(digest, None)
             from xrt import HostDevice, Session, plugins
             from xrt.cli.run_cmd import load_model
 
@@ -87,6 +90,16 @@ def reference_session(digest: str, files: dict[str, bytes]) -> Any:
             sess.apply()
             _CACHE[key] = (sess, [])
         return _CACHE[key][0]
+
+
+def reference_parts(digest: str, sess: Any, outputs: list[np.ndarray]) -> Any:
+    """The output parts of the reference network of `digest` (its Concat branches; a branch
+    whose values lie in [0, 1] on the first sample counts as scores), found once."""
+    if digest not in _PARTS:
+        from xcompile.quant.parts import output_parts
+
+        _PARTS[digest] = output_parts(sess.network_view.network, reference=outputs)
+    return _PARTS[digest]
 
 
 def release() -> None:
@@ -134,7 +147,7 @@ def eval_batch(model: tuple[str, bytes], backends: list[tuple[str, str]],
             if reference is not None:
                 ref = reference_session(*reference)
                 want = [np.array(t) for t in ref.forward([Tensor(a) for a in sample])]
-                row.update(compare(outs, want))
+                row.update(compare(outs, want, reference_parts(reference[0], ref, want)))
             row["outputs"] = [list(o.shape) for o in outs]
         except Exception as exc:  # noqa: BLE001 - recorded per sample, the run goes on
             row = {"sample": name, "error": f"{type(exc).__name__}: {exc}"}

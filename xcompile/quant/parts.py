@@ -246,6 +246,8 @@ def output_parts(net: Network, *, channel_groups: int = 0,
             cls = _score_axis(src, chain, len(shape)) if kind == "score" else None
             if kind == "score" and cls is None and len(shape) >= 2:
                 cls = 1 if len(shape) >= 3 else len(shape) - 1
+            if kind == "value" and len(shape) == 2 and shape[1] >= 2 * TOP_K:
+                cls = 1  # a classifier's logits: [batch, classes]
             if channel_groups > 1 and len(shape) >= 3 and shape[1] >= 2 * channel_groups:
                 bounds = np.linspace(0, shape[1], channel_groups + 1).astype(int)
                 parts = [Part(f"{base}.ch{a}-{b - 1}", i, 1, int(a), int(b), kind,
