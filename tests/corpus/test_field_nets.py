@@ -23,10 +23,11 @@ pytest.importorskip("onnxruntime")
 
 CHIPS = {"zg330": ("ZG330", "ZG"), "buyi": ("Buyi", "BY")}
 #: name -> (op types of the adapted network that must run inside HardOps, op types that must
-#: stay on the host). Recurrences and control flow stay on the host by design.
+#: stay on the host). Recurrences and control flow stay on the host by design; the input
+#: projections of LSTM/GRU (a Matmul over every timestep) run on the chip.
 WHERE = {
-    "torch_crnn_ocr": ({"Conv2d", "MaxPool2d"}, {"LSTMRecurrence"}),
-    "torch_gru_kws": ({"Conv2d"}, {"GRURecurrence"}),
+    "torch_crnn_ocr": ({"Conv2d", "MaxPool2d", "Matmul"}, {"LSTMRecurrence"}),
+    "torch_gru_kws": ({"Conv2d", "Matmul"}, {"GRURecurrence"}),
     "torch_melspec": ({"Conv2d", "Matmul"}, set()),
     "keras_audio_cnn": ({"Conv2d"}, set()),
     "onnx_vad_if_loop": ({"Conv2d"}, {"OnnxGraph"}),
