@@ -132,7 +132,7 @@ class Params(Value):
     def from_array(cls, v_id: int, array: np.ndarray, name: str = "",
                    layout: Any = None, element: Any = None) -> Params:
         """Params holding `array`, its type read off the array."""
-        arr = np.ascontiguousarray(array)
+        arr = np.asarray(array, order="C")  # keeps a 0-d array 0-d
         dtype = TensorType(element if element is not None else arr.dtype, arr.shape, layout)
         return cls(v_id, dtype, arr, name)
 
@@ -154,7 +154,7 @@ class Params(Value):
             raise FieldTypeError(
                 f"params {self.v_id}: data shape {list(arr.shape)} != type shape "
                 f"{list(self.dtype.shape)}", field="data")
-        self._data = np.ascontiguousarray(arr)
+        self._data = np.asarray(arr, order="C")
 
     def byteData(self) -> bytes:
         if self._data is None:
