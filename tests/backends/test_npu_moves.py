@@ -170,3 +170,45 @@ def test_yolov8_head_transposes_and_slices_run_on_the_chip(target):
     assert on_chip.count("Transpose") == 4 and on_chip.count("Slice") == 2
     x = yolov8_head.images(1, 64)[0]
     assert_bit_exact(c, [x])
+
+
+def _d2s_model(op_type: str, mode: str | None, c: int, block: int = 2):
+    """conv -> DepthToSpace / SpaceToDepth -> conv on a dynamic batch (the importer writes the
+    rearrangement as Reshape -> Transpose -> Reshape through rank-6 values)."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(c)
+    cin = c * block * block if op_type == "DepthToSpace" else c
+    cout = c if op_type == "DepthToSpace" else c * block * block
+    w1 = numpy_helper.from_array(rng.normal(0, 0.3, (cin, 3, 3, 3)).astype(np.float32), "w1")
+    w2 = numpy_helper.from_array(rng.normal(0, 0.3, (4, cout, 1, 1)).astype(np.float32), "w2")
+    attrs = {"blocksize": block} | ({"mode": mode} if mode else {})
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["a"], pads=[1, 1, 1, 1]),
+             helper.make_node(op_type, ["a"], ["b"], **attrs),
+             helper.make_node("Conv", ["b", "w2"], ["y"])]
+    g = helper.make_graph(nodes, "d2s", [helper.make_tensor_value_info(
+        "x", TensorProto.FLOAT, ["N", 3, 8, 8])], [helper.make_tensor_value_info(
+            "y", TensorProto.FLOAT, None)], [w1, w2])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+
+
+@pytest.mark.parametrize("target", CHIPS)
+@pytest.mark.parametrize("op_type,mode,c,n", [("DepthToSpace", "DCR", 1, 1),
+                                              ("DepthToSpace", "CRD", 3, 2),
+                                              ("DepthToSpace", "DCR", 5, 1),
+                                              ("SpaceToDepth", None, 2, 2)])
+def test_depth_to_space_chain_runs_as_strided_copies(target, op_type, mode, c, n):
+    """The Reshape -> Transpose -> Reshape chain of a DepthToSpace (ESPCN's pixel shuffle) or a
+    SpaceToDepth: one HardOp of COPY layers between strided windows, bit-exact."""
+    from npu_chip_lib import assert_bit_exact, compile_onnx
+
+    cc = compile_onnx(_d2s_model(op_type, mode, c), (n, 3, 8, 8), target)
+    movers = [op for op in cc.adapted.ops if op.op_type in ("Reshape", "Transpose")
+              and len(op.outputs[0].shape) > 4]
+    assert movers, "the importer wrote no rank-6 chain"
+    assert cc.host_types() <= {"Transpose"} and "Reshape" not in cc.host_types(), cc.host_ops
+    chain_ops = [h for h in cc.lowered.ops if h.op_type == "HardOp" and
+                 len(h.origin_ops_id) >= 3 and set(h.device_info["kinds"]) == {"copy"}]
+    assert len(chain_ops) == 1 and len(chain_ops[0].device_info["kinds"]) <= 16
+    x = np.random.default_rng(n).normal(0, 1, (n, 3, 8, 8)).astype(np.float32)
+    assert_bit_exact(cc, [x])

@@ -45,7 +45,7 @@ from .common import (
     npu_dtype,
 )
 from .layers import ALIAS_OPS, EDGE_REASON, RULES, NotLowerable, OpLowering, alias_ok
-from .moves import MOVE_RULES
+from .moves import MOVE_RULES, find_chain, lower_chain
 from .pointwise import RULES as POINTWISE_RULES
 from .pointwise import TABLE_OPS
 from .reduce import RULES as REDUCE_RULES
@@ -162,12 +162,25 @@ class _Lowering:
         self.buffers: list[Buffer] = []
         self.npu_ops: dict[int, OpLowering | None] = {}  # op_id -> lowering (None: alias op)
         self.why_host: dict[int, str] = {}
+        #: first op of a Reshape/Transpose chain (`moves.find_chain`) -> its ops
+        self.chains: dict[int, list[Any]] = {}
+        self.chained: set[int] = set()  # the chains' other ops (inside the first's HardOp)
 
     # --- 1. selection -------------------------------------------------------------------
     def select(self) -> None:
         moves: dict[int, OpLowering | None] = {}  # data movement: on the NPU next to NPU ops
+        chains: dict[int, list[Any]] = {}
         for op in self.net.ops:
-            if not op.is_quantized():
+            chain = find_chain(op)
+            if chain is not None:
+                try:
+                    moves[op.op_id] = lower_chain(chain, self.cfg)
+                    chains[op.op_id] = chain
+                except NotLowerable as exc:
+                    for c in chain:
+                        self.why_host[c.op_id] = str(exc)
+        for op in self.net.ops:
+            if not op.is_quantized() or op.op_id in moves:
                 continue
             if op.op_type in ALIAS_OPS and alias_ok(op):
                 moves[op.op_id] = None
@@ -189,11 +202,17 @@ class _Lowering:
             for op in self.net.ops:
                 if op.op_id in self.npu_ops or op.op_id not in moves:
                     continue
+                last = chains.get(op.op_id, [op])[-1]
                 near = any(v.producer is not None and v.producer.op_id in self.npu_ops
                            for v in op.feature_inputs()) or \
-                    any(c.op_id in self.npu_ops for v in op.outputs for c in v.consumers)
+                    any(c.op_id in self.npu_ops for v in last.outputs for c in v.consumers)
                 if near:
                     self.npu_ops[op.op_id] = moves[op.op_id]
+                    if op.op_id in chains:
+                        self.chains[op.op_id] = chains[op.op_id]
+                        for c in chains[op.op_id][1:]:
+                            self.npu_ops[c.op_id] = None
+                            self.chained.add(c.op_id)
                     changed = True
 
     def host_reason(self, op: Any) -> str:
@@ -253,18 +272,20 @@ class _Lowering:
             if op.op_id not in self.npu_ops:
                 seq.append(op)
                 continue
-            if op.op_id in fused_into:
+            if op.op_id in fused_into or op.op_id in self.chained:
                 continue
             for v in op.feature_inputs():
                 self._ensure_input(v)
             low = self.npu_ops[op.op_id]
             if low is not None:
-                spec = _HardSpec([op], [low], list(op.feature_inputs()), list(op.outputs))
+                chain = self.chains.get(op.op_id, [op])
+                spec = _HardSpec(list(chain), [low], list(op.feature_inputs()),
+                                 list(chain[-1].outputs))
                 for v in low.scratch:  # maps inside the op: fresh ids, their own buffers
                     v.v_id = self.net.newVId()
                     self._scratch(spec, v, dense=low.dense_scratch)
                 y = op.outputs[0]
-                nxt = self._fusable_lut(op)
+                nxt = None if op.op_id in self.chains else self._fusable_lut(op)
                 if nxt is not None:
                     self._scratch(spec, y)
                     spec.ops.append(nxt)
@@ -420,8 +441,9 @@ class _Lowering:
         n = self._items(s)
         for low in s.lows:
             for item in [None] if n == 1 or low.fold else range(n):
-                out += low.make(_Resolver(self, s, base, item))
-                kinds += low.kinds
+                made = low.make(_Resolver(self, s, base, item))
+                out += made
+                kinds += [_kind(L) for L in made]
             base += len(low.consts)
         for src, dst in s.copies:
             out.append(asm.Copy(self.fmap(src), self.fmap(dst), tag=s.op_id))
@@ -514,6 +536,14 @@ class _Lowering:
                       compile_target=self.target.compile_target,
                       origin_ops_id=[op.op_id for op in s.ops],
                       device_info=info, layer_count=s.layer_end, sub_hard_ops=[])
+
+
+def _kind(layer: asm.Layer) -> str:
+    """The name of a layer's kind in ``device_info["kinds"]``."""
+    if isinstance(layer, asm.Pool):
+        return "maxpool" if layer.mode == "max" else "avgpool"
+    return {asm.Softmax: "norm", asm.LayerNorm: "norm"}.get(type(layer),
+                                                           type(layer).__name__.lower())
 
 
 @dataclass

@@ -13,11 +13,13 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import numpy as np
+
 from npu_model import asm
 from xir.types import TensorType
 from xir.values import Value
 
-from .common import items, map3
+from .common import items, map3, npu_dtype
 from .layers import NotLowerable, OpLowering, Resolver, _feature_dtypes, scale_of
 
 
@@ -191,3 +193,136 @@ def lower_reshape(op, cfg) -> OpLowering:
 MOVE_RULES = {"Transpose": lower_transpose, "Slice": lower_slice, "Concat": lower_concat,
               "Split": lower_split, "Reshape": lower_reshape, "Squeeze": lower_reshape,
               "Unsqueeze": lower_reshape}
+
+
+# --- chains of Reshape / Transpose through values of more than the map's axes -------------------
+
+#: ops a chain is made of (what exporters write for DepthToSpace / PixelShuffle, SpaceToDepth,
+#: a channel split into heads...)
+CHAIN_OPS = frozenset({"Reshape", "Transpose", "Squeeze", "Unsqueeze"})
+#: the most COPY layers a chain may take (beyond that the host's one numpy pass is cheaper)
+MAX_CHAIN_COPIES = 256
+
+
+def find_chain(op) -> list | None:
+    """The ops of a data-movement chain starting at `op`: from a value with an NPU map form
+    through values without one (rank 5, 6...) to the next value with one, each op the only
+    reader of the one before, all quantized at one scale. None when `op` starts no chain."""
+    if op.op_type not in CHAIN_OPS or not op.is_quantized() or len(op.outputs) != 1:
+        return None
+    x = op.inputs[0]
+    if map3(x.shape) is None or map3(op.outputs[0].shape) is not None:
+        return None
+    chain, v = [op], op.outputs[0]
+    while map3(v.shape) is None:
+        if len(v.consumers) != 1:
+            return None
+        c = v.consumers[0]
+        if c.op_type not in CHAIN_OPS or not c.is_quantized() or len(c.outputs) != 1 or \
+                c.inputs[0] is not v:
+            return None
+        chain.append(c)
+        v = c.outputs[0]
+    return chain
+
+
+def _probe(f: asm.FMap, esz: int):
+    """A strided numpy view with `f`'s geometry whose strides are element strides (nothing is
+    read through it: numpy's reshape logic decides which regroupings are views)."""
+    from numpy.lib.stride_tricks import as_strided
+
+    rs = (f.row_stride // esz) if f.row_stride else f.w * f.pitch
+    return as_strided(np.zeros(1, np.int8), (f.h, f.w, f.c), (rs, f.pitch, 1), writeable=False)
+
+
+def _apply(t, op):
+    if op.op_type == "Transpose":
+        return t.transpose([int(p) for p in op.attrs["perm"]])
+    return np.reshape(t, tuple(int(d) for d in op.outputs[0].shape), copy=False)
+
+
+def chain_copies(chain: list, xf: asm.FMap, yf: asm.FMap) -> list[tuple[asm.FMap, asm.FMap]]:
+    """(source, destination) windows of the COPY layers that carry out `chain` from map `xf`
+    to map `yf` (whole buffers, every item): the chain applied as strided views of the input
+    (a Reshape that would need a copy is refused), the output's map viewed in the shape before
+    its last Reshape; one dimension both sides read contiguously becomes the COPY's channels,
+    two nested ones its rows and pixels, and every other dimension a loop of COPYs."""
+    esz = 2 if xf.dtype == "int16" else 1
+    x, y = chain[0].inputs[0], chain[-1].outputs[0]
+    try:
+        t = np.reshape(_probe(xf, esz), tuple(int(d) for d in x.shape), copy=False)
+        body = chain[:-1] if chain[-1].op_type != "Transpose" else chain
+        for op in body:
+            t = _apply(t, op)
+        yv = np.reshape(_probe(yf, esz), tuple(int(d) for d in y.shape), copy=False)
+        yv = np.reshape(yv, t.shape, copy=False)
+    except ValueError:
+        raise NotLowerable("a regrouping the DMA cannot address as strided views") from None
+    dims: list[tuple[int, int, int]] = []
+    for d in ((int(n), int(a), int(b)) for n, a, b in zip(t.shape, t.strides, yv.strides)):
+        if d[0] == 1:
+            continue
+        if dims and dims[-1][1] == d[0] * d[1] and dims[-1][2] == d[0] * d[2]:
+            dims[-1] = (dims[-1][0] * d[0], d[1], d[2])  # nested on both sides: one dim
+        else:
+            dims.append(d)
+    cdim = next((d for d in dims if d[1] == 1 and d[2] == 1), None)
+    if cdim is not None:
+        dims.remove(cdim)
+    nc = cdim[0] if cdim else 1
+    best, best_n = ((1, 0, 0), (1, 0, 0)), 1
+    for w in dims + [(1, 0, 0)]:
+        if w[0] > 1 and (w[1] < nc or w[2] < nc):
+            continue
+        for h in dims + [(1, 0, 0)]:
+            if h is w and h[0] > 1:
+                continue
+            if h[0] > 1 and (h[1] < max(w[0] * w[1], nc) or h[2] < max(w[0] * w[2], nc)):
+                continue
+            if h[0] * w[0] > best_n:
+                best, best_n = (h, w), h[0] * w[0]
+    h, w = best
+    loops = [d for d in dims if d is not h and d is not w]
+    total = int(np.prod([d[0] for d in loops])) if loops else 1
+    if total > MAX_CHAIN_COPIES:
+        raise NotLowerable(f"a regrouping of {total} COPY layers")
+
+    def fm(f: asm.FMap, off: int, side: int) -> asm.FMap:
+        pitch = w[1 + side] if w[0] > 1 else nc
+        rs = h[1 + side] if h[0] > 1 else w[0] * pitch
+        return asm.FMap(f.addr + (f.c_off + off) * esz, h[0], w[0], nc, pitch, 0, f.dtype,
+                        rs * esz)
+
+    out = []
+    for idx in np.ndindex(*[d[0] for d in loops]):
+        ox = sum(i * d[1] for i, d in zip(idx, loops))
+        oy = sum(i * d[2] for i, d in zip(idx, loops))
+        out.append((fm(xf, ox, 0), fm(yf, oy, 1)))
+    return out
+
+
+def lower_chain(chain: list, cfg) -> OpLowering:
+    """A chain of Reshape / Transpose ops (DepthToSpace as exporters write it) as the COPY
+    layers of `chain_copies`, on whole buffers."""
+    for op in chain:
+        if any(v.is_params for v in op.inputs[:1]):
+            raise NotLowerable("a chain over a constant")
+    x, y = chain[0].inputs[0], chain[-1].outputs[0]
+    dt = npu_dtype(x)
+    if dt is None or npu_dtype(y) != dt:
+        raise NotLowerable("a chain whose ends are not one per-tensor int8 / int16 type")
+    if any(scale_of(op.outputs[0]) != scale_of(x) for op in chain):
+        raise NotLowerable("a chain with a rescale")
+    # check it now with padded pitches (the final ones are known at layout)
+    unit = cfg.channel_unit(dt)
+    (xh, xw, xc), (yh, yw, yc) = map3(x.shape), map3(y.shape)
+    n_x, n_y = items(x.shape), items(y.shape)
+    probe_x = asm.FMap(0, n_x * xh, xw, xc, -(-(xc + 1) // unit) * unit, 0, dt)
+    probe_y = asm.FMap(0, n_y * yh, yw, yc, -(-(yc + 1) // unit) * unit, 0, dt)
+    n = len(chain_copies(chain, probe_x, probe_y))
+
+    def make(R: Resolver) -> list[asm.Layer]:
+        return [asm.Copy(s, d, tag=chain[0].op_id)
+                for s, d in chain_copies(chain, R.fmap(x), R.fmap(y))]
+
+    return OpLowering("+".join(["copy"] * n), [], make, fold=True)
