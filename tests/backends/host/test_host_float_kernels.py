@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import xir
 from host_backend.ops import FLOAT_KERNELS
 
 onnx = pytest.importorskip("onnx")
@@ -101,8 +102,16 @@ def test_registry_covers_every_kernel_op() -> None:
         "Softmax", "Resize",
         "Upsample",
         "BatchNorm2d", "LayerNorm", "GroupNorm", "LRN", "AlignAxis", "PruneAxis",
+        # the op families of the whole ONNX op set
+        "Unary", "Binary", "Where", "PRelu",
+        "Reduce", "ArgReduce", "TopK", "CumSum", "CumProd", "Hardmax", "LogSoftmax",
+        "Expand", "Tile", "Gather", "GatherElements", "GatherND", "ScatterElements",
+        "ScatterND", "OneHot", "Range", "Trilu", "ReverseSequence", "Convert", "Col2Im",
+        "LSTMRecurrence", "GRURecurrence", "RNNRecurrence", "OnnxGraph",
     }  # fmt: skip
     assert set(FLOAT_KERNELS) == expected
+    # every registered op but the network's edges and HardOp has a float kernel
+    assert set(xir.OP_REGISTRY) - set(FLOAT_KERNELS) == {"Input", "Output", "HardOp", "Cast"}
     assert all(callable(k) for k in FLOAT_KERNELS.values())
 
 

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from op_family_nets import reduce_index_net as build_net
 
 import xir
-from xir import FP32, INT8, INT64, NetworkBuilder, QuantizedType, TensorType
+from xir import INT8, INT64, QuantizedType, TensorType
 from xir.errors import FieldTypeError, ShapeMismatchError
 from xir.ops.base import OP_REGISTRY
 from xir.serialize import load_network, save_network
@@ -125,38 +126,6 @@ def test_pad_knows_wrap():
         [(3, 7)]
     with pytest.raises(ShapeMismatchError, match="mode"):
         shapes("Pad", [val((2, 3))], pad_before=[1, 0], pad_after=[0, 4], mode="circular")
-
-
-def build_net() -> xir.Network:
-    rng = np.random.default_rng(3)
-    b = NetworkBuilder("reduce_index")
-    x = b.input([2, 5, 4], FP32, name="x")
-    r = b.op("Reduce", [x], func="log_sum_exp", axes=[1], keepdims=True)
-    a = b.op("ArgReduce", [x], func="min", axis=2, keepdims=False, select_last_index=True)
-    tv, ti = b.op("TopK", [x], k=3, axis=1, largest=False)
-    cs = b.op("CumSum", [x], axis=1, exclusive=True, reverse=True)
-    cp = b.op("CumProd", [x], axis=2)
-    hm = b.op("Hardmax", [cs], axis=1)
-    ls = b.op("LogSoftmax", [cp], axis=-1)
-    ex = b.op("Expand", [r], shape=[3, 2, 5, 4])
-    tl = b.op("Tile", [x], repeats=[1, 2, 1])
-    g = b.op("Gather", [x, b.params(np.array([[0, -1]], np.int64))], axis=1)
-    ge = b.op("GatherElements", [x, b.params(rng.integers(0, 5, (2, 3, 4)))], axis=1)
-    gn = b.op("GatherND", [x, b.params(np.array([[[1]], [[4]]], np.int64))], batch_dims=1)
-    se = b.op("ScatterElements", [x, ti, tv], axis=1, reduction="max")
-    sn = b.op("ScatterND", [x, b.params(np.array([[1, 2]], np.int64)),
-                            b.params(np.ones((1, 4), np.float32))], reduction="mul")
-    oh = b.op("OneHot", [a, b.params(np.array([0, 1], np.float32))], depth=4, axis=0)
-    rg = b.op("Range", [b.params(np.array(0.5, np.float32)), b.params(np.array(3.5, np.float32)),
-                        b.params(np.array(0.5, np.float32))], size=6)
-    tr = b.op("Trilu", [x], upper=False, k=1)
-    rs = b.op("ReverseSequence", [x, b.params(np.array([5, 2], np.int64))], batch_axis=0,
-              time_axis=1)
-    cv = b.op("Convert", [rs], to="@sint(16)")
-    ci = b.op("Col2Im", [b.op("Reshape", [x], shape=[1, 4, 10])], image_shape=[3, 6],
-              block_shape=[2, 2], strides=[1, 1], pads=[0, 0, 0, 0], dilations=[1, 1])
-    b.output(hm, ls, ex, tl, g, ge, gn, se, sn, oh, rg, tr, cv, ci)
-    return b.build()
 
 
 def test_json_raw_round_trip(tmp_path):

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import op_family_nets
 import pytest
 
 import xir
@@ -164,9 +165,36 @@ def op_obj(obj: dict, op_type: str) -> dict:
 
 # --- round trips -----------------------------------------------------------------------------
 
+def _family_nets() -> list[xir.Network]:
+    """The op-family networks of tests/support/op_family_nets.py (OnnxGraph's needs onnx)."""
+    nets = [op_family_nets.pointwise_net(), op_family_nets.reduce_index_net(),
+            op_family_nets.recurrent_net()]
+    try:
+        import onnx  # noqa: F401
+    except ImportError:
+        return nets
+    return nets + [op_family_nets.onnx_graph_net()]
+
+
 def test_every_registered_op_is_covered(all_ops):
-    missing = sorted(set(xir.OP_REGISTRY) - {op.op_type for op in all_ops.ops})
-    assert not missing, f"add these op types to build_all_ops(): {missing}"
+    covered = {op.op_type for net in [all_ops, *_family_nets()] for op in net.ops}
+    missing = sorted(set(xir.OP_REGISTRY) - covered)
+    assert not missing, f"add these op types to build_all_ops() or op_family_nets: {missing}"
+
+
+@pytest.mark.parametrize("index", range(4))
+def test_op_family_networks_round_trip(index, tmp_path):
+    nets = _family_nets()
+    if index >= len(nets):
+        pytest.skip("onnx is not installed")
+    net = nets[index]
+    save_network(net, tmp_path / "f.json")
+    back = load_network(tmp_path / "f.json")
+    assert_same(net, back)
+    for p, q in zip(net.params(), back.params()):
+        np.testing.assert_array_equal(p.data, q.data)
+    save_network(back, tmp_path / "again.json")
+    assert (tmp_path / "again.json").read_bytes() == (tmp_path / "f.json").read_bytes()
 
 
 def test_json_raw_round_trip(saved, all_ops):
