@@ -284,3 +284,105 @@ def test_string_outputs_are_refused():
     model = _model(nodes, [_vi("x", [3])], [_vi("s", None, TensorProto.STRING)])
     with pytest.raises(xir.UnsupportedOnnxOpError, match="to_str.*string"):
         import_onnx(model)
+
+
+# --- the long tail, op by op -----------------------------------------------------------------
+
+def _u8(*shape) -> np.ndarray:
+    return RNG.integers(0, 255, shape).astype(np.uint8)
+
+
+def _long_tail():
+    """(id, nodes, inputs, feeds, inits, opset, tolerance) for ops that import as OnnxGraph."""
+    q, k, v = _rand(1, 2, 4, 8), _rand(1, 2, 6, 8), _rand(1, 2, 6, 8)
+    yield ("Attention", [helper.make_node("Attention", ["q", "k", "v"], ["y"], is_causal=1)],
+           [_vi("q", [1, 2, 4, 8]), _vi("k", [1, 2, 6, 8]), _vi("v", [1, 2, 6, 8])],
+           {"q": q, "k": k, "v": v}, [], 23, 1e-5)
+    rois = np.array([[0, 0, 3, 3], [1, 1, 6, 5], [2, 0, 7, 7]], np.float32)
+    yield ("RoiAlign", [helper.make_node("RoiAlign", ["x", "rois", "bi"], ["y"],
+                                         output_height=3, output_width=3, sampling_ratio=2,
+                                         spatial_scale=1.0)],
+           [_vi("x", [2, 3, 8, 8])], {"x": _rand(2, 3, 8, 8)},
+           [("rois", rois), ("bi", np.array([0, 1, 1], np.int64))], 16, 1e-5)
+    yield ("GridSample", [helper.make_node("GridSample", ["x", "g"], ["y"], mode="linear",
+                                           align_corners=0)],
+           [_vi("x", [1, 2, 5, 5]), _vi("g", [1, 3, 4, 2])],
+           {"x": _rand(1, 2, 5, 5), "g": np.tanh(_rand(1, 3, 4, 2))}, [], 20, 1e-5)
+    yield ("QLinearConv", [helper.make_node("QLinearConv", ["x", "xs", "xz", "w", "ws", "wz",
+                                                            "ys", "yz"], ["y"], pads=[1] * 4)],
+           [_vi("x", [1, 3, 6, 6], TensorProto.UINT8)], {"x": _u8(1, 3, 6, 6)},
+           [("xs", np.float32(0.02)), ("xz", np.uint8(128)), ("w", _u8(4, 3, 3, 3)),
+            ("ws", np.float32(0.01)), ("wz", np.uint8(127)), ("ys", np.float32(0.05)),
+            ("yz", np.uint8(120))], 13, 0)
+    yield ("QLinearMatMul", [helper.make_node("QLinearMatMul", ["a", "as", "az", "b", "bs",
+                                                                "bz", "ys", "yz"], ["y"])],
+           [_vi("a", [3, 5], TensorProto.UINT8)], {"a": _u8(3, 5)},
+           [("as", np.float32(0.03)), ("az", np.uint8(100)), ("b", _u8(5, 4)),
+            ("bs", np.float32(0.02)), ("bz", np.uint8(130)), ("ys", np.float32(0.4)),
+            ("yz", np.uint8(90))], 13, 0)
+    yield ("MatMulInteger", [helper.make_node("MatMulInteger", ["a", "b", "az", "bz"], ["y"])],
+           [_vi("a", [3, 5], TensorProto.UINT8)], {"a": _u8(3, 5)},
+           [("b", _u8(5, 4)), ("az", np.uint8(12)), ("bz", np.uint8(7))], 13, 0)
+    yield ("ConvInteger", [helper.make_node("ConvInteger", ["x", "w", "xz"], ["y"])],
+           [_vi("x", [1, 2, 5, 5], TensorProto.UINT8)], {"x": _u8(1, 2, 5, 5)},
+           [("w", _u8(3, 2, 3, 3)), ("xz", np.uint8(3))], 13, 0)
+    yield ("QuantizeLinear", [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["y"],
+                                               axis=1)],
+           [_vi("x", [2, 3, 4])], {"x": _rand(2, 3, 4)},
+           [("s", np.array([0.01, 0.02, 0.05], np.float32)),
+            ("z", np.array([0, 3, -2], np.int8))], 13, 0)
+    yield ("DequantizeLinear", [helper.make_node("DequantizeLinear", ["x", "s", "z"], ["y"])],
+           [_vi("x", [2, 6], TensorProto.INT8)],
+           {"x": RNG.integers(-128, 127, (2, 6)).astype(np.int8)},
+           [("s", np.float32(0.125)), ("z", np.int8(-3))], 13, 0)
+    yield ("DFT", [helper.make_node("DFT", ["x", "", "ax"], ["y"], onesided=1)],
+           [_vi("x", [1, 32, 1])], {"x": _rand(1, 32, 1)}, [("ax", np.int64(1))], 20, 1e-4)
+    yield ("STFT", [helper.make_node("STFT", ["x", "step", "win"], ["y"])],
+           [_vi("x", [1, 64, 1])], {"x": _rand(1, 64, 1)},
+           [("step", np.int64(8)), ("win", np.hanning(16).astype(np.float32))], 17, 1e-4)
+
+
+@pytest.mark.parametrize("case", list(_long_tail()), ids=lambda c: c[0])
+def test_long_tail_ops_run_as_onnx_graphs(case):
+    op_type, nodes, inputs, feeds, inits, opset, tol = case
+    model = _model(nodes, inputs, [helper.make_empty_tensor_value_info("y")], inits,
+                   opset=opset)
+    net = _check(model, feeds, rtol=tol, atol=tol)
+    assert [op.attrs["onnx_ops"] for op in _carried(net)] in ([[op_type]], [])
+
+
+def test_window_ops_with_a_constant_size_fold():
+    nodes = [helper.make_node("HannWindow", ["n"], ["w"], periodic=1),
+             helper.make_node("Mul", ["x", "w"], ["y"])]
+    model = _model(nodes, [_vi("x", [2, 16])], [_vi("y", None)], [("n", np.int64(16))],
+                   opset=17)
+    net = _check(model, {"x": _rand(2, 16)})
+    assert not _carried(net)
+
+
+def test_non_max_suppression_folds_on_constants_and_is_refused_on_computed_boxes():
+    boxes = np.array([[[0, 0, 1, 1], [0, 0.1, 1, 1.1], [0, 5, 1, 6], [0, 10, 1, 11]]],
+                     np.float32)
+    scores = np.array([[[0.9, 0.75, 0.6, 0.95]]], np.float32)
+    inits = [("boxes", boxes), ("scores", scores), ("m", np.int64(3)),
+             ("iou", np.float32(0.5)), ("thr", np.float32(0.0))]
+    nms = helper.make_node("NonMaxSuppression", ["boxes", "scores", "m", "iou", "thr"],
+                           ["sel"], name="nms")
+    # constant boxes: the selection folds; the network gathers the kept scores of x
+    nodes = [nms, _const("two", np.array([2], np.int64)),
+             helper.make_node("Gather", ["sel", "two"], ["idx"], axis=1),
+             helper.make_node("Squeeze", ["idx", "one"], ["flat"]),
+             helper.make_node("Gather", ["x", "flat"], ["y"], axis=0)]
+    model = _model(nodes, [_vi("x", [4])], [_vi("y", None)],
+                   inits + [("one", np.array([1], np.int64))], opset=13)
+    net = _check(model, {"x": _rand(4)})
+    assert not _carried(net)
+    # computed scores (a detector's head): refused, naming the data dependence
+    nodes = [helper.make_node("Sigmoid", ["logits"], ["s"]),
+             helper.make_node("NonMaxSuppression", ["boxes", "s", "m", "iou", "thr"], ["y"],
+                              name="nms")]
+    model = _model(nodes, [_vi("logits", [1, 1, 4])], [_vi("y", None, TensorProto.INT64)],
+                   [i for i in inits if i[0] != "scores"], opset=13)
+    with pytest.raises(xir.UnsupportedOnnxOpError,
+                       match="'nms' \\(NonMaxSuppression\\).*data-dependent shape"):
+        import_onnx(model)

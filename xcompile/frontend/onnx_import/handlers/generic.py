@@ -114,11 +114,8 @@ def _elem_type(dtype: np.dtype) -> int:
     return int(onnx.helper.np_dtype_to_tensor_dtype(np.dtype(dtype)))
 
 
-def carry(imp: _Importer, node, reads: list[str],
-          known: dict[str, tuple[np.dtype, tuple[int, ...]]] | None = None) -> Carried:
-    """Build, shape-infer and check the model carrying `node`, whose outputs `reads` are read
-    (the rest are left out of the graph). `known`: output types already known (a constant
-    the node folded to). Raises `_Unsupported` with the reason to refuse."""
+def _build(imp: _Importer, node, reads: list[str]):
+    """The model carrying `node` (outputs `reads`, untyped) and its computed feeds."""
     onnx = _onnx()
     helper = onnx.helper
     if node.domain == TRAINING_DOMAIN:
@@ -154,6 +151,16 @@ def carry(imp: _Importer, node, reads: list[str],
                               ir_version=max(int(imp.model.ir_version), 4))
     if node.domain not in STANDARD_DOMAINS:
         model.functions.extend(f for f in imp.model.functions if f.domain == node.domain)
+    return model, feeds
+
+
+def carry(imp: _Importer, node, reads: list[str],
+          known: dict[str, tuple[np.dtype, tuple[int, ...]]] | None = None) -> Carried:
+    """Build, shape-infer and check the model carrying `node`, whose outputs `reads` are read
+    (the rest are left out of the graph). `known`: output types already known (a constant
+    the node folded to). Raises `_Unsupported` with the reason to refuse."""
+    onnx = _onnx()
+    model, feeds = _build(imp, node, reads)
     try:
         inferred = onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True,
                                                      data_prop=True)
@@ -357,12 +364,14 @@ def fallback(imp: _Importer, node, fold: bool = True,
     reads = [n for n in node.output if n and n in imp.used]
     if not reads:
         return [None] * len(node.output)
+    if fold:
+        model, feeds = _build(imp, node, reads)
+        if not feeds:
+            consts = _run_constant(model)
+            if consts is not None:
+                got = dict(zip(reads, consts))
+                return [got.get(n) for n in node.output]
     c = carry(imp, node, reads, known)
-    if not c.feeds and fold:
-        consts = _run_constant(c)
-        if consts is not None:
-            got = dict(zip(reads, consts))
-            return [got.get(n) for n in node.output]
     values = [imp.value(t) for _, t in c.feeds]
     label = node.name or (node.output[0] if node.output else node.op_type)
     model = imp.params(np.frombuffer(c.data, dtype=np.uint8).copy(), name=f"{label}.onnx")
@@ -378,28 +387,33 @@ def fallback(imp: _Importer, node, fold: bool = True,
     return [got.get(n) for n in node.output]
 
 
-def _run_constant(c: Carried) -> list[_T] | None:
+def _run_constant(model) -> list[_T] | None:
     """Every input constant: compute the node once at import (onnxruntime, else the
-    reference), so shape-computing chains stay constants. None when neither runs it."""
+    reference), so shape-computing chains stay constants, whatever shape inference says.
+    None when neither runs it or a result is no numeric tensor (it is carried instead)."""
+    data = model.SerializeToString()
     try:
         import onnxruntime as ort
 
         so = ort.SessionOptions()
         so.intra_op_num_threads = 1
-        so.log_severity_level = 3
-        res = ort.InferenceSession(c.data, so, providers=["CPUExecutionProvider"]) \
-            .run(None, {})
+        so.log_severity_level = 4
+        res = ort.InferenceSession(data, so, providers=["CPUExecutionProvider"]).run(None, {})
     except Exception:  # noqa: BLE001 - not installed, or it cannot: try the reference
         try:
             from onnx.reference import ReferenceEvaluator
 
-            res = ReferenceEvaluator(c.model).run(None, {})
+            with np.errstate(all="ignore"):
+                res = ReferenceEvaluator(model).run(None, {})
         except Exception:  # noqa: BLE001 - neither: run it as an op
             return None
     out = []
-    for r, (_, (dtype, shape)) in zip(res, c.outputs):
-        arr = np.asarray(r)
-        if arr.dtype != dtype or arr.shape != shape:
+    for r in res:
+        if not isinstance(r, np.ndarray) or r.dtype == object:
             return None
-        out.append(_T.constant(arr))
+        try:
+            ScalarType.from_numpy(r.dtype)
+        except XirError:
+            return None
+        out.append(_T.constant(r))
     return out
