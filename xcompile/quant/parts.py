@@ -200,14 +200,117 @@ def _score_axis(src: Operation | None, chain: list[Operation], rank_out: int) ->
     return m[0] if rank_out else None
 
 
+def _kind_source(v: Value) -> Operation | None:
+    """The op whose values `v` carries, through code-moving ops and Slice/Split (a slice of
+    probabilities is probabilities)."""
+    op = v.producer
+    while op is not None and (op.op_type in MOVE_OPS or op.op_type in ("Slice", "Split")) \
+            and len(op.inputs) >= 1:
+        op = op.inputs[0].producer
+    return op
+
+
+def _map_chain(chain: list[Operation], m: tuple[int, int, int] | None
+               ) -> tuple[int, int, int] | None:
+    for op in chain:
+        if m is None:
+            return None
+        m = _map_axis(op, *m)
+    return m
+
+
+def _branches(concat: Operation, chain: list[Operation]
+              ) -> list[tuple[tuple[int, int, int], Value]] | None:
+    """Each input branch of `concat` with its index range on the output `chain` ends in."""
+    ax = int(concat.attrs.get("axis", -1)) % len(concat.outputs[0].shape)
+    out, off = [], 0
+    for b in concat.inputs:
+        n = b.shape[ax]
+        m = _map_chain(chain, (ax, off, off + n))
+        off += n
+        if m is None:
+            return None
+        out.append((m, b))
+    return out
+
+
+def _nested(concat: Operation, chain: list[Operation]
+            ) -> list[tuple[tuple[int, int, int], list[Value]]] | None:
+    """Several heads concatenated, each itself a Concat on another axis with the same branch
+    sizes (YOLOv5's export: per head, box xy | wh | confidences on the last axis, the heads
+    joined on the anchor axis): the inner branches' ranges on the output, each with the
+    branch value of every head; None otherwise."""
+    cax = int(concat.attrs.get("axis", -1)) % len(concat.outputs[0].shape)
+    per_head = []
+    for b in concat.inputs:
+        src, ichain = _source(b)
+        if src is None or src.op_type != "Concat" or len(src.inputs) < 2:
+            return None
+        inner = _branches(src, ichain)
+        if inner is None or any(m[0] == cax for m, _ in inner):
+            return None
+        mapped = [(_map_chain(chain, m), v) for m, v in inner]
+        if any(m is None for m, _ in mapped):
+            return None
+        per_head.append(mapped)
+    first = [m for m, _ in per_head[0]]
+    if any([m for m, _ in h] != first for h in per_head[1:]):
+        return None
+    return [(m, [h[k][1] for h in per_head]) for k, m in enumerate(first)]
+
+
+def _label(v: Value, k: int) -> str:
+    src = _kind_source(v)
+    return (src.name if src is not None and src.name else
+            src.op_type if src is not None else v.name) or f"branch{k}"
+
+
+def _is_score(values: list[Value], i: int, m: tuple[int, int, int],
+              reference: Sequence[np.ndarray] | None) -> bool:
+    """Probabilities: every branch value from a Sigmoid/Softmax, or (with `reference`) all of
+    the range's reference values within [0, 1]."""
+    srcs = [_kind_source(v) for v in values]
+    if all(s is not None and s.op_type in SCORE_OPS for s in srcs):
+        return True
+    if reference is not None and i < len(reference) and m[2] - m[1] > 1:
+        ref = Part("", i, m[0], m[1], m[2]).take(np.asarray(reference[i]))
+        return bool(ref.size and np.nanmin(ref) >= 0.0 and np.nanmax(ref) <= 1.0
+                    and np.nanmax(ref) > 0.0)
+    return False
+
+
+def _concat_parts(i: int, base: str, concat: Operation, chain: list[Operation],
+                  reference: Sequence[np.ndarray] | None) -> list[Part]:
+    parts: list[Part] = []
+    names: dict[str, int] = {}
+
+    def add(label: str, m: tuple[int, int, int], values: list[Value]) -> None:
+        names[label] = names.get(label, 0) + 1
+        if names[label] > 1:
+            label = f"{label}#{names[label]}"
+        kind = "score" if _is_score(values, i, m, reference) else "value"
+        parts.append(Part(f"{base}.{label}", i, m[0], m[1], m[2], kind,
+                          m[0] if kind == "score" else None))
+
+    nested = _nested(concat, chain)
+    for k, (m, heads) in enumerate(nested or []):  # across heads: boxes | scores
+        add(_label(heads[0], k) + (" (all heads)" if len(heads) > 1 else ""), m, heads)
+    for k, (m, b) in enumerate(_branches(concat, chain) or []):  # each branch
+        add(_label(b, k), m, [b])
+    return parts
+
+
 def output_parts(net: Network, *, channel_groups: int = 0,
                  reference: Sequence[np.ndarray] | None = None) -> list[list[Part]]:
     """For each output of `net` (float or quantized), its parts (module docstring).
 
-    `channel_groups`: cut an output without a Concat into this many contiguous groups of its
-    channel axis (axis 1 of a rank >= 3 output; 0: one part). `reference`: optional float
-    outputs; a value branch of a Concat whose reference values all lie in [0, 1] is taken for a
-    score part too (probabilities an exporter wrote without a Sigmoid op)."""
+    A Concat output: one part per input branch; where every branch is itself a Concat on
+    another axis with the same branch sizes (several detection heads, each box | scores),
+    first one part per inner branch across all heads. `channel_groups`: cut an output without
+    a Concat into this many contiguous groups of its channel axis (axis 1 of a rank >= 3
+    output; 0: one part). `reference`: optional float outputs; a branch whose reference values
+    all lie in [0, 1] is taken for a score part too (probabilities an exporter wrote without a
+    Sigmoid op)."""
     result: list[list[Part]] = []
     for i, v in enumerate(net.outputs()):
         base = v.name or f"output{i}"
@@ -215,32 +318,7 @@ def output_parts(net: Network, *, channel_groups: int = 0,
         src, chain = _source(v)
         parts: list[Part] = []
         if src is not None and src.op_type == "Concat" and len(src.inputs) > 1:
-            cax = int(src.attrs.get("axis", -1)) % len(src.outputs[0].shape)
-            off = 0
-            names: dict[str, int] = {}
-            for k, b in enumerate(src.inputs):
-                n = b.shape[cax]
-                m: tuple[int, int, int] | None = (cax, off, off + n)
-                off += n
-                for op in chain:
-                    m = _map_axis(op, *m) if m is not None else None
-                if m is None:
-                    parts = []
-                    break
-                bsrc, _ = _source(b)
-                kind = "score" if bsrc is not None and bsrc.op_type in SCORE_OPS else "value"
-                if kind == "value" and reference is not None and i < len(reference):
-                    ref = Part("", i, m[0], m[1], m[2]).take(np.asarray(reference[i]))
-                    if ref.size and np.nanmin(ref) >= 0.0 and np.nanmax(ref) <= 1.0 \
-                            and np.nanmax(ref) > 0.0 and m[2] - m[1] > 1:
-                        kind = "score"
-                label = (bsrc.name if bsrc is not None and bsrc.name else
-                         bsrc.op_type if bsrc is not None else b.name) or f"branch{k}"
-                names[label] = names.get(label, 0) + 1
-                if names[label] > 1:
-                    label = f"{label}#{names[label]}"
-                parts.append(Part(f"{base}.{label}", i, m[0], m[1], m[2], kind,
-                                  m[0] if kind == "score" else None))
+            parts = _concat_parts(i, base, src, chain, reference)
         if not parts:
             kind = "score" if src is not None and src.op_type in SCORE_OPS else "value"
             cls = _score_axis(src, chain, len(shape)) if kind == "score" else None

@@ -204,7 +204,8 @@ def _scale_groups(net: Network, int_ops: set[int], concat: bool = True) -> _Unio
 
 def _output_tail(op: Operation) -> list[Operation] | None:
     """The code-moving ops from `op`'s output to a network output, when that is all its output
-    reaches (the chain a Concat's output passes on its way out); None otherwise."""
+    reaches (the chain a Concat's output passes on its way out, a Concat joining several heads
+    included); None otherwise."""
     tail: list[Operation] = []
     v = op.outputs[0]
     while True:
@@ -215,7 +216,8 @@ def _output_tail(op: Operation) -> list[Operation] | None:
         if len(v.consumers) != 1:
             return None
         c = v.consumers[0]
-        if c.op_type not in OUTPUT_MOVE_OPS or len(c.outputs) != 1:
+        if (c.op_type not in OUTPUT_MOVE_OPS and c.op_type != "Concat") or \
+                len(c.outputs) != 1:
             return None
         tail.append(c)
         v = c.outputs[0]
