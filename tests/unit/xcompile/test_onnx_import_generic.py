@@ -386,3 +386,32 @@ def test_non_max_suppression_folds_on_constants_and_is_refused_on_computed_boxes
     with pytest.raises(xir.UnsupportedOnnxOpError,
                        match="'nms' \\(NonMaxSuppression\\).*data-dependent shape"):
         import_onnx(model)
+
+
+def test_if_inlined_branch_with_a_conv_front_end_and_an_lstm_imports_natively():
+    """silero-VAD's shape: If(Equal(a constant rate, 16000)) whose branch holds a Conv1d front
+    end and an LSTM; once inlined, the branch's nodes are the native ops."""
+    t, c, hidden = 12, 4, 6
+    w_conv = _rand(c, 1, 3)
+    w, r = _rand(1, 4 * hidden, c) * 0.5, _rand(1, 4 * hidden, hidden) * 0.5
+    branch_nodes = [
+        helper.make_node("Conv", ["x", "wc"], ["f"], pads=[1, 1]),            # [1, c, t]
+        helper.make_node("Relu", ["f"], ["fr"]),
+        helper.make_node("Transpose", ["fr"], ["seq"], perm=[2, 0, 1]),       # [t, 1, c]
+        helper.make_node("LSTM", ["seq", "W", "R"], ["", "h"], hidden_size=hidden),
+        helper.make_node("Squeeze", ["h", "ax0"], ["out16k"])]
+    then_b = helper.make_graph(branch_nodes, "sr16k", [], [_vi("out16k", None)],
+                               [numpy_helper.from_array(a, n) for n, a in (
+                                   ("wc", w_conv), ("W", w), ("R", r),
+                                   ("ax0", np.array([0], np.int64)))])
+    else_b = helper.make_graph([helper.make_node("ReduceMean", ["x"], ["out8k"], axes=[2],
+                                                 keepdims=0)], "sr8k", [],
+                               [_vi("out8k", None)])
+    nodes = [_const("sr", np.array(16000, np.int64)), _const("k16", np.array(16000, np.int64)),
+             helper.make_node("Equal", ["sr", "k16"], ["is16k"]),
+             helper.make_node("If", ["is16k"], ["y"], then_branch=then_b, else_branch=else_b)]
+    model = _model(nodes, [_vi("x", [1, 1, t])], [_vi("y", None)])
+    net = _check(model, {"x": _rand(1, 1, t)}, rtol=1e-4, atol=1e-5)
+    assert not _carried(net)
+    kinds = {op.op_type for op in net.ops}
+    assert "Conv2d" in kinds and "LSTMRecurrence" in kinds
