@@ -178,3 +178,27 @@ def test_gate_matmul_of_a_recurrent_layer(target):
     net = b.build()
     z = check_quantized(net, target, seed=2)
     assert hard_kinds(z, "Matmul", net) == [["matmul"]]
+
+
+@pytest.mark.parametrize("target", CHIPS)
+@pytest.mark.parametrize("op_type,shape,oshape,swap", [
+    ("Sub", (1, 65, 16), (1, 1, 1), False),  # melspec: x - max(x)
+    ("Sub", (1, 65, 16), (1, 1, 1), True),  # max(x) - x: the scalar first
+    ("Multiply", (2, 5, 6, 20), (2, 1, 1, 1), False),  # one scalar per item
+    ("Add", (1, 5, 6, 20), (1, 5, 6, 1), False),  # one value per pixel
+    ("Binary", (2, 5, 6, 24), (2, 5, 6, 1), True),  # max against a per-pixel value
+])
+def test_one_channel_operand_spread_over_the_channels(target, op_type, shape, oshape, swap):
+    """A one-channel operand (a per-item or per-pixel scalar) is spread over the channels by a
+    1x1 CONV of weight 1, then the ELTW reads it as a full map or one pixel."""
+    b = NetworkBuilder("spread")
+    x = b.input(list(shape), _q(8, 0.04), "NHWC" if len(shape) == 4 else None, "x")
+    s = b.input(list(oshape), _q(8, 0.03), "NHWC" if len(shape) == 4 else None, "s")
+    ins = [s, x] if swap else [x, s]
+    attrs = {"func": "max"} if op_type == "Binary" else {}
+    b.output(b.op(op_type, ins, out_types=[_t(shape, 8, 0.05)], **attrs))
+    net = b.build()
+    z = check_quantized(net, target, seed=len(shape))
+    assert op_type not in host_types(z, target)
+    kinds = hard_kinds(z, op_type, net)
+    assert len(kinds) == 1 and kinds[0].count("conv") == kinds[0].count("eltw") >= 1

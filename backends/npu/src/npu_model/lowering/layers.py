@@ -321,10 +321,49 @@ def _const_map(v, y, dt: str) -> np.ndarray:
     return np.ascontiguousarray(per_item[0]).reshape(h, w, c)
 
 
-def eltw_operands(op, dt: str) -> tuple[Value, Value, np.ndarray | None, bool]:
-    """(first, second, constant map or None, fold) of a two-input element-wise op: the ELTW
-    layer reads a full map first and a full map, one pixel or a constant (in the weight blob)
-    second; `fold` says the batch items can run as one layer (`OpLowering.fold`)."""
+@dataclass
+class EltwOperands:
+    """The operands of a two-input element-wise op as an ELTW layer reads them: a full map
+    first and, second, a full map, one pixel or a constant (in the weight blob). A second map
+    of one channel (a per-pixel or per-item scalar) is first spread over the channels by a 1x1
+    CONV of weight 1 (requantization (1, 0): the codes unchanged) into a scratch map `spread`.
+    `fold`: the batch items can run as one layer (`OpLowering.fold`)."""
+
+    first: Value
+    second: Value
+    const: np.ndarray | None
+    fold: bool
+    dt: str
+    spread: Value | None = None
+    spread_consts: list[np.ndarray] = field(default_factory=list)
+
+    @property
+    def consts(self) -> list[np.ndarray]:
+        if self.const is not None:
+            return [const_words(self.const, self.dt)]
+        return list(self.spread_consts)
+
+    @property
+    def scratch(self) -> list[Value]:
+        return [] if self.spread is None else [self.spread]
+
+    def prologue(self, R: Resolver) -> list[asm.Layer]:
+        """The layers before the ELTW: the channel spread, if any."""
+        if self.spread is None:
+            return []
+        return [asm.Conv(R.fmap(self.second), R.fmap(self.spread), R.const(0), R.const(1),
+                         tag=-1)]
+
+    def other(self, R: Resolver) -> asm.FMap:
+        """The ELTW's second operand."""
+        if self.const is not None:
+            h, w, c = self.const.shape
+            return asm.FMap(R.const(0), h, w, c, pitch=c, dtype=self.dt)
+        return R.fmap(self.second if self.spread is None else self.spread)
+
+
+def eltw_operands(op, dt: str, cfg) -> EltwOperands:
+    """How an ELTW layer reads `op`'s two operands (`EltwOperands`), or NotLowerable."""
     if len(op.inputs) != 2 or all(v.is_params for v in op.inputs):
         raise NotLowerable("element-wise op needs a feature-map operand")
     a, b, y = op.inputs[0], op.inputs[1], op.outputs[0]
@@ -333,22 +372,36 @@ def eltw_operands(op, dt: str) -> tuple[Value, Value, np.ndarray | None, bool]:
         len(a.shape) == len(y.shape) else (b, a)
     if first.is_params or map3(first.shape) != sy3 or len(first.shape) != len(y.shape):
         raise NotLowerable("broadcast other than a one-pixel or constant operand")
-    const = None
+    const, spread, spread_consts = None, None, []
+    geo = None  # the (h, w, c) the ELTW reads second as
     if second.is_params:
         const = _const_map(second, y, dt)
     else:
         s3 = map3(second.shape)
-        if not (s3 == sy3 or (s3[:2] == (1, 1) and s3[2] == sy3[2])) or \
-                len(second.shape) != len(y.shape):
-            raise NotLowerable("broadcast other than a one-pixel or constant operand")
+        if len(second.shape) != len(y.shape) or s3[:2] not in ((1, 1), sy3[:2]) or \
+                s3[2] not in (1, sy3[2]):
+            raise NotLowerable("broadcast other than a one-pixel, one-channel or constant "
+                               "operand")
+        geo = s3
+        if s3[2] != sy3[2]:  # one channel: spread it over the channels (1x1 CONV, weight 1)
+            c = sy3[2]
+            geo = (s3[0], s3[1], c)
+            shape = (items(second.shape),) + geo
+            spread = Value(-1, TensorType(second.dtype.element_dtype, shape, "NHWC"),
+                           f"{op.name or op.op_type}.spread")
+            ones = np.ones(c, np.int64)
+            spread_consts = [
+                asm.pack_conv_weights(np.ones((1, 1, 1, c), np.dtype(dt)), 1, dt, cfg),
+                asm.pack_requant_params(np.zeros(c, np.int64), ones, 0 * ones, ones, 0 * ones,
+                                        n=c)]
     n = items(y.shape)
     # one layer over all items: every map holds all N items, or the second is one pixel
     # shared by them
     fold = items(first.shape) == n and (
-        (const is None and ((items(second.shape) == n and map3(second.shape) == sy3) or
-                            (items(second.shape) == 1 and map3(second.shape)[:2] == (1, 1))))
+        (geo is not None and ((items(second.shape) == n and geo == sy3) or
+                              (items(second.shape) == 1 and geo[:2] == (1, 1))))
         or (const is not None and const.shape[:2] == (1, 1)))
-    return first, second, const, fold
+    return EltwOperands(first, second, const, fold, dt, spread, spread_consts)
 
 
 def const_words(const: np.ndarray, dt: str) -> np.ndarray:
@@ -359,7 +412,8 @@ def const_words(const: np.ndarray, dt: str) -> np.ndarray:
 def lower_eltw(op, cfg) -> OpLowering:
     dt = _feature_dtypes(op, rescales=True)
     a, b, y = op.inputs[0], op.inputs[1], op.outputs[0]
-    first, second, const, fold = eltw_operands(op, dt)
+    ops_ = eltw_operands(op, dt, cfg)
+    first = ops_.first
     out_np = y.dtype.numpy_dtype
     if op.op_type == "Multiply":
         m, s = (int(v) for v in requant_multiplier(scale_of(a), scale_of(b), scale_of(y)))
@@ -382,15 +436,10 @@ def lower_eltw(op, cfg) -> OpLowering:
             kw["op"], kw["ka"] = "add", -kw["ka"]
 
     def make(R: Resolver) -> list[asm.Layer]:
-        if const is None:
-            other = R.fmap(second)
-        else:
-            h, w, c = const.shape
-            other = asm.FMap(R.const(0), h, w, c, pitch=c, dtype=dt)
-        return [asm.Eltw(R.fmap(first), other, R.fmap(y), tag=op.op_id, **kw)]
+        return ops_.prologue(R) + [asm.Eltw(R.fmap(first), ops_.other(R), R.fmap(y),
+                                            tag=op.op_id, **kw)]
 
-    consts = [] if const is None else [const_words(const, dt)]
-    return OpLowering("eltw", consts, make, fold=fold)
+    return OpLowering("eltw", ops_.consts, make, fold=ops_.fold, scratch=ops_.scratch)
 
 
 def lower_relu(op, cfg) -> OpLowering:

@@ -26,7 +26,6 @@ from .layers import (
     OpLowering,
     Resolver,
     _feature_dtypes,
-    const_words,
     eltw_operands,
     scale_of,
 )
@@ -47,23 +46,18 @@ def lower_binary(op, cfg) -> OpLowering:
         raise NotLowerable(f"Binary {func}: no integer form on the NPU (only max and min)")
     dt = _feature_dtypes(op, rescales=True)
     y = op.outputs[0]
-    first, second, const, fold = eltw_operands(op, dt)
+    ops_ = eltw_operands(op, dt, cfg)
     s_y = scale_of(y)
-    ma, sa = _move(scale_of(first), s_y)
-    mb, sb = _move(scale_of(second), s_y)
+    ma, sa = _move(scale_of(ops_.first), s_y)
+    mb, sb = _move(scale_of(ops_.second), s_y)
     kw = dict(op=func, ka=1, kb=1, mult=ma, shift=sa, mult_neg=mb, shift_neg=sb,
               clip=clip_bounds(y.dtype.numpy_dtype))
 
     def make(R: Resolver) -> list[asm.Layer]:
-        if const is None:
-            other = R.fmap(second)
-        else:
-            h, w, c = const.shape
-            other = asm.FMap(R.const(0), h, w, c, pitch=c, dtype=dt)
-        return [asm.Eltw(R.fmap(first), other, R.fmap(y), tag=op.op_id, **kw)]
+        return ops_.prologue(R) + [asm.Eltw(R.fmap(ops_.first), ops_.other(R), R.fmap(y),
+                                            tag=op.op_id, **kw)]
 
-    consts = [] if const is None else [const_words(const, dt)]
-    return OpLowering("eltw", consts, make, fold=fold)
+    return OpLowering("eltw", ops_.consts, make, fold=ops_.fold, scratch=ops_.scratch)
 
 
 def lower_unary(op, cfg) -> OpLowering:
