@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 
 from ..errors import XrtError
 
-BUILTIN = ("plugins", "run", "serve")
+BUILTIN = ("bench", "plugins", "run", "serve")
 
 
 def _builtin(name: str) -> tuple[Callable, Callable, str]:
