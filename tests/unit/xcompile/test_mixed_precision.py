@@ -21,6 +21,7 @@ from xcompile.quant.mixed import (
     MixedPrecisionError,
     _capped_order,
     _fewest,
+    _first_guess,
     choose_bits,
     int16_share,
     parse_share,
@@ -94,7 +95,7 @@ def test_the_fewest_sensitive_layers_are_raised_and_the_quantizer_agrees(tmp_pat
     at16 = {int(k) for k in best.tags["quantization"]["op_bits"]}
     assert at16 == planned_int16(opt, mp.op_bits)  # the share is counted as quantized
     assert mp.share_after == pytest.approx(int16_share(opt, at16)) and 0 < mp.share_after <= 0.1
-    assert [a.raised for a in mp.attempts] == [1]
+    assert [a.raised for a in mp.attempts][-1] == 1 and len(mp.attempts) <= 3
     tag = mp.to_tag()
     assert tag["raised"] == ["conv_c"] and tag["cosine_after"]["y"] >= 0.99
     assert tag["warning"] is None
@@ -129,19 +130,33 @@ def test_the_cap_passes_over_layers_whose_raise_would_exceed_it(tmp_path):
 
 
 def test_fewest_prefix_search_tries_few_and_finds_the_smallest():
-    for need in range(1, 21):
-        tried = []
+    for first in (1, 5, 20):
+        for need in range(1, 21):
+            tried = []
 
-        def passes(k, need=need, tried=tried):
-            tried.append(k)
-            return k >= need
+            def passes(k, need=need, tried=tried):
+                tried.append(k)
+                return k >= need
 
-        assert _fewest(20, passes) == need
-        assert len(tried) <= 2 + 2 * 5  # 1, n, doubling, bisection
+            assert _fewest(20, passes, first, max_tries=20) == need  # bisection to the end
+            tried.clear()
+            got = _fewest(20, passes, first)  # within the default three quantizations
+            assert len(tried) <= 3 and got is not None and need <= got
     tried = []
-    assert _fewest(20, lambda k: tried.append(k) or False) is None
-    assert tried == [1, 20]  # the whole capped order failing ends the search
+    assert _fewest(20, lambda k: tried.append(k) or False, 4) is None
+    assert tried == [4, 20]  # the whole capped order failing ends the search
     assert _fewest(0, lambda k: True) is None
+
+
+def test_first_guess_removes_the_error_that_must_go():
+    rows = [SimpleNamespace(alone=a) for a in (0.9, 0.95, 0.99, 0.999, 0.9999)]
+    # output 0.98 -> 0.99: half of the error must go; the first op carries 0.1 / 0.1611
+    assert _first_guess(rows, rows, 0.98, 0.99) == 1
+    # 0.9 -> 0.999: 99% of it: the first three (0.16 of 0.1611)
+    assert _first_guess(rows, rows, 0.9, 0.999) == 3
+    assert _first_guess(rows[:2], rows, 0.9, 0.999) == 2  # the capped order is shorter
+    assert _first_guess(rows, rows, 0.0, 0.99) == 5  # collapsed: the whole order
+    assert _first_guess([], rows, 0.5, 0.99) == 0
 
 
 def test_the_printed_threshold_is_the_one_compared(tmp_path, capsys):
