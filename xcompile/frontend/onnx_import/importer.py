@@ -32,8 +32,11 @@ from xir.ops.base import OP_REGISTRY, Operation
 from xir.types import Layout, TensorType
 from xir.values import Params, Value
 
-_NO_FOLD = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
-            "Multinomial", "Bernoulli", "If", "Loop", "Scan"}
+_RANDOM = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
+           "Multinomial", "Bernoulli"}
+#: never folded by the reference evaluator: random draws, and the control-flow ops (If
+#: inlines a constant condition's branch; Loop / Scan fold through the fallback's runtime)
+_NO_FOLD = _RANDOM | {"If", "Loop", "Scan"}
 
 log = logging.getLogger(__name__)
 
@@ -171,8 +174,9 @@ class _Importer:
             lines = "\n".join(f"  - node '{n}' ({t}): {r}" for n, t, r in self.unsupported)
             raise UnsupportedOnnxOpError(
                 f"{len(self.unsupported)} ONNX node(s) have no xir equivalent:\n{lines}\n"
-                f"Rewrite or remove them before import (supported ops: "
-                f"{', '.join(sorted(SUPPORTED_ONNX_OPS))}).",
+                f"Rewrite or remove them before import (ops with a native xir form: "
+                f"{', '.join(sorted(SUPPORTED_ONNX_OPS))}; any other op whose outputs are "
+                f"tensors of static shape runs as an OnnxGraph op, see docs/onnx-import.md).",
                 nodes=list(self.unsupported), file=self.file)
         self.ops.append(OP_REGISTRY["Output"](outputs, [], op_id=self._op_id))
         self._op_id += 1
@@ -305,7 +309,7 @@ class _Importer:
                     self._rollback(mark)
                     outs = None
             if outs is None:
-                outs = generic.fallback(self, node, fold=op_type not in _NO_FOLD)
+                outs = generic.fallback(self, node, fold=op_type not in _RANDOM)
         except _Unsupported as u:
             self.unsupported.append((label, op_type, u.reason))
             self.poisoned.update(node.output)
