@@ -89,7 +89,9 @@ def planned_int16(opt: Any, op_bits: dict[int, int], bits: int = 8) -> set[int]:
     """The op ids of `opt` (the optimized float network) that compute at 16 bits when
     `quantize_network(opt, ..., op_bits=op_bits)` quantizes it: the quantizer's own rules
     (scale-sharing groups, rescaling ops computing at their widest input, 16-bit logits),
-    applied without calibrating anything."""
+    applied without calibrating anything. Every Concat is taken to share one scale: where the
+    quantizer requantizes a far branch instead, fewer ops are widened, so the planned set is
+    the most a raise can cost."""
     from . import quantize as qz
 
     int_ops = qz._integer_ops(opt)
@@ -378,7 +380,10 @@ def choose_bits(float_net: Any, quantized: Any, quantize: Callable[[dict], Any],
         with _stage(f"{k} op{'s' if k > 1 else ''} in int16 ({shares[k - 1]:.1%} of MACs)"):
             q = quantize({**base, **raise_ids})
             parts = probe.measure(q)
-        result.attempts.append(Attempt(k, shares[k - 1], parts))
+        # the share as quantized (a Concat whose branches are requantized widens less than
+        # `planned_int16` assumes)
+        share = int16_share(float_net, {int(o) for o in q.tags["quantization"]["op_bits"]})
+        result.attempts.append(Attempt(k, share, parts))
         ok = worst_part(parts)[1] >= min_cosine
         log.info("mixed precision: %d ops raised, worst part %s %.4f", k, *worst_part(parts))
         if ok and (best["k"] is None or k < best["k"]):
