@@ -8,9 +8,10 @@ inputs and every outer-scope value its subgraphs read (If / Loop / Scan bodies),
 
 The fallback only takes what a backend can run and xir can hold:
 - every output is a tensor of an element type xir has (no sequence, map, optional or string
-  values) with a static shape after ONNX shape inference; an output whose size depends on the
-  input values (NonZero, Unique, NonMaxSuppression, ... on computed inputs) is refused with
-  that reason (with constant inputs such nodes fold at import instead);
+  values) with a static shape: ONNX shape inference's, corrected by onnxruntime's where the
+  two differ, or for a Loop that always runs its constant trip count, [M, ...]; an output
+  whose size depends on the input values (NonZero, Unique, NonMaxSuppression, ... on computed
+  inputs) is refused with that reason (with constant inputs such nodes fold at import);
 - the carried graph must build on onnxruntime or on onnx's reference evaluator (checked at
   import, so a network never fails at its first forward because of a missing kernel);
 - training ops (ai.onnx.preview.training) are refused; a custom domain is taken only where
@@ -155,12 +156,13 @@ def _build(imp: _Importer, node, reads: list[str]):
 
 
 def carry(imp: _Importer, node, reads: list[str],
-          known: dict[str, tuple[np.dtype, tuple[int, ...]]] | None = None) -> Carried:
+          known: dict[str, tuple[np.dtype, tuple[int, ...]]] | None = None,
+          built: tuple | None = None) -> Carried:
     """Build, shape-infer and check the model carrying `node`, whose outputs `reads` are read
     (the rest are left out of the graph). `known`: output types already known (a constant
     the node folded to). Raises `_Unsupported` with the reason to refuse."""
     onnx = _onnx()
-    model, feeds = _build(imp, node, reads)
+    model, feeds = built if built is not None else _build(imp, node, reads)
     try:
         inferred = onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True,
                                                      data_prop=True)
@@ -364,14 +366,13 @@ def fallback(imp: _Importer, node, fold: bool = True,
     reads = [n for n in node.output if n and n in imp.used]
     if not reads:
         return [None] * len(node.output)
-    if fold:
-        model, feeds = _build(imp, node, reads)
-        if not feeds:
-            consts = _run_constant(model)
-            if consts is not None:
-                got = dict(zip(reads, consts))
-                return [got.get(n) for n in node.output]
-    c = carry(imp, node, reads, known)
+    built = _build(imp, node, reads)
+    if fold and not built[1]:
+        consts = _run_constant(built[0])
+        if consts is not None:
+            got = dict(zip(reads, consts))
+            return [got.get(n) for n in node.output]
+    c = carry(imp, node, reads, known, built)
     values = [imp.value(t) for _, t in c.feeds]
     label = node.name or (node.output[0] if node.output else node.op_type)
     model = imp.params(np.frombuffer(c.data, dtype=np.uint8).copy(), name=f"{label}.onnx")
