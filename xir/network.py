@@ -13,6 +13,7 @@ from .errors import (
     DanglingReferenceError,
     DuplicateIdError,
     GraphEditError,
+    NetworkFormatError,
     OpNotFoundError,
     ValueNotFoundError,
     XirError,
@@ -329,12 +330,60 @@ class Network(_ReadAPI):
 
         return load_json(path)
 
+    @staticmethod
+    def CreateFromJsonStr(text: str | bytes | bytearray | memoryview) -> Network:
+        """Load a network from json text held in memory (str, or UTF-8 bytes): the vendor's
+        name. Same checks as `CreateFromJsonFile`; errors name "<buffer>" where they would name
+        the file. Params stay empty until `loadParamsFromBuffer` (or `loadParamsFromFile`)."""
+        from .serialize.json import loads
+        from .serialize.raw import BUFFER_LABEL
+
+        if not isinstance(text, (str, bytes, bytearray, memoryview)):
+            raise NetworkFormatError(f"CreateFromJsonStr takes the json text as str or bytes, "
+                                     f"not {type(text).__name__}", file=BUFFER_LABEL)
+        return loads(text, file=BUFFER_LABEL)
+
+    from_json = CreateFromJsonStr
+    """Pythonic alias of the vendor's `CreateFromJsonStr`."""
+
     def loadParamsFromFile(self, path: str | os.PathLike) -> Network:
         """Fill every Params from the .raw file, checking magic, size and md5."""
         from .serialize.raw import read_raw
 
         read_raw(self, path)
         return self
+
+    def loadParamsFromBuffer(self, buffer: bytes | bytearray | memoryview | np.ndarray
+                             ) -> Network:
+        """Fill every Params from the .raw file's contents held in memory (vendor-style name).
+
+        `buffer` is bytes, bytearray, memoryview, a numpy uint8 array or any other buffer; the
+        checks are those of `loadParamsFromFile` (size, magic, md5 against the json's
+        params_md5, header), errors naming "<buffer>". No copy is made where the buffer allows
+        (C-contiguous, 16-byte aligned): each Params is a numpy view into it, read-only when the
+        buffer is read-only (bytes), and it keeps the buffer alive as long as the Params use it.
+        Nothing changes in the network unless every check passes."""
+        from .serialize.raw import BUFFER_LABEL, read_raw_bytes
+
+        read_raw_bytes(self, buffer, file=BUFFER_LABEL, zero_copy=True)
+        return self
+
+    load_params_from_buffer = loadParamsFromBuffer
+    """Pythonic alias of `loadParamsFromBuffer`."""
+
+    def dumpJsonToStr(self) -> str:
+        """The json text `save` would write, with params_bytes/params_md5 of the raw that
+        `dumpParamsToBuffer` returns (the pair loads back with CreateFromJsonStr +
+        loadParamsFromBuffer). Validates the network first, as `save` does."""
+        from .serialize.json import dump_pair
+
+        return dump_pair(self)[0]
+
+    def dumpParamsToBuffer(self) -> bytes:
+        """The .raw file's contents as bytes (what `save` writes beside the json)."""
+        from .serialize.json import dump_pair
+
+        return dump_pair(self, json_too=False)[1]
 
     def save(self, json_path: str | os.PathLike, raw_path: str | os.PathLike | None = None
              ) -> None:

@@ -145,22 +145,29 @@ class Session:
         return sess
 
     @staticmethod
-    def CreateWithSnapshot(file_path: str | os.PathLike, backend_types: Sequence[type],
-                           devices: Sequence[Any]) -> Session:
+    def CreateWithSnapshot(file_path: str | os.PathLike | bytes | bytearray | memoryview | Any,
+                           backend_types: Sequence[type], devices: Sequence[Any]) -> Session:
         """A session from a `dumpSnapshot` file, already applied: the network and the op ->
         backend binding come from the file, each backend restores its deployed state on its
         device (no binding, lowering or planning is re-run; settings are frozen).
 
+        `file_path` is a path (str or os.PathLike) or the snapshot itself held in memory: bytes,
+        bytearray, memoryview, a numpy uint8 array or any buffer (what `dumpSnapshotToMemory`
+        returns; errors then name "<buffer>"). The session keeps no reference to that buffer.
         `backend_types` must name the snapshot's backends in the same order (by `name`), one
         device each. Raises SnapshotError for a damaged file or a mismatch."""
         from xir.serialize.json import network_from_dict
         from xir.serialize.raw import read_raw_bytes
 
         from .errors import SnapshotError
-        from .snapshot import read_snapshot
+        from .snapshot import BUFFER_LABEL, read_snapshot, read_snapshot_buffer
 
-        path = os.fspath(file_path)
-        snap = read_snapshot(path)
+        if isinstance(file_path, (str, os.PathLike)):
+            path = os.fspath(file_path)
+            snap = read_snapshot(path)
+        else:
+            path = BUFFER_LABEL
+            snap = read_snapshot_buffer(file_path)
         hdr = snap.header
         stored = hdr["backends"]
         names = [str(b.get("name", "")) for b in stored]
@@ -215,15 +222,31 @@ class Session:
     def dumpSnapshot(self, file_path: str | os.PathLike) -> None:
         """Write this applied session (network, bindings, every backend's deployed state) to
         one file, atomically (docs/snapshot-format.md)."""
+        from .snapshot import write_snapshot
+
+        write_snapshot(file_path, *self._snapshotParts("dumpSnapshot"))
+
+    def dumpSnapshotToMemory(self) -> bytes:
+        """The snapshot `dumpSnapshot` would write, as bytes (the same bytes as the file):
+        `Session.CreateWithSnapshot(data, ...)` restores it, like Ascend's
+        aclmdlLoadFromMem after a model was serialised to memory."""
+        from .snapshot import snapshot_bytes
+
+        return snapshot_bytes(*self._snapshotParts("dumpSnapshotToMemory"))
+
+    dump_snapshot_to_memory = dumpSnapshotToMemory
+    """Pythonic alias of `dumpSnapshotToMemory`."""
+
+    def _snapshotParts(self, what: str) -> tuple[dict[str, Any], dict[str, Any]]:
+        """(header, sections) of this applied session's snapshot."""
         import io
 
         from xir.serialize.json import network_to_dict
         from xir.serialize.raw import _write_stream
 
         from . import __version__
-        from .snapshot import write_snapshot
 
-        self._require_applied("dumpSnapshot")
+        self._require_applied(what)
         root = getattr(self._view, "network", self._view)
         raw = io.BytesIO()
         size, md5 = _write_stream(raw, root.params())
@@ -248,7 +271,7 @@ class Session:
                   "bindings": [[op.op_id, index[id(self._bindings[op.op_id])]]
                                for op in self._view.ops],
                   "backends": entries}
-        write_snapshot(file_path, header, sections)
+        return header, sections
 
     # --- lifecycle ------------------------------------------------------------------------
     def apply(self) -> None:

@@ -23,6 +23,7 @@ import hashlib
 import json
 import os
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -57,14 +58,9 @@ def _align(n: int) -> int:
     return -(-n // ALIGN) * ALIGN
 
 
-def write_snapshot(path: str | os.PathLike, header: dict[str, Any],
-                   sections: dict[str, bytes | bytearray | memoryview]) -> int:
-    """Write a snapshot atomically (temporary file next to `path`, fsync, rename).
-
-    `header` gets a "sections" table added; returns the file size."""
-    path = path_arg(path, "snapshot path")
+def _plan(header: dict[str, Any], sections: dict[str, Any]) -> tuple[bytes, list[dict], int]:
+    """(header json bytes with the sections table, the table, the total size)."""
     header = dict(header)
-    table = []
     names = list(sections)
     # The header's length depends on the offsets in it: place sections after a fixed-point.
     start = _align(_FIXED.size + 1)
@@ -81,7 +77,47 @@ def write_snapshot(path: str | os.PathLike, header: dict[str, Any],
             break
         start = need
     end = table[-1]["offset"] + table[-1]["size"] if table else _FIXED.size + len(blob)
-    total = end + _SUM
+    return blob, table, end + _SUM
+
+
+def _emit(put: Callable[[Any], Any], blob: bytes, table: list[dict],
+          sections: dict[str, Any], total: int) -> bytes:
+    """Write the container through `put` (everything but the checksum); returns the sha256."""
+    h = hashlib.sha256()
+
+    def out(b: Any) -> None:
+        put(b)
+        h.update(b)
+
+    out(_FIXED.pack(MAGIC, FORMAT_VERSION, len(blob), total))
+    out(blob)
+    at = _FIXED.size + len(blob)
+    for entry in table:
+        if entry["offset"] > at:
+            out(bytes(entry["offset"] - at))
+        out(memoryview(sections[entry["name"]]).cast("B"))
+        at = entry["offset"] + entry["size"]
+    assert at + _SUM == total
+    return h.digest()
+
+
+def snapshot_bytes(header: dict[str, Any],
+                   sections: dict[str, bytes | bytearray | memoryview]) -> bytes:
+    """The snapshot container as bytes, exactly what `write_snapshot` puts in a file."""
+    blob, table, total = _plan(header, sections)
+    out = bytearray()
+    out += _emit(out.extend, blob, table, sections, total)
+    assert len(out) == total
+    return bytes(out)
+
+
+def write_snapshot(path: str | os.PathLike, header: dict[str, Any],
+                   sections: dict[str, bytes | bytearray | memoryview]) -> int:
+    """Write a snapshot atomically (temporary file next to `path`, fsync, rename).
+
+    `header` gets a "sections" table added; returns the file size."""
+    path = path_arg(path, "snapshot path")
+    blob, table, total = _plan(header, sections)
     try:
         fd, tmp = temp_beside(path)
     except OSError as exc:
@@ -89,22 +125,7 @@ def write_snapshot(path: str | os.PathLike, header: dict[str, Any],
                             f"folder '{os.path.dirname(os.path.abspath(path))}')") from exc
     try:
         with os.fdopen(fd, "wb") as fh:
-            h = hashlib.sha256()
-
-            def put(b: Any) -> None:
-                fh.write(b)
-                h.update(b)
-
-            put(_FIXED.pack(MAGIC, FORMAT_VERSION, len(blob), total))
-            put(blob)
-            at = _FIXED.size + len(blob)
-            for entry in table:
-                if entry["offset"] > at:
-                    put(bytes(entry["offset"] - at))
-                put(memoryview(sections[entry["name"]]).cast("B"))
-                at = entry["offset"] + entry["size"]
-            assert at + _SUM == total
-            fh.write(h.digest())
+            fh.write(_emit(fh.write, blob, table, sections, total))
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
@@ -131,8 +152,36 @@ def read_snapshot(path: str | os.PathLike) -> SnapshotFile:
     return parse_snapshot(data, path)
 
 
-def parse_snapshot(data: bytes, path: str = "<memory>") -> SnapshotFile:
-    """Check `data` in layers and split it into header and sections."""
+BUFFER_LABEL = "<buffer>"
+"""What errors name in place of a file name for a snapshot held in memory."""
+
+
+def as_snapshot_buffer(data: Any, path: str = BUFFER_LABEL) -> memoryview:
+    """`data` (bytes, bytearray, memoryview, numpy array, mmap: any buffer) as a flat byte
+    memoryview without a copy when it is C-contiguous; SnapshotError for anything else."""
+    try:
+        mv = memoryview(data)
+    except TypeError:
+        raise SnapshotError(f"snapshot {path}: expected the snapshot's bytes (bytes, bytearray, "
+                            f"memoryview, numpy uint8 array) or a path, not "
+                            f"{type(data).__name__}") from None
+    return mv.cast("B") if mv.c_contiguous else memoryview(mv.tobytes())
+
+
+def read_snapshot_buffer(data: Any) -> SnapshotFile:
+    """Check a snapshot held in memory (what `Session.dumpSnapshotToMemory` returns, or any
+    buffer holding a snapshot file's bytes); errors name "<buffer>". The sections are views into
+    an immutable private copy (none is made for `bytes`), so the caller may reuse or free its
+    buffer at once, as after reading a file: restored instruction words view those bytes."""
+    if not isinstance(data, bytes):
+        data = bytes(as_snapshot_buffer(data, BUFFER_LABEL))
+    return parse_snapshot(data, BUFFER_LABEL)
+
+
+def parse_snapshot(data: Any, path: str = "<memory>") -> SnapshotFile:
+    """Check `data` (any buffer) in layers and split it into header and sections; the
+    sections are views into `data`, no copy."""
+    data = as_snapshot_buffer(data, path)
     size = len(data)
     # 1. cheap: size, magic, version, recorded size
     if size >= len(MAGIC) and data[:len(MAGIC)] != MAGIC:

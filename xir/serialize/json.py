@@ -212,6 +212,24 @@ def save_network(net: Network, json_path: str | os.PathLike,
                                 file=json_path) from exc
 
 
+def dump_pair(net: Network, *, json_too: bool = True) -> tuple[str, bytes]:
+    """(json text, raw bytes) of `net` held in memory: what `save_network` writes, with the
+    json's params_bytes/params_md5 those of these raw bytes (also recorded on `net`). With
+    `json_too=False` the text is "" (only the raw is made). Validates the network first."""
+    import io
+
+    net.validate()
+    buf = io.BytesIO()
+    size, digest = _raw._write_stream(buf, net.params())
+    text = ""
+    if json_too:
+        obj = network_to_dict(net)
+        obj["params_bytes"], obj["params_md5"] = size, digest
+        text = dumps(obj)
+    net.params_bytes, net.params_md5 = size, digest
+    return text, buf.getvalue()
+
+
 def _write_pair(obj: dict[str, Any], net: Network, json_path: str, raw_path: str) -> None:
     raw_tmp, size, digest = _raw.write_raw_tmp(net.params(), raw_path)
     staged = _raw.staged_raw_path(raw_path, digest)

@@ -195,8 +195,16 @@ def read_raw(net: Network, path: str | os.PathLike) -> Network:
     return _read_file(net, staged)
 
 
+BUFFER_LABEL = "<buffer>"
+"""What errors name in place of a file name when the raw comes from memory."""
+
+_VIEW_ALIGN = 16
+"""A buffer is viewed in place only when its start is this aligned: every blob then starts at
+an address aligned for its element type (blobs sit at multiples of 64 from the start)."""
+
+
 def read_raw_bytes(net: Network, data: bytes | bytearray | memoryview | np.ndarray,
-                   file: str | None = None) -> Network:
+                   file: str | None = None, *, zero_copy: bool = False) -> Network:
     """Fill every Params of `net` from raw file contents, checking in layers.
 
     1. size against the json's params_bytes, magic, header truncation;
@@ -205,21 +213,50 @@ def read_raw_bytes(net: Network, data: bytes | bytearray | memoryview | np.ndarr
        the layout puts it and exactly as large as the Params' storageBytes.
     Nothing is changed in `net` unless every check passes. The size and md5 checks are skipped
     when the network carries no params_md5 (a network built in memory, not loaded from json).
-    The arrays are views over one writable buffer holding the whole file.
+
+    `data` is any object with the buffer protocol (bytes, bytearray, memoryview, a numpy array,
+    mmap). By default the arrays are views over one writable copy of it (a writable, C-contiguous
+    uint8 array is used as it is). With `zero_copy` the arrays are views over `data` itself
+    wherever it is C-contiguous and 16-byte aligned (else over one copy): a read-only buffer
+    (bytes, a read-only memoryview or mmap) gives read-only arrays, a writable one arrays that
+    see the caller's later writes. The arrays hold a reference to the buffer, so it lives as
+    long as any Params still uses it (a bytearray cannot be resized meanwhile).
     """
     try:
-        _read(net, data, file)
+        _read(net, _byte_array(data, zero_copy), file)
     except XirError as err:
         raise err.located(file=file) from err.__cause__
     return net
 
 
-def _read(net: Network, data, file: str | None) -> None:
-    if isinstance(data, np.ndarray) and data.dtype == np.uint8 and data.ndim == 1 \
-            and data.flags.writeable and data.flags.c_contiguous:
-        buf = data
+def _byte_array(data: object, zero_copy: bool) -> np.ndarray:
+    """`data` as a 1-D uint8 array: a view when allowed and possible, else a writable copy."""
+    if isinstance(data, np.ndarray):
+        arr = data
     else:
-        buf = np.frombuffer(bytearray(data), dtype=np.uint8)
+        try:
+            mv = memoryview(data)  # type: ignore[arg-type]
+        except TypeError as exc:
+            raise RawFileError(f"the raw params must be bytes, bytearray, memoryview or a "
+                               f"numpy uint8 array (any buffer), not {type(data).__name__}",
+                               field="buffer") from exc
+        flat = mv.cast("B") if mv.c_contiguous else bytearray(mv.tobytes())
+        arr = np.frombuffer(flat, dtype=np.uint8)
+    if arr.dtype.hasobject:
+        raise RawFileError(f"the raw params cannot come from a numpy array of {arr.dtype}",
+                           field="buffer")
+    if arr.flags.c_contiguous and (arr.dtype != np.uint8 or arr.ndim != 1):
+        arr = arr.reshape(-1).view(np.uint8)
+    viewable = arr.flags.c_contiguous and arr.ndim == 1 and arr.dtype == np.uint8
+    if zero_copy and viewable and arr.ctypes.data % _VIEW_ALIGN == 0:
+        return arr
+    if not zero_copy and viewable and arr.flags.writeable:
+        return arr
+    return np.frombuffer(bytearray(np.ascontiguousarray(arr).reshape(-1).view(np.uint8)),
+                         dtype=np.uint8)
+
+
+def _read(net: Network, buf: np.ndarray, file: str | None) -> None:
     size = int(buf.size)
     checked = bool(net.params_md5)
 
