@@ -223,8 +223,10 @@ def _output_tail(op: Operation) -> list[Operation] | None:
         v = c.outputs[0]
 
 
-def _concat_plan(net: Network, int_ops: set[int], amax: dict[int, float]
-                 ) -> tuple[_UnionFind, set[tuple[int, int]], set[int], dict[str, dict]]:
+def _concat_plan(net: Network, int_ops: set[int], amax: dict[int, float],
+                 bits_of: Any = None, far: set[tuple[int, int]] | None = None
+                 ) -> tuple[_UnionFind, set[tuple[int, int]], set[int], dict[str, dict],
+                            set[int]]:
     """How each integer Concat keeps its branches' ranges (docs/quantization.md, "Concat").
 
     A branch's *spread* is the largest range among the Concat's branches over its own (group
@@ -236,9 +238,15 @@ def _concat_plan(net: Network, int_ops: set[int], amax: dict[int, float]
       at the host edge; each branch leaves the integer part at its own scale (a detector's box
       pixels and class probabilities);
     - elsewhere, a branch beyond `BRANCH_SPREAD` keeps its own scale (its producer and other
-      readers keep their resolution) and is requantized into the Concat's by a Cast.
-    Returns (the scale groups, the requantized (concat op_id, input index) pairs, the ops made
-    float, the record for `tags["quantization"]["concats"]`)."""
+      readers keep their resolution) and is requantized into the Concat's by a Cast, and the
+      Concat's group is stored in 16 bits (form "int16"; the readers compute at 16 bits):
+      there the branch keeps `32767 / spread` codes instead of `127 / spread`. A spread beyond
+      `BRANCH_SPREAD * 256` is lost in 16 bits too: then only requantized ("requantized").
+    `bits_of(v_id)`: the value's storage bits (default 8); `far`: the requantized branches of
+    an earlier plan, kept (a second plan after the 16-bit calibration must not unite a branch
+    with a group of other bits). Returns (the scale groups, the requantized (concat op_id,
+    input index) pairs, the ops made float, the record for `tags["quantization"]["concats"]`,
+    the Concat outputs to store in 16 bits that are not yet)."""
     uf = _scale_groups(net, int_ops, concat=False)
     gmax: dict[int, float] = {}
     for vid, a in amax.items():
@@ -247,6 +255,8 @@ def _concat_plan(net: Network, int_ops: set[int], amax: dict[int, float]
     requant: set[tuple[int, int]] = set()
     floats: set[int] = set()
     record: dict[str, dict] = {}
+    wide: set[int] = set()
+    bits_of = bits_of or (lambda vid: 8)
     for op in net.ops:
         if op.op_type != "Concat" or op.op_id not in int_ops or op.op_id in floats:
             continue
@@ -261,9 +271,15 @@ def _concat_plan(net: Network, int_ops: set[int], amax: dict[int, float]
             floats.update([op.op_id] + [t.op_id for t in tail])
         else:
             for i, (v, sp) in enumerate(zip(feats, spread)):
-                if sp > BRANCH_SPREAD:
+                if ((op.op_id, i) in far) if far is not None else sp > BRANCH_SPREAD:
                     requant.add((op.op_id, i))
-                    form = "requantized"
+                    if bits_of(y.v_id) >= 16:
+                        form = "int16"
+                    elif sp <= BRANCH_SPREAD * 256:
+                        wide.add(y.v_id)
+                        form = "int16"
+                    elif form != "int16":
+                        form = "requantized"
                 else:
                     ry, rv = uf.find(y.v_id), uf.find(v.v_id)
                     a = max(gmax.get(ry, 0.0), gmax.get(rv, 0.0))
@@ -273,7 +289,7 @@ def _concat_plan(net: Network, int_ops: set[int], amax: dict[int, float]
             record[str(op.op_id)] = {
                 "name": op.name, "form": form, "at_output": tail is not None,
                 "spread": [round(float(x), 2) if np.isfinite(x) else None for x in spread]}
-    return uf, requant, floats, record
+    return uf, requant, floats, record, wide
 
 
 def _logit_bits(net: Network, int_ops: set[int], bits: int) -> dict[int, int]:
@@ -323,7 +339,8 @@ def _resolve_op_bits(net: Network, op_bits: Any, bits: int, int_ops: set[int]
 
 
 def _value_bits(net: Network, int_ops: set[int], uf: _UnionFind, bits: int,
-                op_bits: dict[int, int], input_bits: int | None) -> dict[int, int]:
+                op_bits: dict[int, int], input_bits: int | None,
+                wide: set[int] | frozenset = frozenset()) -> dict[int, int]:
     """Storage bits of the activation values that differ from `bits` (mixed precision).
 
     An op raised by `op_bits` needs its feature inputs at its precision; `input_bits` raises
@@ -343,6 +360,8 @@ def _value_bits(net: Network, int_ops: set[int], uf: _UnionFind, bits: int,
     if input_bits is not None:
         for v in net.inputs():
             need(v.v_id, input_bits)
+    for vid in wide:  # Concats holding branches of far-apart ranges (`_concat_plan`)
+        need(vid, 16)
     ops = {op.op_id: op for op in net.ops}
     for oid, b in op_bits.items():
         for v in ops[oid].feature_inputs():
@@ -446,24 +465,41 @@ def quantize_network(net: Network, samples: Any, *, bits: int = 8, method: str =
     def el_of(vid: int) -> ScalarType:
         return INT8 if bits_of(vid) == 8 else INT16
 
-    per_value = {vid: _observer_kw(method, b, kw) for vid, b in vbits.items()}
-    for op in opt.ops:  # a softmax's logits and probabilities: calibrated by their range
-        if op.op_type in PROBABILITY_OPS:
-            for v in op.feature_inputs() + op.outputs:
-                per_value[v.v_id] = {"method": "minmax"}
+    def observers() -> dict[int, dict]:
+        per = {vid: _observer_kw(method, b, kw) for vid, b in vbits.items()}
+        for op in opt.ops:  # a softmax's logits and probabilities: calibrated by their range
+            if op.op_type in PROBABILITY_OPS:
+                for v in op.feature_inputs() + op.outputs:
+                    per[v.v_id] = {"method": "minmax"}
+        return per
+
+    per_value = observers()
     gptq_ops = _gptq_ops(opt, int_ops) if weight_rounding == "gptq" and per_channel else []
     nearest = [op for op in opt.ops if op.op_id in int_ops and op.op_type in ("Conv2d", "Matmul")
                and op not in gptq_ops] if bias_correction is not False else []
     # bias correction's input means, taken in the calibration pass for the layers it corrects
     means = {op.inputs[0].v_id: None for op in nearest} or None
-    amax = calibrate(opt, data, method, per_value=per_value, runner=runner, means=means,
-                     **_observer_kw(method, bits, kw))
-    amax = {vid: a * (headroom if headroom is not None else
-                      1.0 if bits_of(vid) == 8 else INT16_HEADROOM) for vid, a in amax.items()}
-    # a QDQ model's pairs (xcompile.quant.qdq): the range its author chose, not calibration's
-    amax.update({v.v_id: float(v.tags["qdq_amax"]) for op in opt.ops for v in op.outputs
-                 if "qdq_amax" in v.tags and v.v_id in amax})
-    uf, requant, floats, concats = _concat_plan(opt, int_ops, amax)
+    def thresholds() -> dict[int, float]:
+        amax = calibrate(opt, data, method, per_value=per_value, runner=runner, means=means,
+                         **_observer_kw(method, bits, kw))
+        amax = {vid: a * (headroom if headroom is not None else
+                          1.0 if bits_of(vid) == 8 else INT16_HEADROOM)
+                for vid, a in amax.items()}
+        # a QDQ model's pairs (xcompile.quant.qdq): the range its author chose, not calibration's
+        amax.update({v.v_id: float(v.tags["qdq_amax"]) for op in opt.ops for v in op.outputs
+                     if "qdq_amax" in v.tags and v.v_id in amax})
+        return amax
+
+    amax = thresholds()
+    uf, requant, floats, concats, wide = _concat_plan(opt, int_ops, amax, bits_of)
+    if wide:  # Concats of far-apart branches stored in 16 bits: their precision spreads,
+        # and the values raised are calibrated again with 16-bit observers
+        log.info("%s: %d Concat(s) of branches > %gx apart stored in 16 bits", net.name,
+                 len(wide), BRANCH_SPREAD)
+        vbits = _value_bits(opt, int_ops, uf, bits, raised, input_bits, wide)
+        per_value = observers()
+        amax = thresholds()
+        uf, requant, floats, concats, _ = _concat_plan(opt, int_ops, amax, bits_of, requant)
     int_ops -= floats
     scales, groups = _assign_scales(amax, uf, lambda vid: el_of(vid).numpy_dtype)
     op_el = {op.op_id: el_of(op.feature_inputs()[0].v_id) for op in opt.ops
