@@ -43,9 +43,11 @@ WHERE = {
 NEVER_HOST = {"Conv2d", "ConvTranspose2d", "Silu", "Sigmoid", "Tanh", "Gelu"}
 #: cases that cannot pass yet, with the precise reason (strict: they must fail)
 XFAIL: dict[str, str] = {
-    "keras_audio_cnn": "accuracy: int8 output cosine 0.928 (x*x then Sqrt: small magnitudes "
-                       "round to 0); automatic mixed precision reaches 0.945 with the 9 ops "
-                       "its 10% MAC cap allows and keeps int8; all-int16 measures 0.9999",
+    "keras_audio_cnn": "accuracy: int8 output cosine 0.925-0.928; the loss compounds over the "
+                       "network (x*x before the host Sqrt, the host ReduceMean's re-quantized "
+                       "mean, the Dense): 13 of its 14 integer ops at int16 measure 0.953, all "
+                       "int16 0.9999, and automatic mixed precision stops at 0.945 and keeps "
+                       "int8",
 }
 
 
