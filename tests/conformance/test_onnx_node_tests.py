@@ -251,4 +251,6 @@ def test_node_suite_summary(capsys) -> None:
               f"({len(KNOWN_BUGS)} known bugs), {counts['excluded']} excluded, "
               f"{counts['unsupported']} not attempted (unsupported ops)")
     assert not failures, "\n".join(failures)
-    assert counts["pass"] >= 200, "importer coverage of the node tests regressed"
+    # 1,556 of 1,884 when the OnnxGraph fallback and the op families of issue 28 landed (284
+    # before); the 7 KNOWN_BUGS pass their values too
+    assert counts["pass"] >= 1556, "importer coverage of the node tests regressed"
