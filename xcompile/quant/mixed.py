@@ -240,6 +240,8 @@ class MixedPrecision:
                 "worst_before": list(worst_part(self.before)),
                 "worst_after": list(worst_part(self.after)),
                 "reached": self.reached,
+                "cosines": [round(worst_part(self.before)[1], 6)]
+                + [round(a.worst, 6) for a in self.attempts],
                 "op_bits": {str(k): v for k, v in self.op_bits.items()},
                 "raised": list(self.names),
                 "int16_mac_share_before": round(self.share_before, 6),
