@@ -102,6 +102,25 @@ def check_on_chip(name: str, target: str, built: dict, x: np.ndarray, want: np.n
     return {"chip": chip, "host": host, "cosine": figure}
 
 
+@pytest.mark.parametrize("name", sorted(FIELD_NETS))
+def test_field_network_generators_are_sane(name):
+    """Each generated model passes the ONNX checker (in `Builder.model`), runs on
+    onnxruntime, gives finite outputs of the declared shape that vary with the input and
+    across the output (nothing constant, nothing saturated to one value)."""
+    import onnxruntime as ort
+
+    fn = FIELD_NETS[name]
+    model = fn.build(np.random.default_rng(7))
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    outs = [sess.run(None, {"x": x})[0] for x in fn.inputs(3, 1)]
+    dims = [d.dim_value for d in model.graph.output[0].type.tensor_type.shape.dim]
+    for o in outs:
+        assert np.isfinite(o).all() and list(o.shape) == dims
+        assert np.ptp(o) > 1e-3 * max(float(np.abs(o).max()), 1e-6)
+    spread = np.abs(outs[0] - outs[1]).mean() / np.abs(outs[0]).mean()
+    assert spread > 0.01, f"{name}: outputs barely depend on the input ({spread:.4f})"
+
+
 def _cases():
     for name in sorted(FIELD_NETS):
         for target in sorted(CHIPS):
