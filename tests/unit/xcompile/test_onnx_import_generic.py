@@ -415,3 +415,19 @@ def test_if_inlined_branch_with_a_conv_front_end_and_an_lstm_imports_natively():
     assert not _carried(net)
     kinds = {op.op_type for op in net.ops}
     assert "Conv2d" in kinds and "LSTMRecurrence" in kinds
+
+
+def test_a_custom_domain_op_onnxruntime_runs_is_carried():
+    """com.microsoft's FusedMatMul (onnxruntime's fusion of MatMul * alpha): onnx has no schema
+    for it, onnxruntime types its output."""
+    nodes = [helper.make_node("FusedMatMul", ["a", "b"], ["y"], domain="com.microsoft",
+                              alpha=0.5, transB=1, name="fmm")]
+    b = _rand(5, 4)
+    model = _model(nodes, [_vi("a", [3, 4])], [_vi("y", None)], [("b", b)],
+                   domains=["com.microsoft"])
+    a = _rand(3, 4)
+    net = _check(model, {"a": a})
+    (op,) = _carried(net)
+    assert op.attrs["onnx_ops"] == ["com.microsoft.FusedMatMul"]
+    np.testing.assert_allclose(_forward(net, {"a": a})[0], 0.5 * a @ b.T, rtol=1e-5,
+                               atol=1e-6)

@@ -185,7 +185,8 @@ def carry(imp: _Importer, node, reads: list[str],
             dtype, shape = known[o.name]
             _set_shape(o, shape)
         elif ort_shapes is not None:
-            _merge_dims(o, ort_shapes[k])
+            _adopt_ort_type(o, ort_shapes[k][0])
+            _merge_dims(o, ort_shapes[k][1])
         if o.name in loop and o.type.WhichOneof("value") == "tensor_type":
             _merge_dims(o, loop[o.name])
         typed.append((o.name, _output_type(node, o)))
@@ -275,8 +276,8 @@ def _merge_dims(o, ort_dims: list | None) -> None:
 
 
 def _ort_shapes(data: bytes) -> tuple[list | None, str]:
-    """onnxruntime's view of the output shapes (None per output where it is not a tensor, or
-    None for all where onnxruntime is missing), and its error where it cannot build the
+    """onnxruntime's view of the outputs: (type name, dims or None where not a tensor) each,
+    or None for all where onnxruntime is missing; and its error where it cannot build the
     model."""
     try:
         import onnxruntime as ort
@@ -293,10 +294,27 @@ def _ort_shapes(data: bytes) -> tuple[list | None, str]:
         return None, _one_line(exc, 160)
     out = []
     for o in sess.get_outputs():
-        shape = o.shape if str(o.type).startswith("tensor(") else None
-        out.append(None if shape is None else
-                   [d if isinstance(d, int) and d >= 0 else None for d in shape])
+        kind = str(o.type)
+        shape = o.shape if kind.startswith("tensor(") else None
+        out.append((kind, None if shape is None else
+                    [d if isinstance(d, int) and d >= 0 else None for d in shape]))
     return out, ""
+
+
+#: onnxruntime's element type names -> TensorProto's
+_ORT_ELEM = {"float": "FLOAT", "double": "DOUBLE", "float16": "FLOAT16", "bfloat16": "BFLOAT16",
+             "bool": "BOOL", "string": "STRING", **{f"{s}int{b}": f"{s.upper()}INT{b}"
+                                                    for s in ("", "u") for b in (8, 16, 32, 64)}}
+
+
+def _adopt_ort_type(o, kind: str) -> None:
+    """An output onnx could not type at all (a custom-domain op onnx has no schema for):
+    onnxruntime's element type, where it gives a tensor."""
+    if o.type.WhichOneof("value") is not None or not kind.startswith("tensor("):
+        return
+    name = _ORT_ELEM.get(kind[len("tensor("):-1])
+    if name is not None:
+        o.type.tensor_type.elem_type = int(getattr(_onnx().TensorProto, name))
 
 
 def _output_type(node, o) -> tuple[np.dtype, tuple[int, ...]]:
