@@ -431,3 +431,39 @@ def test_a_custom_domain_op_onnxruntime_runs_is_carried():
     assert op.attrs["onnx_ops"] == ["com.microsoft.FusedMatMul"]
     np.testing.assert_allclose(_forward(net, {"a": a})[0], 0.5 * a @ b.T, rtol=1e-5,
                                atol=1e-6)
+
+
+def test_ops_of_a_refusing_handler_are_taken_back(monkeypatch):
+    """A native handler that emits ops before refusing leaves nothing behind: the fallback's
+    OnnxGraph is the node's only op."""
+    from xcompile.frontend.onnx_import import registry
+    from xcompile.frontend.onnx_import.registry import _Unsupported
+
+    def half_done(im, node, attrs, ins):
+        im.emit1("Relu", [im.value(ins[0])])
+        im.value(ins[0], perm=(1, 0))  # a cached transposed view, dropped with its op
+        raise _Unsupported("changed its mind")
+
+    monkeypatch.setitem(registry._HANDLERS, "Einsum", half_done)
+    nodes = [helper.make_node("Einsum", ["x"], ["y"], equation="ij->ji"),
+             helper.make_node("Transpose", ["x"], ["z"], perm=[1, 0])]
+    model = _model(nodes, [_vi("x", [3, 4])], [_vi("y", None), _vi("z", None)])
+    net = _check(model, {"x": _rand(3, 4)})
+    assert sorted(op.op_type for op in net.ops) == ["Input", "OnnxGraph", "Output",
+                                                   "Transpose"]
+
+
+def test_if_branch_that_returns_an_outer_value_or_a_constant():
+    then_b = helper.make_graph([helper.make_node("Identity", ["x"], ["xo"])], "then", [],
+                               [_vi("xo", None)])
+    else_b = helper.make_graph([], "else", [], [_vi("k", None)],
+                               [numpy_helper.from_array(np.zeros((2, 3), np.float32), "k")])
+    for cond, want_x in ((True, True), (False, False)):
+        nodes = [_const("c", np.array(cond)),
+                 helper.make_node("If", ["c"], ["b"], then_branch=then_b, else_branch=else_b),
+                 helper.make_node("Add", ["x", "b"], ["y"])]
+        model = _model(nodes, [_vi("x", [2, 3])], [_vi("y", None)])
+        x = _rand(2, 3)
+        net = _check(model, {"x": x})
+        assert not _carried(net)
+        np.testing.assert_allclose(_forward(net, {"x": x})[0], 2 * x if want_x else x)
