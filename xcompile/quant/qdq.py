@@ -43,6 +43,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from xcompile.frontend import import_onnx
 from xir.errors import MissingDependencyError
 from xir.network import Network
 from xir.ops.base import OP_REGISTRY, Operation
@@ -367,18 +368,20 @@ def import_qdq(model, input_shapes: dict[str, list[int]] | None = None,
     """`import_onnx` for any model, QDQ or not: a model with QuantizeLinear nodes is imported
     as the float model its pairs stand for (`strip_qdq_model`, so the importer's layouts and
     fusions are the float model's), the pairs' scales tagged on its values (`tag_scales`);
-    pairs that are not round trips go through `remove_qdq` after import where they can."""
-    from xcompile.frontend import import_onnx
-
+    pairs that are not round trips go through `remove_qdq` after import where they can. A
+    file or bytes without the op names is handed to `import_onnx` as it is, unparsed here (no
+    second copy of a large model in memory)."""
     onnx, _ = _onnx()
-    proto = model if isinstance(model, onnx.ModelProto) else None
-    if proto is None:
-        try:
-            proto = onnx.load(str(model))
-        except Exception:  # noqa: BLE001 - import_onnx names what is wrong with the file
-            return import_onnx(model, input_shapes, name=name)
+    if not isinstance(model, onnx.ModelProto) and not _mentions_qdq(model):
+        return import_onnx(model, input_shapes, name=name)
+    try:
+        proto = model if isinstance(model, onnx.ModelProto) else \
+            onnx.load_from_string(bytes(model)) if isinstance(model, (bytes, bytearray)) \
+            else onnx.load(str(model))
+    except Exception:  # noqa: BLE001 - import_onnx names what is wrong with the file
+        return import_onnx(model, input_shapes, name=name)
     if not any(n.op_type in ("QuantizeLinear", "DequantizeLinear") for n in proto.graph.node):
-        del proto  # the plain path: import_onnx reads the file itself (and names it in errors)
+        del proto  # the plain path: import_onnx reads the model itself (and names the file)
         return import_onnx(model, input_shapes, name=name)
     stripped, pairs, weights = strip_qdq_model(proto)
     del proto
@@ -389,3 +392,17 @@ def import_qdq(model, input_shapes: dict[str, list[int]] | None = None,
              len(pairs), len(tagged), len(weights))
     return net
 
+
+def _mentions_qdq(model) -> bool:
+    """Whether a serialized model (a file or bytes) holds the text "uantizeLinear" anywhere
+    (a node op type is stored as plain text): False rules QDQ out without parsing."""
+    import mmap
+
+    needle = b"uantizeLinear"
+    if isinstance(model, (bytes, bytearray, memoryview)):
+        return needle in bytes(model)
+    try:
+        with open(str(model), "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+            return m.find(needle) >= 0
+    except (OSError, ValueError):  # missing, empty or unreadable: import_onnx says why
+        return False

@@ -198,3 +198,22 @@ def test_pairs_that_are_not_round_trips_stay():
     assert set(pairs) == {"d1"} and pairs["d1"].scale == pytest.approx(0.1)
     x = np.array([[0.33, -1.0, 2.5, 20.0]], np.float32)
     assert np.allclose(_ort(stripped, x), np.clip(np.round(x / 0.1), -128, 127) * 0.2)
+
+
+def test_import_qdq_takes_files_and_bytes_and_names_a_bad_file(tmp_path):
+    from xir.errors import XirError
+
+    fm = _float_model(5)
+    qm = qdq_model(fm, _samples())
+    path = tmp_path / "qdq.onnx"
+    path.write_bytes(qm.SerializeToString())
+    for src in (str(path), qm.SerializeToString()):
+        net = import_qdq(src, {"x": list(SHAPE)})
+        assert not any(op.op_type == "OnnxGraph" for op in net.ops)
+        assert any(AMAX_TAG in v.tags for op in net.ops for v in op.outputs)
+    bad = tmp_path / "broken.onnx"
+    bad.write_bytes(b"QuantizeLinear but not a model")
+    with pytest.raises(XirError, match="broken.onnx"):
+        import_qdq(str(bad))
+    with pytest.raises(XirError, match="missing.onnx"):
+        import_qdq(str(tmp_path / "missing.onnx"))
