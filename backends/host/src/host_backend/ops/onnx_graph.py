@@ -11,7 +11,7 @@ LRU cache, so a forward costs one dictionary look-up before the run.
 Errors become xrt errors naming the carried ONNX ops and nodes: `UnsupportedOpError` when no
 runtime can build the graph, `InvalidArgumentError` when the run fails on the inputs it got,
 `TensorError` when the model bytes do not match the digest or a result does not have the
-shape and type the graph declares.
+shape the graph declares (the HostBackend casts results to the declared element types).
 
 The same kernel serves float and integer tensors (ONNX decides the arithmetic of each dtype).
 """
@@ -91,7 +91,9 @@ class _Runner:
             self.engine = "onnxruntime"
             self.input_names = [i.name for i in self.ort.get_inputs()]
             self.output_names = [o.name for o in self.ort.get_outputs()]
-            self.out_shapes = [_dims(o.shape) for o in self.ort.get_outputs()]
+            # onnxruntime reports an unknown rank as []: no check of scalars against it
+            self.out_shapes = [_dims(o.shape) if o.shape else None
+                               for o in self.ort.get_outputs()]
         except ImportError as exc:
             self.ort_error = exc
         except Exception as exc:  # noqa: BLE001 - onnxruntime raises its own types
