@@ -19,6 +19,7 @@ from xir.values import Value
 
 from .common import items, map3
 from .layers import NotLowerable, OpLowering, Resolver, _feature_dtypes, scale_of
+from .moves import map_axis
 
 
 def lower_reduce(op, cfg) -> OpLowering:
@@ -27,51 +28,64 @@ def lower_reduce(op, cfg) -> OpLowering:
         raise NotLowerable(f"Reduce {func}: only max runs on the NPU (a POOL MAX)")
     _feature_dtypes(op)
     x, y = op.inputs[0], op.outputs[0]
-    if len(x.shape) != 4:
-        raise NotLowerable("Reduce over a map that is not NHWC")
     if scale_of(x) != scale_of(y):
         raise NotLowerable("Reduce max with a rescale")
+    r = len(x.shape)
     n, (h, w, c) = items(x.shape), map3(x.shape)
-    axes = {int(a) % 4 for a in (op.attrs.get("axes") or range(4))}
-    if 0 in axes and n > 1:
-        raise NotLowerable("Reduce over the batch axis")
-    axes.discard(0)
-    if not axes:
+    axes = {int(a) % r for a in (op.attrs.get("axes") or range(r))}
+    red = set()
+    for a in axes:
+        m = map_axis(r, a)
+        if m is None:
+            if n > 1:
+                raise NotLowerable("Reduce over the batch axis")
+            continue
+        red.add(m)
+    if not red:
         raise NotLowerable("Reduce over nothing")
-    keep = bool(op.attrs.get("keepdims", True))
-    if axes <= {1, 2}:
-        kh, kw = (h if 1 in axes else 1), (w if 2 in axes else 1)
-        if max(kh, kw) > 255:
-            raise NotLowerable("Reduce window above 255")
-        oh, ow = (1 if 1 in axes else h), (1 if 2 in axes else w)
+    kh, kw = (h if 0 in red else 1), (w if 1 in red else 1)
+    hs, ws = (1 if 0 in red else h), (1 if 1 in red else w)  # after the spatial window
+    if max(kh, kw) > 255 or (2 in red and c > 255):
+        raise NotLowerable("Reduce window above 255")
+    yh, yw, yc = map3(y.shape)
+    y_pixels = items(y.shape) * yh * yw
+    el = x.dtype.element_dtype
+    name = op.name or "reduce"
+    spatial = kh * kw > 1
+    if 2 not in red:
+        if yc != c or y_pixels != n * hs * ws:
+            raise NotLowerable("Reduce output geometry")
 
-        def make(R: Resolver) -> list[asm.Layer]:
-            return [asm.Pool(R.fmap(x), R.item_map(y, oh, ow), "max", (kh, kw), 1, 0,
+        def make_s(R: Resolver) -> list[asm.Layer]:
+            return [asm.Pool(R.fmap(x), R.item_map(y, hs, ws), "max", (kh, kw), 1, 0,
                              tag=op.op_id)]
 
-        return OpLowering("maxpool", [], make, fold=kh == 1)
-    if axes != {3}:
-        raise NotLowerable("Reduce over the channels and a spatial axis")
-    if c > 255:
-        raise NotLowerable("Reduce over more than 255 channels")
-    el = x.dtype.element_dtype
-    z1 = Value(-1, TensorType(el, (n, h, c, w), "NHWC"), f"{op.name or 'reduce'}.rows")
-    scratch = [z1]
-    z2 = None
-    if keep:
-        z2 = Value(-1, TensorType(el, (n, h, 1, w), "NHWC"), f"{op.name or 'reduce'}.max")
-        scratch.append(z2)
+        return OpLowering("maxpool", [], make_s, fold=kh == 1)
+    # over the channels: each pixel's channels laid out as a row, a 1 x C window, the result
+    # written as one channel (or, when the output's channels are the pixels of a row, as is)
+    z0 = Value(-1, TensorType(el, (n, hs, ws, c), "NHWC"), f"{name}.space") if spatial \
+        else None
+    z1 = Value(-1, TensorType(el, (n, hs, c, ws), "NHWC"), f"{name}.rows")
+    as_rows = yc == ws and yc != 1 and y_pixels == n * hs
+    if not as_rows and (yc != 1 or y_pixels != n * hs * ws):
+        raise NotLowerable("Reduce output geometry")
+    z2 = None if as_rows else Value(-1, TensorType(el, (n, hs, 1, ws), "NHWC"), f"{name}.max")
+    scratch = [v for v in (z0, z1, z2) if v is not None]
 
     def make_c(R: Resolver) -> list[asm.Layer]:
-        layers = [asm.Copy(R.fmap(x), R.fmap(z1), perm=(0, 2, 1), tag=op.op_id)]
-        if z2 is None:  # [N, H, W]: item i's H rows of W values are the pool's h x 1 x w
-            return layers + [asm.Pool(R.fmap(z1), R.item_map(y, h, 1), "max", (1, c), 1, 0,
+        layers, src = [], R.fmap(x)
+        if z0 is not None:
+            layers.append(asm.Pool(src, R.fmap(z0), "max", (kh, kw), 1, 0, tag=op.op_id))
+            src = R.fmap(z0)
+        layers.append(asm.Copy(src, R.fmap(z1), perm=(0, 2, 1), tag=op.op_id))
+        if z2 is None:  # the output's channels are the pool's: h rows of w values
+            return layers + [asm.Pool(R.fmap(z1), R.item_map(y, hs, 1), "max", (1, c), 1, 0,
                                       tag=op.op_id)]
         return layers + [asm.Pool(R.fmap(z1), R.fmap(z2), "max", (1, c), 1, 0, tag=op.op_id),
-                         asm.Copy(R.fmap(z2), R.fmap(y), perm=(0, 2, 1), tag=op.op_id)]
+                         asm.Copy(R.fmap(z2), R.item_map(y, hs, ws), perm=(0, 2, 1),
+                                  tag=op.op_id)]
 
-    return OpLowering("copy+maxpool" + ("+copy" if keep else ""), [], make_c, scratch=scratch,
-                      fold=True)
+    return OpLowering("reduce", [], make_c, scratch=scratch, fold=not spatial)
 
 
 RULES = {"Reduce": lower_reduce}
