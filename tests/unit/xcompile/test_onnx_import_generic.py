@@ -467,3 +467,21 @@ def test_if_branch_that_returns_an_outer_value_or_a_constant():
         net = _check(model, {"x": x})
         assert not _carried(net)
         np.testing.assert_allclose(_forward(net, {"x": x})[0], 2 * x if want_x else x)
+
+
+def test_without_onnxruntime_the_reference_decides(monkeypatch):
+    """onnxruntime missing: output types come from onnx's inference, runnability from the
+    reference evaluator; an op neither runs is refused saying so."""
+    from xcompile.frontend.onnx_import.handlers import generic
+
+    monkeypatch.setattr(generic, "_ort_shapes", lambda data: (None, ""))
+    nodes = [helper.make_node("Einsum", ["x"], ["y"], equation="ij->j")]
+    model = _model(nodes, [_vi("x", [3, 4])], [_vi("y", None)])
+    (op,) = _carried(import_onnx(model))
+    assert [v.shape for v in op.outputs] == [(4,)]
+    monkeypatch.setattr(generic, "_ort_shapes", lambda data: (None, "not installed"))
+    nodes = [helper.make_node("Frobnicate", ["x"], ["y"], domain="acme.ops", name="frob")]
+    model = _model(nodes, [_vi("x", [3])], [_vi("y", None)], domains=["acme.ops"])
+    with pytest.raises(xir.UnsupportedOnnxOpError,
+                       match=r"'frob'.*onnxruntime \(not installed\).*reference"):
+        import_onnx(model)
