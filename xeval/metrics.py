@@ -74,8 +74,8 @@ def part_figures(outputs: Sequence[Any], reference: Sequence[Any], parts: Any
     out = {}
     for r in res:
         d = {k: v for k, v in r.as_dict().items()
-             if k in ("kind", "cosine", "max_abs", "topk", "kept_ref", "kept_got", "kept_both",
-                      "collapsed", "reason")}
+             if k in ("kind", "cosine", "score_cosine", "max_abs", "topk", "kept_ref",
+                      "kept_got", "kept_both", "collapsed", "reason")}
         out[r.part.name] = d
     w = worst_part(res)
     return {"parts": out, "worst_part": None if w is None else w.part.name,

@@ -50,6 +50,9 @@ def _part_summary(ok: Sequence[dict[str, Any]], s: dict[str, Any]) -> None:
         if cos:
             s[f"part {n} cosine_mean"] = float(np.mean(cos))
             s[f"part {n} cosine_min"] = float(np.min(cos))
+        sc = [p["score_cosine"] for p in ps if p.get("score_cosine") is not None]
+        if sc:
+            s[f"part {n} score_cosine_min"] = float(np.min(sc))
         topk = [p["topk"] for p in ps if p.get("topk") is not None]
         if topk:
             s[f"part {n} top5_agreement"] = float(np.mean(topk))

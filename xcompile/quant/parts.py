@@ -42,6 +42,9 @@ MOVE_OPS = frozenset({"Cast", "Reshape", "Transpose", "Squeeze", "Unsqueeze", "A
 SCORE_OPS = frozenset({"Sigmoid", "Softmax"})
 #: Score threshold of a detector's kept anchors (ultralytics' default confidence is 0.25).
 SCORE_THRESHOLD = 0.25
+#: Probabilities below this decide nothing: a score part's figure is the cosine of the part
+#: above it (both sides less the floor, clipped at 0).
+SCORE_FLOOR = 0.01
 #: k of the top-k agreement over a score part's class axis.
 TOP_K = 5
 #: A part whose cosine against a varying reference is below this has collapsed.
@@ -86,7 +89,8 @@ class Part:
 
 @dataclass
 class PartResult:
-    """The comparison of one part: `cosine` (float64, over the flattened part), `max_abs`
+    """The comparison of one part: `cosine` (float64, over the flattened part; score parts also
+    `score_cosine`, of the scores above SCORE_FLOOR, their deciding figure), `max_abs`
     (largest absolute error), `range_err` (|range(got) - range(ref)| / range(ref), range =
     max - min), `topk` (mean share of the reference's top-k classes found in the top-k of the
     result, per position; None without a class axis), `kept_ref` / `kept_got` / `kept_both`
@@ -102,6 +106,8 @@ class PartResult:
     kept_got: int | None = None
     kept_both: int | None = None
     threshold: float | None = None
+    #: score parts: the cosine of the scores above SCORE_FLOOR (1.0 when neither has any)
+    score_cosine: float | None = None
     collapsed: bool = False
     reason: str = ""
     extra: dict = field(default_factory=dict)
@@ -115,8 +121,10 @@ class PartResult:
 
     @property
     def figure(self) -> float:
-        """The part's deciding figure: its cosine, at most 0.0 when it collapsed."""
-        return min(self.cosine, 0.0) if self.collapsed else self.cosine
+        """The part's deciding figure: its cosine (a score part's: of the scores above
+        SCORE_FLOOR), at most 0.0 when it collapsed."""
+        c = self.cosine if self.score_cosine is None else self.score_cosine
+        return min(c, 0.0) if self.collapsed else c
 
     def as_dict(self) -> dict:
         """JSON-ready fields (reports, `xrt eval` lines)."""
@@ -126,6 +134,8 @@ class PartResult:
              "range_err": _num(self.range_err), "collapsed": self.collapsed}
         if self.topk is not None:
             d["topk"] = _num(self.topk)
+        if self.score_cosine is not None:
+            d["score_cosine"] = _num(self.score_cosine)
         if self.kept_ref is not None:
             d.update(kept_ref=self.kept_ref, kept_got=self.kept_got, kept_both=self.kept_both,
                      threshold=self.threshold)
@@ -388,20 +398,35 @@ def _compare(part: Part, ref: np.ndarray, got: np.ndarray, threshold: float,
     res = PartResult(part, cos, max_abs, range_err)
     if part.class_axis is not None and r.ndim:
         res.topk = _topk(r, g, part.class_axis % r.ndim, k)
+    reasons = []
     if part.kind == "score":
         kr, kg = r > threshold, g > threshold
         res.kept_ref, res.kept_got = int(kr.sum()), int(kg.sum())
         res.kept_both, res.threshold = int((kr & kg).sum()), float(threshold)
-    varies = r_rng > 1e-12 * max(1.0, float(np.abs(r).max(initial=0.0)))
-    reasons = []
-    if varies and g_rng == 0.0:
-        reasons.append(f"every value is {float(g.flat[0]):.6g} where the reference spans "
-                       f"[{float(r.min()):.6g}, {float(r.max()):.6g}]")
-    elif varies and cos < COLLAPSE_COSINE:
-        reasons.append(f"cosine {cos:.4f} < {COLLAPSE_COSINE}")
-    if res.kept_ref and res.kept_recall < COLLAPSE_KEPT:
-        reasons.append(f"keeps {res.kept_both} of the reference's {res.kept_ref} entries above "
-                       f"{threshold:g}")
+        # probabilities below SCORE_FLOOR decide nothing (an image without objects: every
+        # score near 0 either way): the part's figure is the cosine of what lies above it
+        rf, gf = np.maximum(r - SCORE_FLOOR, 0.0), np.maximum(g - SCORE_FLOOR, 0.0)
+        res.score_cosine = _cosine(rf, gf)
+        if rf.any() and not gf.any():
+            reasons.append(f"no score above {SCORE_FLOOR:g} where the reference reaches "
+                           f"{float(r.max()):.4g}")
+        elif rf.any() and res.score_cosine < COLLAPSE_COSINE:
+            reasons.append(f"cosine of the scores above {SCORE_FLOOR:g} "
+                           f"{res.score_cosine:.4f} < {COLLAPSE_COSINE}")
+        if res.kept_ref and res.kept_recall < COLLAPSE_KEPT:
+            reasons.append(f"keeps {res.kept_both} of the reference's {res.kept_ref} entries "
+                           f"above {threshold:g}")
+    else:
+        # a part varies when its range is material: 0.1% of its own magnitude (not float
+        # noise on a constant) and 1e-6 of the whole output's
+        whole = float(np.abs(np.asarray(ref)).max(initial=0.0))
+        top = float(np.abs(r).max(initial=0.0))
+        if r_rng > 1e-3 * top and r_rng > 1e-6 * whole:
+            if g_rng == 0.0:
+                reasons.append(f"every value is {float(g.flat[0]):.6g} where the reference "
+                               f"spans [{float(r.min()):.6g}, {float(r.max()):.6g}]")
+            elif cos < COLLAPSE_COSINE:
+                reasons.append(f"cosine {cos:.4f} < {COLLAPSE_COSINE}")
     res.collapsed = bool(reasons)
     res.reason = "; ".join(reasons)
     return res
@@ -480,6 +505,8 @@ def format_parts(results: Sequence[PartResult]) -> str:
     lines = []
     for r in results:
         s = f"{r.part.label}: cosine {r.cosine:.5f} max|err| {r.max_abs:.4g}"
+        if r.score_cosine is not None:
+            s += f" (> {SCORE_FLOOR:g}: {r.score_cosine:.5f})"
         if r.topk is not None:
             s += f" top{TOP_K} {r.topk:.3f}"
         if r.kept_ref is not None:

@@ -183,7 +183,9 @@ class Report:
                 kept = "-" if r.kept_ref is None else \
                     f"{r.kept_ref}/{r.kept_got}/{r.kept_both}"
                 bad = r.collapsed or (low is not None and low <= 0.0)
-                pt.add_row(r.part.name, r.part.kind, rng, f"{r.cosine:.6f}",
+                cos = f"{r.cosine:.6f}" + ("" if r.score_cosine is None else
+                                             f" (> 1%: {r.score_cosine:.6f})")
+                pt.add_row(r.part.name, r.part.kind, rng, cos,
                            "-" if low is None else f"{low:.6f}", f"{r.max_abs:.4g}",
                            "-" if r.topk is None else f"{r.topk:.3f}", kept,
                            (r.reason or "in one sample") if bad else "no",

@@ -42,7 +42,7 @@ def test_zeroed_scores_collapse_though_the_whole_cosine_is_high():
     res = compare_parts([ref], [got], PARTS)
     box, cls = res
     assert not box.collapsed and box.cosine > 0.999
-    assert cls.collapsed and "every value is 0" in cls.reason
+    assert cls.collapsed and "no score above 0.01" in cls.reason
     assert cls.kept_ref >= 25 and cls.kept_got == 0 and cls.kept_recall == 0.0
     assert cls.topk < 0.3
     assert [r.part.name for r in collapsed_parts(res)] == ["out.cls"]
@@ -63,6 +63,23 @@ def test_accurate_parts_pass_and_score_loss_is_seen():
     res = compare_parts([ref], [half], PARTS)
     assert res[1].cosine > 0.99 and res[1].collapsed and "keeps" in res[1].reason
     assert worst(res) <= 0.0
+
+
+def test_scores_that_decide_nothing_do_not_collapse():
+    """An image without objects: every reference score below 1%, the result's all 0. Nothing
+    is lost (no kept anchor either way): not collapsed, figure 1.0, though the raw cosine is 0;
+    and a value part that only carries float noise on a constant is not either."""
+    rng = np.random.default_rng(4)
+    ref = _detector_output(rng)
+    ref[:, 4:] = rng.uniform(0, 0.005, ref[:, 4:].shape)
+    got = ref.copy()
+    got[:, 4:] = 0.0
+    box, cls = compare_parts([ref], [got], PARTS)
+    assert cls.cosine == 0.0 and cls.score_cosine == 1.0 and not cls.collapsed
+    assert cls.figure == 1.0 and worst([box, cls]) > 0.999
+    flat = np.full((1, 4, 50), 5.0) + rng.normal(0, 1e-7, (1, 4, 50))
+    assert not compare_parts([flat], [np.full_like(flat, 5.0)], [Part("c", 0, None, 0, 0)])[0] \
+        .collapsed
 
 
 def test_constant_and_nan_results_collapse():
