@@ -22,8 +22,18 @@ from .ops.base import Operation
 from .types import TensorType
 from .values import Params, Value
 
-FORMAT_VERSION = "1.0"
-"""Version of the json/raw format this package writes (see docs/xir-format.md)."""
+FORMAT_VERSION = "1.1"
+"""This project's revision of the json/raw format, `MAJOR.MINOR` (docs/xir-format.md, Versions).
+Written in the network's tags under `FORMAT_TAG`; files of revision 1.0 carried it in
+`icraft_xir_version` instead."""
+
+VENDOR_XIR_VERSION = "3.6.2"
+"""What the writer puts in `icraft_xir_version`: a version in the vendor's own form (three
+dotted fields, major 3, as the vendor's v3.3x toolchain writes), which the vendor's tools accept."""
+
+FORMAT_TAG = "xir_format"
+"""The network tag that holds `FORMAT_VERSION` in the files this project writes (reserved: the
+reader takes it out of `Network.tags`, the writer puts it back)."""
 
 
 class _ReadAPI:
@@ -151,7 +161,7 @@ class Network(_ReadAPI):
         framework_kind: str = "xir",
         framework_version: str = "",
         icraft_version: str = "",
-        icraft_xir_version: str = FORMAT_VERSION,
+        icraft_xir_version: str = VENDOR_XIR_VERSION,
         tags: dict[str, Any] | None = None,
     ) -> None:
         self.name = name

@@ -28,7 +28,7 @@ from ..errors import (
     UnknownTypeKeyError,
     XirError,
 )
-from ..network import FORMAT_VERSION, Network
+from ..network import FORMAT_TAG, FORMAT_VERSION, VENDOR_XIR_VERSION, Network
 from ..ops.base import HOST_TARGET, OP_REGISTRY, REQUIRED, Operation, check_target
 from ..types import Layout, QuantizedType, ScalarType, TensorType
 from ..values import HOSTM, MemType, Params, Value
@@ -60,7 +60,10 @@ FREE_LIST_ATTRS = frozenset({"sub_hard_ops"})
 """List attributes whose items are free json (or ops); every other list attribute holds ints
 unless the op class declares `LIST_ITEMS = {"attr": float}` (item type per attribute)."""
 
-_VERSION_RE = re.compile(r"([0-9]+)\.([0-9]+)(?:\.[0-9]+)*")
+_OWN_VERSION_RE = re.compile(r"([0-9]+)\.([0-9]+)")
+_VENDOR_VERSION_RE = re.compile(r"([0-9]+)\.([0-9]+)\.([0-9]+)(?:\.([0-9]+))?")
+VENDOR_MAJOR = 3
+"""The vendor format major version this reader reads (the v3.3x toolchain writes 3.x.y[.z])."""
 _MD5_RE = re.compile(r"[0-9a-f]{32}")
 _MAX_SUB_DEPTH = 8
 
@@ -130,11 +133,12 @@ def network_to_dict(net: Network) -> dict:
         "framework_kind": net.framework_kind,
         "framework_version": net.framework_version,
         "icraft_version": net.icraft_version,
-        "icraft_xir_version": FORMAT_VERSION,
+        "icraft_xir_version": VENDOR_XIR_VERSION,
         "params_bytes": int(net.params_bytes),
         "params_md5": net.params_md5,
         "ops": [_encode_op(op) for op in net.ops],
-        "tags": dict(net.tags),
+        "tags": {FORMAT_TAG: FORMAT_VERSION,
+                 **{k: v for k, v in net.tags.items() if k != FORMAT_TAG}},
     }
 
 
@@ -381,11 +385,13 @@ def _is_known(key: str) -> bool:
 class _Reader:
     """Per-file decoding state: the v_id table and the version's strictness."""
 
-    def __init__(self, file: str | None, strict: bool) -> None:
+    def __init__(self, file: str | None, strict: bool, vendor: bool = False) -> None:
         self.file = file
         self.strict = strict  # unknown keys are errors (file is not newer than this reader)
+        self.vendor = vendor  # a file of the vendor's toolchain: its rules (docs/xir-format.md)
         self.values: dict[int, Value] = {}
         self.max_op_id = -1
+        self.ignored: dict[str, set[str]] = {}  # what -> unknown keys skipped (lenient mode)
 
     def check_keys(self, obj: dict, allowed: Any, what: str) -> None:
         extra = [k for k in obj if k not in allowed]
@@ -393,8 +399,7 @@ class _Reader:
             return
         if self.strict:
             raise FieldTypeError(f"{what} has unknown field '{extra[0]}'", field=str(extra[0]))
-        log.debug("%s: ignoring unknown fields %s of %s (newer minor version)", self.file,
-                  extra, what)
+        self.ignored.setdefault(what, set()).update(str(k) for k in extra)
 
     # --- types -----------------------------------------------------------------------------
     def element(self, obj: Any) -> ScalarType | QuantizedType:
@@ -487,8 +492,10 @@ class _Reader:
         if cls is None:
             if _is_known(key):
                 raise FieldTypeError(f"expected an op, found a {key}", field="_type_key")
-            raise UnknownTypeKeyError(f"unknown op _type_key {key!r}: this reader knows "
-                                      f"{len(OP_REGISTRY)} op types (see docs/ops.md)",
+            vendor = " (an op of the vendor's toolchain this reader does not implement)" \
+                if self.vendor else ""
+            raise UnknownTypeKeyError(f"unknown op _type_key {key!r}{vendor}: this reader "
+                                      f"knows {len(OP_REGISTRY)} op types (see docs/ops.md)",
                                       field="_type_key")
         extra = _HARDOP_FIELDS if cls.op_type == "HardOp" else ()
         self.check_keys(obj, set(_OP_FIELDS) | set(extra) | set(cls.ATTRS), cls.op_type)
@@ -587,27 +594,59 @@ _KIND_NAMES = {int: "an integer", float: "a number", bool: "a boolean", str: "a 
 # decoding: the network
 # =========================================================================================
 
-def _check_version(obj: dict) -> tuple[str, bool]:
-    """(the file's version, strict?) — refuses other major versions."""
+def _check_version(obj: dict) -> tuple[str, bool, bool]:
+    """(the file's icraft_xir_version, strict?, vendor?) under the rules of docs/xir-format.md
+    (Versions): this project's files carry their format revision in the `xir_format` tag (or,
+    revision 1.0, in icraft_xir_version as MAJOR.MINOR); a version of three or four fields and
+    no tag is a file of the vendor's toolchain, read under the vendor's rules."""
     text = _get_str(obj, "icraft_xir_version", "network")
-    m = _VERSION_RE.fullmatch(text)
-    if not m:
-        raise FieldTypeError(f"icraft_xir_version {text!r} is not a 'MAJOR.MINOR' version",
+    tags = obj.get("tags")
+    own = tags.get(FORMAT_TAG) if isinstance(tags, dict) else None
+    own_tagged = own is not None
+    vendor = _VENDOR_VERSION_RE.fullmatch(text)
+    if not vendor and not _OWN_VERSION_RE.fullmatch(text):
+        raise FieldTypeError(f"icraft_xir_version {text!r} is not a version (the vendor's "
+                             f"'3.6.2' or '3.6.2.82', or 'MAJOR.MINOR')",
                              field="icraft_xir_version")
-    mine = _VERSION_RE.fullmatch(FORMAT_VERSION)
+    if own is None and not vendor:
+        own = text  # revision 1.0 files: our own MAJOR.MINOR in icraft_xir_version
+    if own is not None:
+        field = f"tags.{FORMAT_TAG}" if own_tagged else "icraft_xir_version"
+        return text, _check_own_revision(own, field), False
+    assert vendor is not None
+    major = int(vendor.group(1))
+    if major > VENDOR_MAJOR:
+        raise FieldTypeError(
+            f"vendor format version {text} is newer than this reader (vendor format "
+            f"{VENDOR_MAJOR}.x, xir format {FORMAT_VERSION}); upgrade xir to read this file",
+            field="icraft_xir_version")
+    if major < VENDOR_MAJOR:
+        raise FieldTypeError(
+            f"vendor format version {text} is older than this reader (vendor format "
+            f"{VENDOR_MAJOR}.x) supports; regenerate the file with the vendor's v3 toolchain",
+            field="icraft_xir_version")
+    return text, False, True
+
+
+def _check_own_revision(own: Any, field: str) -> bool:
+    """strict? for this project's format revision `own`; refuses other majors."""
+    m = _OWN_VERSION_RE.fullmatch(own) if isinstance(own, str) else None
+    if not m:
+        raise FieldTypeError(f"xir format revision {_short(own)} is not a 'MAJOR.MINOR' "
+                             f"version", field=field)
+    mine = _OWN_VERSION_RE.fullmatch(FORMAT_VERSION)
     assert mine is not None
     major, minor = int(m.group(1)), int(m.group(2))
     my_major, my_minor = int(mine.group(1)), int(mine.group(2))
     if major > my_major:
         raise FieldTypeError(
-            f"format version {text} is newer than this reader (xir format {FORMAT_VERSION}); "
-            f"upgrade xir to read this file", field="icraft_xir_version")
+            f"format version {own} is newer than this reader (xir format {FORMAT_VERSION}); "
+            f"upgrade xir to read this file", field=field)
     if major < my_major:
         raise FieldTypeError(
-            f"format version {text} is older than this reader (xir format {FORMAT_VERSION}) "
-            f"supports; convert the file with the tool that wrote it",
-            field="icraft_xir_version")
-    return text, minor <= my_minor
+            f"format version {own} is older than this reader (xir format {FORMAT_VERSION}) "
+            f"supports; convert the file with the tool that wrote it", field=field)
+    return minor <= my_minor
 
 
 def network_from_dict(obj: Any, file: str | None = None) -> Network:
@@ -625,11 +664,13 @@ def network_from_dict(obj: Any, file: str | None = None) -> Network:
 def _network_from_dict(obj: Any, file: str | None) -> Network:
     # header: type key and version first (cheap), then the rest
     _expect(obj, NETWORK_KEY, "the top-level object")
-    version, strict = _check_version(obj)
-    reader = _Reader(file, strict)
+    version, strict, vendor = _check_version(obj)
+    reader = _Reader(file, strict, vendor)
     reader.check_keys(obj, _NETWORK_FIELDS, "Network")
     params_bytes = _get_int(obj, "params_bytes", "network", lo=0)
     md5 = _get_str(obj, "params_md5", "network")
+    if vendor:
+        md5 = md5.lower()  # the vendor's md5 text may be upper case
     if md5 and not _MD5_RE.fullmatch(md5):
         raise FieldTypeError(f"params_md5 must be 32 lowercase hex digits (or empty: not "
                              f"recorded), not {_short(md5)}", field="params_md5")
@@ -639,7 +680,7 @@ def _network_from_dict(obj: Any, file: str | None) -> Network:
         framework_version=_get_str(obj, "framework_version", "network", ""),
         icraft_version=_get_str(obj, "icraft_version", "network", ""),
         icraft_xir_version=version,
-        tags=_get_tags(obj, "network"),
+        tags={k: v for k, v in _get_tags(obj, "network").items() if k != FORMAT_TAG},
     )
     net.params_bytes, net.params_md5 = params_bytes, md5
     net.source_file = file
@@ -649,6 +690,12 @@ def _network_from_dict(obj: Any, file: str | None) -> Network:
     net.relink()
     net.reserveIds(reader.max_op_id, max(reader.values, default=-1))
     _guarded_validate(net)
+    if reader.ignored:
+        rules = f"vendor format {version}" if vendor else "a newer xir format revision"
+        log.info("%s: read under the rules of %s; ignored fields this reader does not know: %s",
+                 file or "network", rules,
+                 "; ".join(f"{what}: {', '.join(sorted(keys))}"
+                           for what, keys in sorted(reader.ignored.items())))
     return net
 
 

@@ -584,7 +584,7 @@ def test_unknown_field_in_current_version(small_dict):
     op_obj(obj, "Conv2d")["stride_heigth"] = 2
     with pytest.raises(xir.FieldTypeError, match="stride_heigth"):
         network_from_dict(obj)
-    obj["icraft_xir_version"] = "1.1"  # a newer minor version may add fields: ignored
+    obj["tags"]["xir_format"] = "1.99"  # a newer minor revision may add fields: ignored
     network_from_dict(obj)
 
 
@@ -636,7 +636,7 @@ def test_shape_mismatch(small_dict):
 
 def test_newer_major_version_is_refused(small_dict):
     obj = copy.deepcopy(small_dict)
-    obj["icraft_xir_version"] = "2.0"
+    obj["tags"]["xir_format"] = "2.0"
     with pytest.raises(xir.NetworkFormatError, match="newer than this reader"):
         network_from_dict(obj)
 
