@@ -18,6 +18,10 @@ works on quantized element types:
   AlignAxis, PruneAxis: input and outputs) put their values in one group (union-find over the
   whole network). A group takes the largest `amax` of its members, so no member saturates
   earlier than its own calibration says; this rule is order-independent (deterministic);
+- **Concat branches of far-apart ranges** (`_concat_plan`, docs/quantization.md section 11):
+  at a network output the Concat joins floats at the host edge, each branch at its own scale
+  (a detector's box pixels and class probabilities); inside the network a branch far below the
+  others keeps its own scale and is requantized by a Cast into the Concat, stored in 16 bits;
 - ReLU/ReLU6/LeakyReLU stay folded in the producing op's requantization; SiLU, Sigmoid, Tanh,
   Hardswish, GELU and Power keep their op type and run as tables (`xir.quant.lut`) derived from
   their scales;
