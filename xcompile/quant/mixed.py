@@ -344,19 +344,23 @@ def _fewest(n: int, passes: Callable[[int], bool], first: int = 1,
 
 def choose_bits(float_net: Any, quantized: Any, quantize: Callable[[dict], Any],
                 samples: list, min_cosine: float, *, max_int16: float = DEFAULT_MAX_INT16,
-                op_bits: dict | None = None, runner: Any = None,
-                max_tries: int = MAX_TRIES) -> tuple[Any, MixedPrecision]:
+                op_bits: dict | None = None, runner: Any = None, max_tries: int = MAX_TRIES,
+                keep_short: bool | None = None) -> tuple[Any, MixedPrecision]:
     """The network to keep and what was measured: `quantized` (the int8 network made with the
     user's `op_bits`) when its worst part reaches `min_cosine` or when no raise within the cap
     `max_int16` (share of MACs in int16) reaches it; otherwise `quantize(op_bits)` with the
     fewest most sensitive ops raised that does (found with at most `max_tries`
-    quantizations). The caller should hold no other reference to
-    `quantized`: it is dropped as soon as a network reaching the target exists, so at most two
+    quantizations). `keep_short` (default: when the cap is above the default 10%, the user
+    asking for more int16): when no raise reaches the target, keep the raised network that
+    came closest instead of int8, if it beats int8. The caller should hold no other reference
+    to `quantized`: it is dropped as soon as a better network to keep exists, so at most two
     quantized networks are alive at once (a vgg19's are 0.35 GB each)."""
     from .calibrate import load_calibration
 
+    if keep_short is None:
+        keep_short = max_int16 > DEFAULT_MAX_INT16
     data = load_calibration(samples, float_net)
-    with _stage("measure the int8 network on the calibration samples and their variants"):
+    with _stage("measure the int8 network on variants of the calibration samples"):
         probe = _Probe(float_net, data, runner)
         before = probe.measure(quantized)
     user_ids = {int(k): 16 for k in quantized.tags["quantization"].get("op_bits", {})}
@@ -373,9 +377,15 @@ def choose_bits(float_net: Any, quantized: Any, quantize: Callable[[dict], Any],
     order, shares = _capped_order(float_net, ranked, {int(k): 16 for k in user_ids},
                                   max_int16)
     base = {k: v for k, v in (op_bits or {}).items()}
-    best: dict[str, Any] = {"k": None, "net": None}
-    kept = [quantized]
+    # the network to keep so far: (prefix length or 0 for int8, network, parts)
+    keep: dict[str, Any] = {"k": 0, "net": quantized, "parts": before}
     del quantized
+
+    def better(k: int, parts: dict[str, float], ok: bool) -> bool:
+        if ok:  # the shortest prefix that reaches the target
+            return worst_part(keep["parts"])[1] < min_cosine or k < keep["k"]
+        return keep_short and worst_part(keep["parts"])[1] < worst_part(parts)[1] \
+            and worst_part(keep["parts"])[1] < min_cosine
 
     def passes(k: int) -> bool:
         raise_ids = {r.op_id: 16 for r in order[:k]}
@@ -388,31 +398,34 @@ def choose_bits(float_net: Any, quantized: Any, quantize: Callable[[dict], Any],
         result.attempts.append(Attempt(k, share, parts))
         ok = worst_part(parts)[1] >= min_cosine
         log.info("mixed precision: %d ops raised, worst part %s %.4f", k, *worst_part(parts))
-        if ok and (best["k"] is None or k < best["k"]):
-            best.update(k=k, net=q, parts=parts)
-            kept.clear()  # the int8 network is no longer the fallback
+        if better(k, parts, ok):
+            keep.clear()  # the network kept before is dropped here
+            keep.update(k=k, net=q, parts=parts)
         del q
         _release()
         return ok
 
     first = _first_guess(order, ranked, worst_part(before)[1], min_cosine)
-    k = _fewest(len(order), passes, first, max_tries)
-    if k is None:
+    found = _fewest(len(order), passes, first, max_tries)
+    if found is None:
         name, cos = worst_part(before)
         capped = max(result.attempts, key=lambda a: a.raised, default=None)
         reach = (f"raising the {capped.raised} most sensitive ops the cap allows "
                  f"({capped.share:.1%} of MACs) reaches {capped.worst:.4f}"
                  if capped else "no op fits the cap")
+        kept = (f"the int8 network is kept (raise --max-int16, now {max_int16:.0%}, to allow "
+                f"more int16)" if not keep["k"] else
+                f"the closest, {keep['k']} ops in int16 at "
+                f"{worst_part(keep['parts'])[1]:.4f}, is kept")
         result.warning = (f"int8 part '{name}' has cosine {cos:.4f} < --min-cosine "
-                          f"{min_cosine}, and {reach}: the int8 network is kept (raise "
-                          f"--max-int16, now {max_int16:.0%}, to allow more int16)")
-        return kept[0], result
-    chosen = order[:k]
-    result.op_bits = {r.op_id: 16 for r in chosen}
-    result.names = [r.name or str(r.op_id) for r in chosen]
-    result.after = best["parts"]
-    net = best["net"]
-    at16 = {int(o) for o in net.tags["quantization"].get("op_bits", {})}
-    result.share_after = int16_share(float_net, at16)
-    result.int16_ops = len(at16)
+                          f"{min_cosine}, and {reach}: {kept}")
+    k, net = keep["k"], keep["net"]
+    if k:
+        chosen = order[:k]
+        result.op_bits = {r.op_id: 16 for r in chosen}
+        result.names = [r.name or str(r.op_id) for r in chosen]
+        result.after = keep["parts"]
+        at16 = {int(o) for o in net.tags["quantization"].get("op_bits", {})}
+        result.share_after = int16_share(float_net, at16)
+        result.int16_ops = len(at16)
     return net, result

@@ -114,6 +114,10 @@ def test_a_cap_that_cannot_reach_the_target_warns_and_keeps_int8(tmp_path):
     assert not mp.reached and best.tags["quantization"]["op_bits"] == {}
     assert mp.attempts and all(a.share <= 0.05 for a in mp.attempts)
     assert "reaches" in mp.warning
+    # asking for more int16 than the default: the raise that came closest is kept, and said
+    best, mp = choose_bits(opt, quantize(None), quantize, cal, 0.999999999, max_int16=1.0)
+    assert mp.op_bits and best.tags["quantization"]["op_bits"] and not mp.reached
+    assert worst_part(mp.after)[1] > worst_part(mp.before)[1] and "is kept" in mp.warning
 
 
 def test_the_cap_passes_over_layers_whose_raise_would_exceed_it(tmp_path):
