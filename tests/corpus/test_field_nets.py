@@ -209,10 +209,8 @@ TRAINED = {
     "ddddocr==1.6.1": {  # a captcha OCR package
         "ddddocr/common_det.onnx": (  # torch.onnx, a YOLOX-style text detector
             [("images", "image", (1, 3, 416, 416))], None),
-        "ddddocr/common_old.onnx": (  # onnxruntime's dynamic int8: ConvInteger + LSTM
-            [("input1", "image", (1, 1, 64, 128))],
-            "import: com.microsoft DynamicQuantizeLSTM has an untyped output (ONNX shape "
-            "inference does not know the op), which the OnnxGraph fallback refuses"),
+        "ddddocr/common_old.onnx": (  # onnxruntime's dynamic int8 CRNN: ConvInteger and
+            [("input1", "image", (1, 1, 64, 128))], None),  # com.microsoft DynamicQuantizeLSTM
     },
 }
 
