@@ -25,6 +25,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--profile-csv", help="write the per-layer table as CSV")
     parser.add_argument("--trace", help="write a Chrome/Perfetto trace json")
     parser.add_argument("--plot", help="write a PNG plot of the per-layer time")
+    parser.add_argument("--report", help="write a one-page HTML report (per-layer time, chip "
+                                         "timeline, memory map, placement, precision)")
     parser.add_argument("--dump-outputs", metavar="DIR", help="dump every op's outputs")
     parser.add_argument("--dump-format", default="SFB", help="three-letter dump format")
     parser.add_argument("--log-time", action="store_true", help="print each op's times")
@@ -119,7 +121,7 @@ def run(args: argparse.Namespace) -> int:
     from ..session import Session
     from .files import read_npy, writable, writable_dir
 
-    for opt in ("profile_json", "profile_csv", "trace", "plot"):  # checked before any work
+    for opt in ("profile_json", "profile_csv", "trace", "plot", "report"):  # checked first
         if getattr(args, opt):
             writable(getattr(args, opt), "--" + opt.replace("_", "-"))
     for opt in ("dump_outputs", "save_outputs"):
@@ -160,6 +162,10 @@ def run(args: argparse.Namespace) -> int:
         write_chrome_trace(rows, args.trace)
     if args.plot:
         plot_profile(rows, args.plot, title=f"{net.name}: per-layer time")
+    if args.report:
+        from ..report_html import write_report
+
+        write_report(args.report, sess, rows, title=f"{net.name} on {args.backends}")
     for v, t in zip(net.outputs(), outs):
         arr = np.asarray(t)
         print(f"output v{v.v_id} {list(arr.shape)} {arr.dtype}: mean {arr.mean():.6g} "
