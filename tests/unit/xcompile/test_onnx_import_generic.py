@@ -485,3 +485,32 @@ def test_without_onnxruntime_the_reference_decides(monkeypatch):
     with pytest.raises(xir.UnsupportedOnnxOpError,
                        match=r"'frob'.*onnxruntime \(not installed\).*reference"):
         import_onnx(model)
+
+
+def test_an_input_fixed_to_a_value_decides_the_if():
+    """silero-VAD takes its sample rate as an input: fixed at import (`input_values`), its
+    Equal folds and the If inlines; left free, the If runs whole as an OnnxGraph."""
+    from xcompile.frontend.onnx_import.importer import _Importer
+
+    w = _rand(4, 1, 3)
+    then_b = helper.make_graph([helper.make_node("Conv", ["x", "w16"], ["o16"], pads=[1, 1])],
+                               "sr16k", [], [_vi("o16", None)],
+                               [numpy_helper.from_array(w, "w16")])
+    else_b = helper.make_graph([helper.make_node("Conv", ["x", "w8"], ["o8"], pads=[1, 1])],
+                               "sr8k", [], [_vi("o8", None)],
+                               [numpy_helper.from_array(w[::-1].copy(), "w8")])
+    nodes = [_const("k16", np.array(16000, np.int64)),
+             helper.make_node("Equal", ["sr", "k16"], ["is16k"]),
+             helper.make_node("If", ["is16k"], ["y"], then_branch=then_b, else_branch=else_b)]
+    model = _model(nodes, [_vi("x", [1, 1, 10]), _vi("sr", [], TensorProto.INT64)],
+                   [_vi("y", None)])
+    x = _rand(1, 1, 10)
+    free = import_onnx(model)
+    assert [op.attrs["onnx_ops"] for op in _carried(free)] == [["If"]]
+    fixed = _Importer(model, None, None, None, input_values={"sr": 16000}).run()
+    assert not _carried(fixed) and [v.name for v in fixed.inputs()] == ["x"]
+    want = ort.InferenceSession(model.SerializeToString(), providers=[
+        "CPUExecutionProvider"]).run(None, {"x": x, "sr": np.array(16000, np.int64)})[0]
+    np.testing.assert_allclose(_forward(fixed, {"x": x})[0], want, rtol=1e-5, atol=1e-6)
+    with pytest.raises(xir.DynamicShapeError, match="not graph inputs"):
+        _Importer(model, None, None, None, input_values={"rate": 8000}).run()

@@ -71,7 +71,7 @@ def _moves_only_unit_axes(shape: tuple[int, ...], rel: list[int]) -> bool:
 
 class _Importer:
     def __init__(self, model, input_shapes: dict[str, list[int]] | None, name: str | None,
-                 file: str | None) -> None:
+                 file: str | None, input_values: dict[str, Any] | None = None) -> None:
         onnx = _onnx()
         self.onnx = onnx
         self.model = model
@@ -82,6 +82,9 @@ class _Importer:
             if imp.domain in ("", "ai.onnx"):
                 self.opset = int(imp.version)
         self.input_shapes = dict(input_shapes or {})
+        #: graph inputs fixed to a value (a VAD's sample rate): constants, not network inputs,
+        #: so what they decide folds (an If on `sr == 16000` inlines its branch)
+        self.input_values = dict(input_values or {})
         self.net = Network(name or model.graph.name or "onnx_model", framework_kind="onnx",
                            framework_version=f"opset {self.opset}")
         self.ops: list[Operation] = []
@@ -199,6 +202,8 @@ class _Importer:
                                      file=self.file) from exc
             self.tensors[init.name] = _T.constant(arr)
         names = [i.name for i in self.graph.input if i.name not in init_names]
+        self._fix_inputs(names)
+        names = [n for n in names if n not in self.input_values]
         unknown = sorted(set(self.input_shapes) - set(names))
         if unknown:
             raise DynamicShapeError(
@@ -206,7 +211,7 @@ class _Importer:
                 file=self.file, field="input_shapes")
         dynamic = []
         for inp in self.graph.input:
-            if inp.name in init_names:
+            if inp.name in init_names or inp.name in self.input_values:
                 continue
             if not inp.type.HasField("tensor_type"):
                 raise UnsupportedOnnxOpError(
@@ -263,6 +268,35 @@ class _Importer:
                 f"graph input(s) {desc} have symbolic or unknown dimensions; pass "
                 f"input_shapes={{name: [static dims]}} for each", file=self.file,
                 field="input_shapes")
+
+    def _fix_inputs(self, names: list[str]) -> None:
+        """`input_values`: each becomes a constant of the input's declared element type (and
+        shape, where the model declares a static one)."""
+        unknown = sorted(set(self.input_values) - set(names))
+        if unknown:
+            raise DynamicShapeError(
+                f"input_values names {unknown}, which are not graph inputs (inputs: {names})",
+                file=self.file, field="input_values")
+        for inp in self.graph.input:
+            if inp.name not in self.input_values:
+                continue
+            tt = inp.type.tensor_type
+            try:
+                dtype = self.onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type)
+                arr = np.asarray(self.input_values[inp.name], dtype=dtype)
+            except (KeyError, TypeError, ValueError) as exc:
+                raise OnnxImportError(f"input_values['{inp.name}'] is no value of the input's "
+                                      f"element type: {exc}", file=self.file,
+                                      field="input_values") from exc
+            dims = [d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim] \
+                if tt.HasField("shape") else None
+            if dims is not None and None not in dims and list(arr.shape) != dims:
+                if arr.size != int(np.prod(dims)):
+                    raise DynamicShapeError(
+                        f"input_values['{inp.name}'] has shape {list(arr.shape)}, the model "
+                        f"says {dims}", file=self.file, field="input_values")
+                arr = arr.reshape(dims)
+            self.tensors[inp.name] = _T.constant(arr)
 
     def _node(self, node) -> None:
         self.node = node
