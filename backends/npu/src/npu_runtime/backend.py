@@ -35,6 +35,7 @@ from .chip import Chip
 from .forward import ChipSteps, Forwarder
 from .layout import SEGMENT_ALIGN, Layout, build_layout, hardops
 from .settings import Settings
+from .sizes import SegmentSizes, query_size
 from .structs import ForwardInfo, MemChunkInfo, OcmOpt, PhySegment, SegmentType, ValueInfo
 
 _ids = itertools.count()
@@ -157,6 +158,18 @@ class NpuBackend(ChipSteps, Backend):
         except ValueError:
             raise InvalidArgumentError(f"{what}: {option!r} is not an OcmOpt "
                                        f"({', '.join(o.name for o in OcmOpt)})") from None
+
+    @classmethod
+    def QuerySize(cls, network_view: Any, etm_reuse: bool | None = None) -> SegmentSizes:
+        """WEIGHT, INSTR and FTMP bytes (`weight`, `instr`, `ftmp`) of the view's HardOps and
+        the alignment (`align`) of a user chunk for `userReuseSegment`, without a device or the
+        parameters' data: what `logic_segment_map` holds after `init` (Ascend:
+        aclmdlQuerySize). `etm_reuse`: the feature-map reuse the deployment will use (None:
+        the chip's default). See npu_runtime/sizes.py."""
+        return query_size(network_view, cls.chip, etm_reuse, name=cls.__name__)
+
+    query_size = QuerySize
+    """Pythonic alias of `QuerySize`."""
 
     def userReuseSegment(self, memchunk: Any, segment_type: SegmentType) -> None:
         """Deploy the WEIGHT, INSTR or FTMP segment into a chunk the user allocated
