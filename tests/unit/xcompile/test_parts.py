@@ -102,6 +102,21 @@ def test_compare_samples_stacks_samples():
     assert 0.0 < res[1].kept_recall < 1.0
 
 
+def test_a_borderline_flip_is_no_collapse():
+    """A classifier's top probability 0.27 read as 0.24: one kept entry fewer, not a collapse;
+    read as 0.1: collapsed."""
+    ref = np.full((1, 10), 0.73 / 9, np.float32)
+    ref[0, 3] = 0.27
+    part = [Part("p", 0, None, 0, 0, "score", 1)]
+    near = ref.copy()
+    near[0, 3] = 0.24
+    r = compare_parts([ref], [near], part)[0]
+    assert r.kept_ref == 1 and r.kept_both == 0 and not r.collapsed
+    far = ref.copy()
+    far[0, 3] = 0.1
+    assert compare_parts([ref], [far], part)[0].collapsed
+
+
 def test_bad_arguments_are_named():
     with pytest.raises(QuantizationError, match="out.box"):
         compare_parts([], [], PARTS)
