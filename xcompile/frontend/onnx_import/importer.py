@@ -413,7 +413,7 @@ class _Importer:
         except Exception as exc:  # noqa: BLE001 - the reference raises anything
             raise _Unsupported(f"constant folding failed: {type(exc).__name__}: {exc}") from exc
         for n, r in zip(node.output, res):
-            if not isinstance(r, np.ndarray) or r.dtype == object:
+            if not isinstance(r, np.ndarray) or r.dtype.kind in "OUS":
                 what = "a sequence" if isinstance(r, list) else "an empty optional" \
                     if r is None else "a map" if isinstance(r, dict) else "a string tensor" \
                     if isinstance(r, np.ndarray) else type(r).__name__
@@ -440,8 +440,8 @@ class _Importer:
                     return got
                 reason = f"graph output '{name}' folds to a constant"
         else:
-            reason = f"graph output '{name}' is an initializer; an xir network computes " \
-                     f"its outputs from its inputs"
+            reason = f"graph output '{name}' is a constant (an initializer or a fixed " \
+                     f"input); an xir network computes its outputs from its inputs"
         self.unsupported.append(((producer.name or name) if producer else name,
                                  producer.op_type if producer else "initializer", reason))
         return None

@@ -428,7 +428,7 @@ def _run_constant(model) -> list[_T] | None:
             return None
     out = []
     for r in res:
-        if not isinstance(r, np.ndarray) or r.dtype == object:
+        if not isinstance(r, np.ndarray) or r.dtype.kind in "OUS":
             return None
         try:
             ScalarType.from_numpy(r.dtype)
