@@ -183,6 +183,8 @@ def carry(imp: _Importer, node, reads: list[str],
     for k, o in enumerate(inferred.graph.output):
         if known and o.name in known:
             dtype, shape = known[o.name]
+            if o.type.WhichOneof("value") is None:
+                o.type.tensor_type.elem_type = _elem_type(dtype)
             _set_shape(o, shape)
         elif ort_shapes is not None:
             _adopt_ort_type(o, ort_shapes[k][0])
