@@ -4,7 +4,11 @@
 A backend class lists the op types it can run in `FORWARDS` (op type -> forward function with
 the vendor signature `fn(op, inputs, outputs, backend) -> outputs`) and may narrow that per op by
 overriding `isOpSupported`. Lifecycle: `Init()` -> `init(view, device)` -> configure ->
-`apply()` (once) -> forwards -> `deinit()`.
+`apply()` (once) -> forwards -> `deinit()`, with `fork()` and `restoreSnapshot()` beside them.
+The base owns that state: its lifecycle methods check the order, set the fields and call the
+hooks (`_bind`, `_init`, `_apply`, `_fork`, `_restore`, `_deinit`) a backend implements; a
+backend never writes the base's fields and raises the base's guards (`_require_init`,
+`_require_applied`, `_require_not_applied`, `_require_forwardable`).
 """
 
 from __future__ import annotations
@@ -70,15 +74,21 @@ class Backend:
         backend.init(network_view, device)
         return backend
 
+    # --- lifecycle (template methods: the base checks the order and owns the state; a
+    # backend implements the hooks `_bind`, `_init`, `_apply`, `_fork`, `_restore`, `_deinit`,
+    # as onnx.reference's OpRun.run calls `_run`) ------------------------------------------------
     def init(self, network_view: Any, device: Any) -> None:
-        """Bind the network view and device, then run every op's init function."""
+        """Bind the network view and device, then prepare the backend (`_init`: by default,
+        every supported op's init function)."""
         if self._applied:
             raise CallOrderError(f"{self._label()}: init after apply; create a new backend")
-        self._view = network_view
-        self._device = device
-        for op in network_view.ops:
-            if self.isOpSupported(op):
-                self.initOp(op)
+        view = self._bind(network_view, device)
+        self._view, self._device = view, device
+        try:
+            self._init()
+        except BaseException:
+            self._view = self._device = None
+            raise
 
     def apply(self) -> None:
         """Deploy the configured options (once)."""
@@ -86,18 +96,53 @@ class Backend:
         if self._applied:
             raise CallOrderError(f"{self._label()}: apply() was already called; a backend "
                                  f"is applied once")
+        self._apply()
         self._applied = True
 
     def deinit(self) -> None:
         """Release what the backend holds on its device. Idempotent."""
+        if self._deinited:
+            return
+        self._deinit()
         self._deinited = True
 
     def fork(self) -> Backend:
-        """A copy for another thread: shares read-only state, owns its work memory."""
+        """A copy for another thread: shares read-only state, owns its work memory (what
+        `_fork` gives the copy) and its timing records."""
         self._require_init("fork")
+        if self._deinited:
+            raise CallOrderError(f"{self._label()}: fork() after deinit()")
         other = copy.copy(self)
         other._times = {}
+        other._fork(self)
         return other
+
+    # --- hooks a backend implements -----------------------------------------------------------
+    def _bind(self, network_view: Any, device: Any) -> Any:
+        """Check that this backend can take `network_view` on `device` (raise if not) and
+        return the view it keeps (a backend may narrow it to the ops it runs)."""
+        return network_view
+
+    def _init(self) -> None:
+        """Prepare what the backend needs once bound (`network_view`, `device` are set)."""
+        for op in self._view.ops:
+            if self.isOpSupported(op):
+                self.initOp(op)
+
+    def _apply(self) -> None:
+        """Deploy the configured options (called once, after init)."""
+
+    def _fork(self, parent: Backend) -> None:
+        """Called on the shallow copy `fork` made of `parent`: give it its own work state."""
+
+    def _restore(self, state: dict[str, Any], blobs: dict[str, Any]) -> None:
+        """Become deployed from snapshot state (bound already); the default (no state) runs
+        `_init` and `_apply`, right for a backend whose apply computes nothing worth storing."""
+        self._init()
+        self._apply()
+
+    def _deinit(self) -> None:
+        """Release what the backend holds on its device (called once)."""
 
     def clone(self, depth: int = 1) -> Backend:
         """A copy of this backend object: depth 1 shares everything it refers to; depth >= 2
@@ -109,6 +154,7 @@ class Backend:
         return copy.deepcopy(self, memo)
 
     def setDevice(self, device: Any) -> Backend:
+        """Bind `device` before init (a Session does so, since `isOpSupported` may ask it)."""
         if self._applied:
             raise CallOrderError(f"{self._label()}: setDevice after apply")
         self._device = device
@@ -119,18 +165,23 @@ class Backend:
         """This backend's deployed state for `Session.dumpSnapshot`, after apply: a JSON-able
         object and named byte blobs. The default is no state (a backend whose apply computes
         nothing worth keeping, such as HostBackend)."""
-        if not self._applied:
-            raise CallOrderError(f"{self._label()}: snapshotState() before apply()")
+        self._require_applied("snapshotState")
         return {}, {}
 
     def restoreSnapshot(self, network_view: Any, device: Any, state: dict[str, Any],
                         blobs: dict[str, Any]) -> None:
         """Become the applied backend `snapshotState` described, bound to `network_view` on
-        `device`, without re-running its deployment. The default (no state) binds and calls
-        `apply()`, which is right for a backend whose apply computes nothing worth storing;
-        a backend with state overrides both hooks and must not plan again here."""
-        self.init(network_view, device)
-        self.apply()
+        `device`, without re-running its deployment (`_restore`); its settings stay frozen."""
+        if self._applied:
+            raise CallOrderError(f"{self._label()}.restoreSnapshot() on an applied backend")
+        view = self._bind(network_view, device)
+        self._view, self._device = view, device
+        try:
+            self._restore(state, blobs)
+        except BaseException:
+            self._view = self._device = None
+            raise
+        self._applied = True
         self._snapshot = True
 
     # --- ops ------------------------------------------------------------------------------
@@ -210,17 +261,31 @@ class Backend:
     def is_applied(self) -> bool:
         return self._applied
 
+    # --- the guards (every backend's call-order messages) -------------------------------------
     def _require_init(self, what: str) -> None:
         if self._view is None or self._device is None:
             raise CallOrderError(f"{self._label()}: {what}() before init(network_view, device)")
 
+    def _require_applied(self, what: str) -> None:
+        if not self._applied:
+            raise CallOrderError(f"{self._label()}.{what}() is called after apply(); call "
+                                 f"apply() first")
+
     def _require_not_applied(self, what: str) -> None:
+        """The guard of an option: set after init, before apply, never on a restored one."""
         if self._snapshot:
             raise CallOrderError(f"{self._label()}: {what}() on a backend restored from a "
                                  f"snapshot; its settings are frozen at dump time (configure "
                                  f"before apply and dump a new snapshot)")
         if self._applied:
-            raise CallOrderError(f"{self._label()}: {what}() must be called before apply()")
+            raise CallOrderError(f"{self._label()}: {what}() must be called before apply(); "
+                                 f"the backend is already deployed")
+
+    def _require_forwardable(self, what: str) -> None:
+        if self._deinited:
+            raise CallOrderError(f"{self._label()}: {what} after deinit()")
+        if not self._applied:
+            raise CallOrderError(f"{self._label()}: {what} before apply()")
 
     def _label(self) -> str:
         return f"{type(self).__name__}"

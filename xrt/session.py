@@ -121,7 +121,7 @@ class Session:
         sess._backends = backends
         # The device must be known to answer isOpSupported (per-op constraints may ask it).
         for b, d in zip(backends, devices):
-            b._device = d
+            b.setDevice(d)
         chosen: dict[int, Backend] = {}
         for op in network.ops:
             tried = []

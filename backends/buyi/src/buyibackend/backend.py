@@ -81,9 +81,9 @@ class BuyiBackend(NpuBackend):
         self._connected: dict[SegmentType, list[int]] = {SegmentType.INPUT: [],
                                                          SegmentType.OUTPUT: []}
 
-    def init(self, network_view: Any, device: Any) -> None:
-        super().init(network_view, device)
-        net = getattr(network_view, "network", network_view)
+    def _init(self) -> None:
+        super()._init()
+        net = getattr(self._view, "network", self._view)
         file = getattr(net, "source_file", None)
         ocm = check_network_tag(getattr(net, "tags", {}), TAG, file).get("ocm", 0)
         if ocm not in [o.value for o in OcmOpt] or isinstance(ocm, bool):

@@ -137,6 +137,10 @@ class HostBackend(Backend):
         self._fake_qf = bool(enable)
         self._plans.clear()
 
+    def _fork(self, parent: Backend) -> None:
+        """A fork plans its ops on its own (a dict the two threads would both write)."""
+        self._plans = dict(parent._plans)
+
     @property
     def fakeQf(self) -> bool:
         return getattr(self, "_fake_qf", False)

@@ -15,14 +15,12 @@ are read-only views of those objects.
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import itertools
 from typing import Any, ClassVar
 
 from xrt.backend import Backend
 from xrt.errors import (
-    CallOrderError,
     InvalidArgumentError,
     UnsupportedOpError,
     XrtError,
@@ -95,10 +93,9 @@ class NpuBackend(ChipSteps, Backend):
         as it is, so the run's decoded program replays unchanged."""
         return True
 
-    # --- init --------------------------------------------------------------------------------
-    def init(self, network_view: Any, device: Any) -> None:
-        if self._applied:
-            raise CallOrderError(f"{self._label()}: init after apply; create a new backend")
+    # --- init (hooks of xrt.Backend's template methods) ----------------------------------------
+    def _bind(self, network_view: Any, device: Any) -> Any:
+        """The view's HardOps, checked: compiled for this chip, instructions loaded."""
         self._check_device(device)
         # Given a whole compiled network (the manual's `Backend.Create(ZG330Backend,
         # network.view(0), device)`), the backend takes its HardOps, as the vendor's does; the
@@ -116,9 +113,10 @@ class NpuBackend(ChipSteps, Backend):
             if op.instr is not None and op.instr.data is None:
                 raise XrtError(f"HardOp {op.op_id} '{op.name}' has no instruction data: call "
                                f"network.loadParamsFromFile(raw) first")
-        self._view = network_view
-        self._device = device
-        self.layout = build_layout(network_view, self.chip.tag, self.backend_id)
+        return network_view
+
+    def _init(self) -> None:
+        self.layout = build_layout(self._view, self.chip.tag, self.backend_id)
         self.layout.ftmp_estimate(self.settings.etm_reuse)
 
     def _check_device(self, device: Any) -> None:
@@ -129,18 +127,9 @@ class NpuBackend(ChipSteps, Backend):
 
     # --- settings (between init and apply) -------------------------------------------------------
     def _config(self, what: str) -> None:
-        if self._snapshot:
-            raise CallOrderError(f"{type(self).__name__}.{what}(): this backend was restored "
-                                 f"from a snapshot; merge, ETM reuse and OCM settings are frozen "
-                                 f"at dump time (configure a normal session and dump again)")
+        """The guard of a deployment option: after init, before apply, not when restored."""
+        self._require_not_applied(what)
         self._require_init(what)
-        if self._applied:
-            raise CallOrderError(f"{type(self).__name__}.{what}() must be called before "
-                                 f"apply(); the backend is already deployed")
-
-    def _after_apply(self, what: str) -> None:
-        if not self._applied:
-            raise CallOrderError(f"{type(self).__name__}.{what}() is called after apply()")
 
     def _set_merge(self, what: str, on: bool) -> None:
         self._config(what)
@@ -238,13 +227,9 @@ class NpuBackend(ChipSteps, Backend):
                                        f"allocate at least that, {SEGMENT_ALIGN}-aligned")
 
     # --- apply -----------------------------------------------------------------------------------
-    def apply(self) -> None:
+    def _apply(self) -> None:
         """Plan (OCM, then ETM reuse), relocate the instructions, allocate the physical
         segments, upload instructions and weights, build the MMU table."""
-        self._require_init("apply")
-        if self._applied:
-            raise CallOrderError(f"{type(self).__name__}.apply() was already called; a backend "
-                                 f"is applied once")
         self.settings.mmu_on = not self.chip.mmu_switch or bool(self._device.mmu_enabled())
         for st, chunk in self.settings.user_segments.items():
             self._check_user_chunk(chunk, self.layout.segments[st].byte_size,
@@ -257,7 +242,6 @@ class NpuBackend(ChipSteps, Backend):
         """Take `dep` as this backend's deployment and get ready to forward it."""
         self.deployment = dep
         self._forwarder = Forwarder(self.layout, self.settings, dep, self._device, self._is_fork)
-        self._applied = True
 
     # --- steps a chip may change -----------------------------------------------------------------
     def run_key(self, op: Any) -> Any:
@@ -268,12 +252,7 @@ class NpuBackend(ChipSteps, Backend):
     def forwardHardOp(self, op: Any, inputs: list[Tensor], outputs: list[Tensor]
                       ) -> list[Tensor]:
         """Run one HardOp (its whole merged run the first time); see `forward.Forwarder`."""
-        if self._deinited:
-            raise CallOrderError(f"{type(self).__name__}: forward of HardOp {op.op_id} after "
-                                 f"deinit()")
-        if not self._applied:
-            raise CallOrderError(f"{type(self).__name__}: forward of HardOp {op.op_id} before "
-                                 f"apply()")
+        self._require_forwardable(f"forward of HardOp {op.op_id}")
         if op.op_id not in self.layout.order:
             raise XrtError(f"HardOp {op.op_id} is not in this {type(self).__name__}'s network "
                            f"view")
@@ -291,24 +270,24 @@ class NpuBackend(ChipSteps, Backend):
         deployment: plan, relocated instructions, logical layout), owns its FTMP, INPUT and
         OUTPUT chunks, profiler chunk and MMU table. Forwards on one device are serialised
         (the device's lock). Close forks before the backend they were forked from."""
-        self._after_apply("fork")
+        self._require_applied("fork")
         if not self.settings.mmu_on:
             raise UnsupportedOpError(f"{type(self).__name__}.fork(): with the MMU off the "
                                      f"instructions hold this backend's physical addresses; "
                                      f"fork in MMU mode")
-        other = copy.copy(self)
-        other._times = {}
-        other.backend_id = next(_ids)
-        other._is_fork = True
-        other._deinited = False
-        other._applied = False
-        lay = self.layout
-        other.layout = dataclasses.replace(
+        return super().fork()
+
+    def _fork(self, parent: Backend) -> None:
+        """This copy's own FTMP, INPUT and OUTPUT chunks and MMU table over `parent`'s plan."""
+        self.backend_id = next(_ids)
+        self._is_fork = True
+        lay = parent.layout
+        self.layout = dataclasses.replace(
             lay, buffers={k: dataclasses.replace(b) for k, b in lay.buffers.items()},
             value_info={k: dataclasses.replace(vi, real_to=list(vi.real_to))
                         for k, vi in lay.value_info.items()})
-        other.settings = dataclasses.replace(self.settings, user_segments={}, user_io={})
-        src = self.deployment
+        self.settings = dataclasses.replace(parent.settings, user_segments={}, user_io={})
+        src = parent.deployment
         region = self._device.defaultMemRegion()
         phy: dict[SegmentType, PhySegment] = {}
         for st in (SegmentType.WEIGHT, SegmentType.INSTR):
@@ -324,70 +303,59 @@ class NpuBackend(ChipSteps, Backend):
         phy[SegmentType.FTMP] = ff
         offsets: dict[int, int] = {}
         for st in (SegmentType.INPUT, SegmentType.OUTPUT):
-            phy[st] = stage.io_segment(other.layout, None, st, region,
+            phy[st] = stage.io_segment(self.layout, None, st, region,
                                        offsets if src.packed_io else None)
         dep = stage.Deployment(src.plan, phy, src.instr_words, src.ocm_chunk, forked=True,
                                io_offsets=offsets)
         try:
             stage.zero_feature_maps(phy)
-            stage.finish(other._view, other.layout, other.settings, self._device, dep,
-                         other.backend_id, other.run_key)
+            stage.finish(self._view, self.layout, self.settings, self._device, dep,
+                         self.backend_id, self.run_key)
         except BaseException:
             dep.free()
             raise
-        other._adopt(dep)
-        return other
+        self._adopt(dep)
 
     # --- reports -----------------------------------------------------------------------------
     def precheck(self) -> bool:
         """Compare the instruction and weight bytes in ETM with the network's, per HardOp."""
-        self._after_apply("precheck")
+        self._require_applied("precheck")
         self.precheck_failures = report.precheck(self._view, self.layout, self.deployment)
         return not self.precheck_failures
 
     def deployment_report(self) -> dict[str, Any]:
         """The deployment as plain data (what `log()` writes as JSON)."""
-        self._after_apply("deployment_report")
+        self._require_applied("deployment_report")
         return report.deployment_report(self.layout, self.settings, self.deployment,
                                         self.backend_id, self._is_fork)
 
     def log(self) -> str:
         """Write the deployment log to ./.icraft/logs/ (text, and a .json twin); returns the
         text file's path."""
-        self._after_apply("log")
+        self._require_applied("log")
         return report.write_log(self.deployment_report(), type(self).__name__, self.backend_id)
 
     # --- snapshots (docs/snapshot-format.md) ---------------------------------------------------
     def snapshotState(self) -> tuple[dict[str, Any], dict[str, bytes]]:
         """The deployment as snapshot state: settings, plan, logical layout, value and HardOp
         infos, MMU layout; blobs "weight" and "instr" (relocated) segment images."""
-        self._after_apply("snapshotState")
+        self._require_applied("snapshotState")
         return snapshot.dump(self._view, self.layout, self.settings, self.deployment,
                              self._device, type(self).__name__)
 
-    def restoreSnapshot(self, network_view: Any, device: Any, state: dict[str, Any],
-                        blobs: dict[str, Any]) -> None:
-        """Deploy from snapshot state on `device` without lowering or planning."""
-        if self._applied:
-            raise CallOrderError(f"{type(self).__name__}.restoreSnapshot() on an applied "
-                                 f"backend")
-        self._check_device(device)
+    def _restore(self, state: dict[str, Any], blobs: dict[str, Any]) -> None:
+        """Deploy from snapshot state on the bound device without lowering or planning."""
         self.layout, self.settings, dep = snapshot.restore(
-            network_view, device, state, blobs, name=type(self).__name__, tag=self.chip.tag,
-            backend_id=self.backend_id, run_key=self.run_key)
-        self._view, self._device = network_view, device
+            self._view, self._device, state, blobs, name=type(self).__name__,
+            tag=self.chip.tag, backend_id=self.backend_id, run_key=self.run_key)
         self._adopt(dep)
-        self._snapshot = True
 
-    def deinit(self) -> None:
-        if self._deinited:
-            return
+    def _deinit(self) -> None:
         if self._forwarder is not None:
             self._forwarder.release()
             self._forwarder = None  # it holds the chunks it bound (user tensors among them)
         if self.deployment is not None:
             self.deployment.free()
-        super().deinit()
 
     # --- the vendor's fields -------------------------------------------------------------------
     @property
