@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 
 from ..errors import XrtError
 
-BUILTIN = ("bench", "plugins", "run", "serve")
+BUILTIN = ("bench", "conformance", "plugins", "run", "serve")
 
 
 def _builtin(name: str) -> tuple[Callable, Callable, str]:
