@@ -206,6 +206,21 @@ class Network(_ReadAPI):
         self._next_op_id = max(self._next_op_id, op_id + 1)
         self._next_v_id = max(self._next_v_id, v_id + 1)
 
+    def reserveIdsOf(self, other: Network) -> None:
+        """Make sure fresh ids come after every id `other` handed out (a network rebuilt from
+        `other`: its new ops and values never collide with the original's)."""
+        self.reserveIds(other.next_op_id - 1, other.next_v_id - 1)
+
+    @property
+    def next_op_id(self) -> int:
+        """The op id counter: `newOpId` hands out this or more (never an id in use)."""
+        return self._next_op_id
+
+    @property
+    def next_v_id(self) -> int:
+        """The value id `newVId` hands out next."""
+        return self._next_v_id
+
     def newValue(self, dtype: TensorType, name: str = "") -> Value:
         return Value(self.newVId(), dtype, name)
 
@@ -351,6 +366,10 @@ class Network(_ReadAPI):
         if not isinstance(text, (str, bytes, bytearray, memoryview)):
             raise NetworkFormatError(f"CreateFromJsonStr takes the json text as str or bytes, "
                                      f"not {type(text).__name__}", file=BUFFER_LABEL)
+        if isinstance(text, str) and text.strip().endswith(".json") and "{" not in text:
+            raise NetworkFormatError(f"CreateFromJsonStr takes the json text; {text!r} "
+                                     f"looks like a file name: use CreateFromJsonFile",
+                                     file=BUFFER_LABEL)
         return loads(text, file=BUFFER_LABEL)
 
     from_json = CreateFromJsonStr

@@ -93,8 +93,9 @@ def _blob(p: Params) -> np.ndarray:
     return np.ascontiguousarray(data, dtype=want.newbyteorder("<"))
 
 
-def _write_stream(f: BinaryIO, params: Sequence[Params]) -> tuple[int, str]:
-    """Write the raw file to `f`; returns (bytes written, md5 hex)."""
+def write_raw_stream(f: BinaryIO, params: Sequence[Params]) -> tuple[int, str]:
+    """Write the raw file of `params` to the binary stream `f` (a file, a BytesIO, a snapshot
+    section); returns (bytes written, md5 hex)."""
     blobs = [_blob(p) for p in params]
     header_end, offsets, total = raw_layout([b.nbytes for b in blobs])
     md5 = _md5()
@@ -124,7 +125,7 @@ def write_raw_tmp(params: Sequence[Params], path: str | os.PathLike) -> tuple[st
     fd, tmp = temp_beside(path)
     try:
         with os.fdopen(fd, "wb") as f:
-            size, digest = _write_stream(f, params)
+            size, digest = write_raw_stream(f, params)
             f.flush()
             os.fsync(f.fileno())
     except BaseException:
@@ -237,9 +238,10 @@ def _byte_array(data: object, zero_copy: bool) -> np.ndarray:
         try:
             mv = memoryview(data)  # type: ignore[arg-type]
         except TypeError as exc:
+            hint = " (a file name? use loadParamsFromFile)" if isinstance(data, str) else ""
             raise RawFileError(f"the raw params must be bytes, bytearray, memoryview or a "
-                               f"numpy uint8 array (any buffer), not {type(data).__name__}",
-                               field="buffer") from exc
+                               f"numpy uint8 array (any buffer), not {type(data).__name__}"
+                               f"{hint}", field="buffer") from exc
         flat = mv.cast("B") if mv.c_contiguous else bytearray(mv.tobytes())
         arr = np.frombuffer(flat, dtype=np.uint8)
     if arr.dtype.hasobject:

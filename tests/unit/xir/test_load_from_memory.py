@@ -82,6 +82,8 @@ def test_json_errors_name_the_buffer(pair):
     assert info.value.file == "<buffer>" and info.value.op_id is not None
     with pytest.raises(xir.NetworkFormatError, match="str or bytes"):
         xir.Network.CreateFromJsonStr(42)  # type: ignore[arg-type]
+    with pytest.raises(xir.NetworkFormatError, match="file name: use CreateFromJsonFile"):
+        xir.Network.CreateFromJsonStr("out/yolov5s_ZG.json")
 
 
 # --- raw: zero copy --------------------------------------------------------------------------
@@ -185,6 +187,7 @@ def test_non_buffers_are_refused(pair, thing):
     with pytest.raises(xir.RawFileError, match="bytes, bytearray, memoryview") as info:
         net.loadParamsFromBuffer(thing)  # type: ignore[arg-type]
     assert info.value.file == "<buffer>"
+    assert ("loadParamsFromFile" in str(info.value)) == isinstance(thing, str)
 
 
 def test_file_path_still_gives_writable_arrays():
