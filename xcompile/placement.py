@@ -40,5 +40,5 @@ def placement(net: Any, tag: str) -> Placement:
     for op in net.ops:
         why = reasons.get(str(op.op_id))
         if why is not None:
-            p.host.setdefault(why, Counter())[op.op_type] += 1
+            p.host.setdefault(why, Counter())[op.label] += 1
     return p

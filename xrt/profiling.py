@@ -24,7 +24,7 @@ def profile_rows(session: Any) -> list[dict[str, Any]]:
         wall, memcpy, hard, other = results[op.op_id]
         backend = bindings.get(op.op_id)
         rows.append({
-            "op_id": op.op_id, "op_type": op.op_type, "name": op.name,
+            "op_id": op.op_id, "op_type": op.label, "name": op.name,
             "backend": getattr(backend, "name", "") or type(backend).__name__,
             "macs": conv_macs(op), "wall_ms": wall, "memcpy_ms": memcpy, "hard_ms": hard,
             "other_ms": other,

@@ -65,17 +65,7 @@ TOLERANCE: dict[str, tuple[float, float, str]] = {
 }
 
 # Known failures of other components (strict xfail: they flip to errors once fixed).
-_SOFTMAX_WARNS = "HostBackend Softmax (host_backend/ops/activation.py) subtracts the row max " \
-                 "from a fully masked row (-inf - -inf): numpy's RuntimeWarning, an error " \
-                 "under pytest; the values are right"
 KNOWN_BUGS: dict[str, str] = {
-    **{f"test_attention_{s}_expanded": _SOFTMAX_WARNS
-       for s in ("23_boolmask_fullymasked_row_nan_robustness",
-                 "23_fullymasked_qk_matmul_output_mode3_zero",
-                 "24_fullymasked_qk_matmul_output_mode3_zero",
-                 "24_qk_matmul_output_mode3_softmax_precision",
-                 "4d_causal_nonpad_negative_offset_structural_empty",
-                 "causal_boolmask_nan_robustness", "local_window_gqa_rank4_mask")},
 }
 
 # Input slots that hold shapes, axes, sizes or counts: exporters write them as constants (or

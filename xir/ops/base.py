@@ -134,6 +134,12 @@ class Operation:
     def typeKey(self) -> str:
         return self.type_key
 
+    @property
+    def label(self) -> str:
+        """What a placement summary or a profile calls the op: its type, unless the op type
+        carries something more telling (an OnnxGraph names the ONNX ops it runs)."""
+        return self.op_type
+
     def __getattr__(self, key: str) -> Any:
         attrs = self.__dict__.get("attrs")
         if attrs is not None and key in attrs:

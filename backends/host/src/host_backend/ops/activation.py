@@ -86,9 +86,10 @@ def hardswish(inputs: list[np.ndarray], attrs: dict) -> list[np.ndarray]:
 def softmax(inputs: list[np.ndarray], attrs: dict) -> list[np.ndarray]:
     x = f32(inputs[0])
     axis = int(attrs.get("axis", -1))
-    y = x - x.max(axis=axis, keepdims=True)
-    np.exp(y, out=y)
-    y /= y.sum(axis=axis, keepdims=True)
+    with np.errstate(invalid="ignore"):  # a fully masked row (-inf everywhere) gives NaN
+        y = x - x.max(axis=axis, keepdims=True)
+        np.exp(y, out=y)
+        y /= y.sum(axis=axis, keepdims=True)
     return [out32(y)]
 
 
