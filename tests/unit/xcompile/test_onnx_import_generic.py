@@ -490,8 +490,6 @@ def test_without_onnxruntime_the_reference_decides(monkeypatch):
 def test_an_input_fixed_to_a_value_decides_the_if():
     """silero-VAD takes its sample rate as an input: fixed at import (`input_values`), its
     Equal folds and the If inlines; left free, the If runs whole as an OnnxGraph."""
-    from xcompile.frontend.onnx_import.importer import _Importer
-
     w = _rand(4, 1, 3)
     then_b = helper.make_graph([helper.make_node("Conv", ["x", "w16"], ["o16"], pads=[1, 1])],
                                "sr16k", [], [_vi("o16", None)],
@@ -507,10 +505,10 @@ def test_an_input_fixed_to_a_value_decides_the_if():
     x = _rand(1, 1, 10)
     free = import_onnx(model)
     assert [op.attrs["onnx_ops"] for op in _carried(free)] == [["If"]]
-    fixed = _Importer(model, None, None, None, input_values={"sr": 16000}).run()
+    fixed = import_onnx(model, input_values={"sr": 16000})
     assert not _carried(fixed) and [v.name for v in fixed.inputs()] == ["x"]
     want = ort.InferenceSession(model.SerializeToString(), providers=[
         "CPUExecutionProvider"]).run(None, {"x": x, "sr": np.array(16000, np.int64)})[0]
     np.testing.assert_allclose(_forward(fixed, {"x": x})[0], want, rtol=1e-5, atol=1e-6)
     with pytest.raises(xir.DynamicShapeError, match="not graph inputs"):
-        _Importer(model, None, None, None, input_values={"rate": 8000}).run()
+        import_onnx(model, input_values={"rate": 8000})

@@ -37,18 +37,22 @@ __all__ = ["import_onnx", "SUPPORTED_ONNX_OPS"]
 
 def import_onnx(model: str | os.PathLike | bytes | Any,
                 input_shapes: dict[str, list[int]] | None = None,
-                name: str | None = None) -> Network:
+                name: str | None = None,
+                input_values: dict[str, Any] | None = None) -> Network:
     """Import an ONNX model (path, bytes or ModelProto) as a float xir network.
 
-    `input_shapes` fixes symbolic/unknown input dimensions by input name. Feature maps of the
-    2-D ops are NHWC inside the network; inputs and outputs keep ONNX's layout and shape.
+    `input_shapes` fixes symbolic/unknown input dimensions by input name. `input_values`
+    fixes graph inputs to constants (a voice-activity detector's sample rate): they leave the
+    network's inputs, and what they decide folds (an If on them keeps only its branch).
+    Feature maps of the 2-D ops are NHWC inside the network; inputs and outputs keep ONNX's
+    layout and shape.
     Raises UnsupportedOnnxOpError listing every node xir cannot express, DynamicShapeError for
     unresolved input dimensions and OnnxModelError for unreadable files.
     """
     proto, file = _load(model)
     proto = _check(proto, file)
     try:
-        return _Importer(proto, input_shapes, name, file).run()
+        return _Importer(proto, input_shapes, name, file, input_values).run()
     except XirError:
         raise
     except Exception as exc:  # noqa: BLE001 - a malformed model may break any step
