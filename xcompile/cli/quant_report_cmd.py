@@ -26,6 +26,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--min-cosine", type=float, default=0.99,
                         help="the verdict's aim: every output part's worst sample at least "
                              "this cosine (default 0.99); a collapsed part always fails")
+    parser.add_argument("--channel-groups", default="0", metavar="N|auto",
+                        help="cut outputs without a Concat into N channel groups, each a part "
+                             "('auto': about 16 channels a group, at most 16; default 0: "
+                             "whole, as the compile's check measures them)")
     parser.add_argument("--suggest", type=int, metavar="N", default=0,
                         help="print the N 8-bit ops whose own rounding costs most (lowest "
                              "'alone' cosine) as --op-bits flags for xrt compile")
@@ -64,7 +68,11 @@ def run(args: argparse.Namespace) -> int:
     else:
         raise XrtError(f"quant-report: {fnet.name} is not a zoo network (an imported or "
                        f"renamed model): give --calib DIR with its samples")
-    report = accuracy_report(fnet, qnet, samples)
+    groups = args.channel_groups
+    if groups != "auto" and not str(groups).isdigit():
+        raise XrtError(f"--channel-groups {groups!r}: give a number of groups or 'auto'")
+    report = accuracy_report(fnet, qnet, samples,
+                             channel_groups=None if groups == "auto" else int(groups))
     if not report.rows:
         print("warning: no quantized layer matches a float value: are these two networks "
               "the float and the quantized stage of one compile?")

@@ -250,10 +250,11 @@ class _Alone:
 
 
 def accuracy_report(float_net: Any, quant_net: Any, samples: Any,
-                    runner: Runner | None = None) -> Report:
+                    runner: Runner | None = None, channel_groups: int | None = 0) -> Report:
     """Compare every quantized value of `quant_net` with its float counterpart in `float_net`
     over `samples` (anything `load_calibration` accepts), both run with `runner`
-    (`xcompile.runner`; default: the HostBackend)."""
+    (`xcompile.runner`; default: the HostBackend). `channel_groups`: how outputs without a
+    Concat are cut into parts (`xcompile.quant.parts.output_parts`; None: automatic)."""
     runner = runner or default_runner()
     data = load_calibration(samples, float_net)
     fvals, fouts = _capture(float_net, data, runner)
@@ -298,17 +299,17 @@ def accuracy_report(float_net: Any, quant_net: Any, samples: Any,
         rep.outputs.append({"name": name, "v_id": int(quant_net.outputs()[k].v_id),
                             "cosine": cosine(qo, f),
                             "max_abs_err": float(np.abs(qo - f).max(initial=0.0))})
-    _measure_parts(rep, quant_net, fouts, qouts)
+    _measure_parts(rep, quant_net, fouts, qouts, channel_groups)
     return rep
 
 
 def _measure_parts(rep: Report, quant_net: Any, fouts: list[list[np.ndarray]],
-                   qouts: list[list[np.ndarray]]) -> None:
+                   qouts: list[list[np.ndarray]], channel_groups: int | None = 0) -> None:
     """`rep.parts` (every sample together), `rep.part_worst_sample` (the lowest figure of any
     one sample) and, per output, its lowest part."""
     if not fouts:
         return
-    parts = output_parts(quant_net, reference=fouts[0])
+    parts = output_parts(quant_net, reference=fouts[0], channel_groups=channel_groups)
     rep.parts = compare_samples(fouts, qouts, parts)
     for f, q in zip(fouts, qouts):
         for r in compare_parts(f, q, parts):

@@ -167,3 +167,30 @@ def test_plain_outputs_are_one_part_or_channel_groups():
     assert len(parts) == 1 and parts[0].axis is None
     (groups,) = output_parts(net, channel_groups=2)
     assert [(p.axis, p.start, p.stop) for p in groups] == [(1, 0, 4), (1, 4, 8)]
+
+
+def test_channel_groups_see_a_convolution_that_loses_its_small_channels():
+    """One 1x1 conv writing 32 channels of range ~100 and 32 of range ~0.1 at one int8 scale:
+    the whole output reads 0.9999, the automatic channel groups find the small half gone."""
+    from xcompile.quant.quantize import quantize_network
+    from xcompile.quant.report import accuracy_report
+
+    rng = np.random.default_rng(0)
+    w = rng.normal(0, 1, (64, 8, 1, 1)).astype(np.float32)
+    w[:32] *= 50.0
+    w[32:] *= 0.05
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 6, 6])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64, 6, 6])
+    g = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["y"])], "wide", [x], [y],
+                          [helper.make_tensor("w", TensorProto.FLOAT, w.shape, w.ravel())])
+    net = import_onnx(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
+    cal = [rng.normal(0, 1, (1, 8, 6, 6)).astype(np.float32) for _ in range(3)]
+    q = quantize_network(net, cal, weight_rounding="nearest")
+    (auto,) = output_parts(q, channel_groups=None)
+    assert [(p.axis, p.start, p.stop) for p in auto] == [(1, 16 * k, 16 * k + 16)
+                                                        for k in range(4)]
+    whole = accuracy_report(net, q, cal)
+    assert whole.outputs[0]["cosine"] > 0.999 and not whole.collapsed()
+    rep = accuracy_report(net, q, cal, channel_groups=None)
+    assert [r.part.name for r in rep.collapsed()] == ["y.ch32-47", "y.ch48-63"]
+    assert not rep.verdict()[0] and "y.ch32-47" in rep.verdict()[1]
