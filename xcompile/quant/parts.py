@@ -33,7 +33,8 @@ from xir.ops.base import Operation
 from xir.values import Value
 
 __all__ = ["Part", "PartResult", "output_parts", "compare_parts", "compare_samples", "worst",
-           "worst_part", "collapsed_parts", "format_parts", "SCORE_THRESHOLD", "TOP_K"]
+           "worst_part", "collapsed_parts", "collapse_message", "format_parts",
+           "SCORE_THRESHOLD", "TOP_K"]
 
 #: Ops that only move values: an output's Concat is looked for through them.
 MOVE_OPS = frozenset({"Cast", "Reshape", "Transpose", "Squeeze", "Unsqueeze", "AlignAxis",
@@ -521,6 +522,18 @@ def worst_part(results: Sequence[PartResult]) -> PartResult | None:
 def collapsed_parts(results: Sequence[PartResult]) -> list[PartResult]:
     """The parts that collapsed."""
     return [r for r in results if r.collapsed]
+
+
+def collapse_message(results: Sequence[PartResult]) -> str | None:
+    """"output part 'NAME [range] kind' collapsed: why" for the first collapsed part (and how
+    many more), None when none did: what a check says instead of calling the network accurate."""
+    bad = collapsed_parts(results)
+    if not bad:
+        return None
+    r = bad[0]
+    more = f" (and {len(bad) - 1} more part{'s' if len(bad) > 2 else ''})" if len(bad) > 1 \
+        else ""
+    return f"output part '{r.part.label}' collapsed: {r.reason}{more}"
 
 
 def format_parts(results: Sequence[PartResult]) -> str:

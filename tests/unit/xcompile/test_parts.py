@@ -10,6 +10,7 @@ from onnx import TensorProto, helper
 from xcompile.frontend.onnx_import import import_onnx
 from xcompile.quant.parts import (
     Part,
+    collapse_message,
     collapsed_parts,
     compare_parts,
     compare_samples,
@@ -48,6 +49,9 @@ def test_zeroed_scores_collapse_though_the_whole_cosine_is_high():
     assert [r.part.name for r in collapsed_parts(res)] == ["out.cls"]
     assert worst(res) == 0.0 and worst_part(res) is cls
     assert "COLLAPSED" in format_parts(res)
+    assert collapse_message(res).startswith("output part 'out.cls [axis 1: 4:84] score' "
+                                            "collapsed: no score above 0.01")
+    assert collapse_message([box]) is None
 
 
 def test_accurate_parts_pass_and_score_loss_is_seen():
