@@ -221,3 +221,27 @@ def test_a_network_from_memory_runs_like_the_file_one(pair):
         outs.append(np.asarray(s.forward([Tensor(x)])[0]).copy())
         s.close()
     assert outs[0].tobytes() == outs[1].tobytes() and np.abs(outs[0]).max() > 0
+
+
+def test_damaged_buffers_only_ever_raise_xir_errors(pair):
+    """200 random damages (byte flips, cuts, insertions) of the raw, through every buffer kind:
+    each is refused with an XirError naming <buffer> (the md5 covers every byte, padding
+    included) and the network is left unchanged."""
+    text, raw, _ = pair
+    rng = np.random.default_rng(11)
+    kinds = [bytes, bytearray, memoryview, lambda b: np.frombuffer(bytearray(b), np.uint8)]
+    for k in range(200):
+        data = bytearray(raw)
+        what = k % 3
+        at = int(rng.integers(0, len(data)))
+        if what == 0:
+            data[at] ^= int(rng.integers(1, 256))
+        elif what == 1:
+            del data[at:]
+        else:
+            data[at:at] = bytes(rng.integers(0, 256, int(rng.integers(1, 70)), dtype=np.uint8))
+        net = xir.Network.CreateFromJsonStr(text)
+        with pytest.raises(xir.XirError) as info:
+            net.loadParamsFromBuffer(kinds[k % 4](bytes(data)))
+        assert info.value.file == "<buffer>"
+        assert all(p.data is None for p in net.params())

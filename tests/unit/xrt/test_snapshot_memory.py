@@ -93,3 +93,22 @@ def test_dump_to_memory_needs_an_applied_session():
             s.dumpSnapshotToMemory()
     finally:
         s.close()
+
+
+def test_damaged_buffers_only_ever_raise_snapshot_errors(host_session):
+    """100 random damages (flips, cuts, insertions) of a snapshot held in memory: each is a
+    SnapshotError naming <buffer>, never another exception and never a session."""
+    data = host_session.dumpSnapshotToMemory()
+    rng = np.random.default_rng(12)
+    for k in range(100):
+        bad = bytearray(data)
+        at = int(rng.integers(0, len(bad)))
+        if k % 3 == 0:
+            bad[at] ^= int(rng.integers(1, 256))
+        elif k % 3 == 1:
+            del bad[at:]
+        else:
+            bad[at:at] = b"\0" * int(rng.integers(1, 65))
+        with pytest.raises(SnapshotError, match="<buffer>"):
+            Session.CreateWithSnapshot(memoryview(bad) if k % 2 else bytes(bad), [HostBackend],
+                                       [HostDevice.Default()])
