@@ -22,7 +22,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--onnx", metavar="MODEL.onnx",
                         help="the float ONNX model the networks came from: adds onnxruntime's "
                              "own int8 (quantize_static, QDQ, per-channel, the same samples) "
-                             "as a column of the outputs table")
+                             "as a column of the outputs and of the output parts tables")
     parser.add_argument("--min-cosine", type=float, default=0.99,
                         help="the verdict's aim: every output part's worst sample at least "
                              "this cosine (default 0.99); a collapsed part always fails")
@@ -77,9 +77,9 @@ def run(args: argparse.Namespace) -> int:
         print("warning: no quantized layer matches a float value: are these two networks "
               "the float and the quantized stage of one compile?")
     if args.onnx:
-        from xcompile.quant.onnxruntime_int8 import attach
+        from xcompile.quant.report import attach_onnxruntime
 
-        attach(report, args.onnx, samples, samples)
+        attach_onnxruntime(report, args.onnx, samples, samples)
     report.print()
     ok, why = report.verdict(args.min_cosine)
     print(f"accurate: {'yes' if ok else 'NO'} -- {why}")

@@ -89,6 +89,7 @@ class Report:
         for r in self.parts:
             d = r.as_dict()
             d["worst_sample"] = self.part_worst_sample.get(r.part.name)
+            d.update(r.extra)
             parts.append(d)
         return {"network": self.network, "bits": self.bits, "method": self.method,
                 "outputs": list(self.outputs), "parts": parts,
@@ -173,8 +174,10 @@ class Report:
         console.print(out)
         if self.parts:
             pt = Table(title="output parts (per Concat branch; scores: top-5 and kept > 0.25)")
+            ort_part = any("onnxruntime_int8" in r.extra for r in self.parts)
             for col in ("part", "kind", "range", "cosine", "worst sample", "max abs err",
-                        "top-5", "kept (ref/got/both)", "collapsed"):
+                        "top-5", "kept (ref/got/both)", "collapsed") + \
+                    (("onnxruntime int8",) if ort_part else ()):
                 pt.add_column(col)
             for r in self.parts:
                 rng = "all" if r.part.axis is None else \
@@ -189,8 +192,53 @@ class Report:
                            "-" if low is None else f"{low:.6f}", f"{r.max_abs:.4g}",
                            "-" if r.topk is None else f"{r.topk:.3f}", kept,
                            (r.reason or "in one sample") if bad else "no",
+                           *((_ort_cell(r),) if ort_part else ()),
                            style="red" if bad else None)
             console.print(pt)
+
+
+def attach_onnxruntime(report: Report, model_path: str, calibration: list[list[np.ndarray]],
+                       inputs: list[list[np.ndarray]]) -> None:
+    """onnxruntime's own int8 (`xcompile.quant.onnxruntime_int8.quantize_static_int8` of the
+    float ONNX model on `calibration`) beside ours: per output its cosine against onnxruntime's
+    float run over `inputs` (key "onnxruntime_int8", as `onnxruntime_int8.attach`), and per
+    output part the same part measured on onnxruntime's outputs (`PartResult.extra`
+    "onnxruntime_int8": its figure, "onnxruntime_int8_collapsed"), so a part is compared like
+    with like. A part whose range does not fit onnxruntime's output shape is left out."""
+    import os
+    import tempfile
+
+    import onnxruntime as ort
+
+    from xcompile.quant.onnxruntime_int8 import quantize_static_int8
+    from xir.errors import QuantizationError
+
+    def run(path: str) -> list[list[np.ndarray]]:
+        sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+        names = [i.name for i in sess.get_inputs()]
+        return [sess.run(None, dict(zip(names, s))) for s in inputs]
+
+    with tempfile.TemporaryDirectory() as tmp:
+        qpath = quantize_static_int8(model_path, calibration, os.path.join(tmp, "int8.onnx"))
+        ref, got = run(model_path), run(qpath)
+    for k, o in enumerate(report.outputs):
+        if k < len(ref[0]):
+            o["onnxruntime_int8"] = cosine(np.concatenate([g[k].ravel() for g in got]),
+                                           np.concatenate([r[k].ravel() for r in ref]))
+    for r in report.parts:
+        try:
+            (theirs,) = compare_samples(ref, got, [r.part])
+        except (QuantizationError, IndexError, ValueError):
+            continue
+        r.extra["onnxruntime_int8"] = float(theirs.figure)
+        r.extra["onnxruntime_int8_collapsed"] = bool(theirs.collapsed)
+
+
+def _ort_cell(r: PartResult) -> str:
+    if "onnxruntime_int8" not in r.extra:
+        return "-"
+    c = f"{r.extra['onnxruntime_int8']:.6f}"
+    return c + (" collapsed" if r.extra.get("onnxruntime_int8_collapsed") else "")
 
 
 def _capture(net: Any, samples: list[list[np.ndarray]], runner: Runner) -> tuple[dict, list]:

@@ -192,7 +192,8 @@ def test_quant_report_names_the_collapsed_part(head, tmp_path, capsys):
     from xcompile.passes import optimize
     from xrt.cli import main
 
-    _, net, q, _, _ = head
+    model, net, q, _, _ = head
+    (tmp_path / "head.onnx").write_bytes(model.SerializeToString())
     cal = tmp_path / "cal"
     cal.mkdir()
     for k, x in enumerate(Y.images(2, SIZE, seed=7)):
@@ -205,8 +206,9 @@ def test_quant_report_names_the_collapsed_part(head, tmp_path, capsys):
     for name, qn, rc in (("shared", shared, 1), ("kept", q, 0)):
         qn.save(tmp_path / f"{name}.json")
         out = tmp_path / f"{name}.report.json"
+        ort = ["--onnx", str(tmp_path / "head.onnx")] if rc == 0 else []
         assert main(["quant-report", str(tmp_path / "f.json"), str(tmp_path / f"{name}.json"),
-                     "--calib", str(cal), "--json", str(out)]) == rc
+                     "--calib", str(cal), "--json", str(out), *ort]) == rc
         text = capsys.readouterr().out
         data = json.loads(out.read_text())
         assert [p["kind"] for p in data["parts"]] == ["value", "score"]
@@ -217,3 +219,6 @@ def test_quant_report_names_the_collapsed_part(head, tmp_path, capsys):
             assert data["outputs"][0]["cosine"] > 0.999  # the whole output looks fine
         else:
             assert data["collapsed"] == [] and data["parts"][1]["kept_both"] > 0
+            # onnxruntime's own int8 of the same model, per part, beside ours
+            assert all(-1.0 <= p["onnxruntime_int8"] <= 1.0 for p in data["parts"])
+            assert "onnxruntime int8" in text
