@@ -242,14 +242,14 @@ class Session:
         import io
 
         from xir.serialize.json import network_to_dict
-        from xir.serialize.raw import _write_stream
+        from xir.serialize.raw import write_raw_stream
 
         from . import __version__
 
         self._require_applied(what)
         root = getattr(self._view, "network", self._view)
         raw = io.BytesIO()
-        size, md5 = _write_stream(raw, root.params())
+        size, md5 = write_raw_stream(raw, root.params())
         obj = network_to_dict(root)
         obj["params_bytes"], obj["params_md5"] = size, md5
         sections: dict[str, Any] = {

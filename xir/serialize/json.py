@@ -224,7 +224,7 @@ def dump_pair(net: Network, *, json_too: bool = True) -> tuple[str, bytes]:
 
     net.validate()
     buf = io.BytesIO()
-    size, digest = _raw._write_stream(buf, net.params())
+    size, digest = _raw.write_raw_stream(buf, net.params())
     text = ""
     if json_too:
         obj = network_to_dict(net)
