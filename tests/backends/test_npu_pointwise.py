@@ -129,8 +129,9 @@ def test_audio_cnn_pointwise_ops_run_on_the_chip(target, n):
              and op.op_id in {i for h in c.lowered.ops if h.op_type == "HardOp"
                               for i in h.origin_ops_id}}
     assert {"abs", "exp", "log", "softplus", "reciprocal", "elu", "max", "min"} <= funcs
-    # only Sqrt stays on the host: the quantizer keeps it float (no integer form yet)
-    assert c.host_types() == {"Sqrt"}, c.host_ops
+    # at most Sqrt stays on the host, because the quantizer keeps it float (no table yet)
+    assert c.host_types() <= {"Sqrt"}, c.host_ops
+    assert all(r.startswith("float op") for t, r in c.host_ops.values() if t == "Sqrt")
     x = np.random.default_rng(9).normal(0, 1, (n, 4, 64)).astype(np.float32)
     assert_bit_exact(c, [x])
 
