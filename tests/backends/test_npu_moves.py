@@ -163,7 +163,7 @@ def test_yolov8_head_transposes_and_slices_run_on_the_chip(target):
     c = compile_onnx(yolov8_head.build(64), (1, 3, 64, 64), target, input_name="images")
     host = {k: (t, r) for k, (t, r) in c.host_ops.items()
             if t not in ("Cast", "AlignAxis", "PruneAxis")}
-    assert all(r.startswith("float op") for _, r in host.values()), host
+    assert all(r.startswith("float op") or t == "Softmax" for t, r in host.values()), host
     q_types = [op.op_type for op in c.adapted.ops if op.is_quantized()]
     assert q_types.count("Transpose") == 4 and q_types.count("Slice") == 2
     on_chip = c.on_chip()
