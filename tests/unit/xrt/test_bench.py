@@ -97,3 +97,25 @@ def test_bench_refusals_are_one_line(tmp_path, capsys, args, message):
 def test_bench_ocm_option_on_a_host_only_session_is_refused(capsys):
     assert main(["bench", "tiny_cnn", "--compare", "ocm=NONE"]) == 2
     assert "ocmOptimize" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_readme_block_runs_as_written(tmp_path):
+    """README's "Benchmarks, reports, plugin conformance" shell block, line by line, in a
+    fresh folder."""
+    import os
+    import re
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    readme = Path(__file__).resolve().parents[3] / "README.md"
+    block = re.search(r"## Benchmarks, reports, plugin conformance\n\n```sh\n(.*?)```",
+                      readme.read_text(encoding="utf-8"), re.S).group(1)
+    env = dict(os.environ, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
+    for line in block.strip().splitlines():
+        res = subprocess.run(["bash", "-c", line], cwd=tmp_path, env=env, capture_output=True,
+                             text=True, timeout=600)
+        assert res.returncode == 0, f"{line}\n{res.stdout}\n{res.stderr}"
+    assert json.loads((tmp_path / "out" / "bench.json").read_text())["iterations"] == 20
+    assert "report-data" in (tmp_path / "out" / "tiny_cnn.html").read_text()
