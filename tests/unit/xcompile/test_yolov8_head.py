@@ -62,6 +62,16 @@ def _iou(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return inter / (np.prod(a[:, 2:], 1) + np.prod(b[:, 2:], 1) - inter)
 
 
+@pytest.fixture(scope="module")
+def shared(head):
+    """The pre-fix quantizer: one scale for every Concat, whatever its branches' ranges."""
+    _, net, _, _, _ = head
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(quantize_mod, "OUTPUT_SPREAD", float("inf"))
+        mp.setattr(quantize_mod, "BRANCH_SPREAD", float("inf"))
+        return quantize_network(net, Y.images(4, SIZE, seed=1), weight_rounding="nearest")
+
+
 def _agree(ref: np.ndarray, got: np.ndarray, size: int = SIZE) -> dict:
     """Detections above THRESHOLD of `got` against onnxruntime's `ref` (one output each): the
     share of its kept anchors kept, class ids, the largest box coordinate error in grid cells
@@ -104,14 +114,10 @@ def test_int8_head_keeps_the_scores_and_detects_what_onnxruntime_does(head):
     _assert_detections(ref, got)
 
 
-def test_one_shared_scale_collapses_and_the_check_names_the_part(head):
+def test_one_shared_scale_collapses_and_the_check_names_the_part(head, shared):
     """The pre-fix quantizer (one scale for the output Concat): the whole-output cosine is
-    0.999+, the class scores are all 0, and compare_parts says so."""
-    _, net, _, tests, ref = head
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(quantize_mod, "OUTPUT_SPREAD", float("inf"))
-        mp.setattr(quantize_mod, "BRANCH_SPREAD", float("inf"))
-        shared = quantize_network(net, Y.images(4, SIZE, seed=1), weight_rounding="nearest")
+    0.999+, the class scores lose most of what they keep, and compare_parts says so."""
+    _, _, _, tests, ref = head
     assert next(c for c in shared.tags["quantization"]["concats"].values()
                 if c["at_output"])["form"] == "shared"
     got = [_host(shared, x) for x in tests]
@@ -184,7 +190,7 @@ def test_larger_head_with_default_options(head):
     _assert_detections(ref, got, 96)
 
 
-def test_quant_report_names_the_collapsed_part(head, tmp_path, capsys):
+def test_quant_report_names_the_collapsed_part(head, shared, tmp_path, capsys):
     """`xrt quant-report` on the shared-scale network: the class-score part is reported
     collapsed (table, verdict, json) and the command exits 1; on the fixed one it exits 0."""
     import json
@@ -198,10 +204,6 @@ def test_quant_report_names_the_collapsed_part(head, tmp_path, capsys):
     cal.mkdir()
     for k, x in enumerate(Y.images(2, SIZE, seed=7)):
         np.save(cal / f"{k}.npy", x)
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(quantize_mod, "OUTPUT_SPREAD", float("inf"))
-        mp.setattr(quantize_mod, "BRANCH_SPREAD", float("inf"))
-        shared = quantize_network(net, Y.images(4, SIZE, seed=1), weight_rounding="nearest")
     optimize(net).save(tmp_path / "f.json")
     for name, qn, rc in (("shared", shared, 1), ("kept", q, 0)):
         qn.save(tmp_path / f"{name}.json")
