@@ -119,3 +119,22 @@ def test_readme_block_runs_as_written(tmp_path):
         assert res.returncode == 0, f"{line}\n{res.stdout}\n{res.stderr}"
     assert json.loads((tmp_path / "out" / "bench.json").read_text())["iterations"] == 20
     assert "report-data" in (tmp_path / "out" / "tiny_cnn.html").read_text()
+
+
+def test_bench_json_raw_model_with_given_inputs(tmp_path):
+    import numpy as np
+
+    from xcompile import zoo
+
+    net = zoo.build("tiny_cnn")
+    net.save(tmp_path / "tiny.json")
+    x = zoo.calibration_set("tiny_cnn", count=1)[0][0]
+    np.save(tmp_path / "x.npy", x)
+    out = tmp_path / "b.json"
+    assert main(["bench", str(tmp_path / "tiny.json"), "--inputs", str(tmp_path / "x.npy"),
+                 "--warmup", "0", "--iterations", "3", "--json", str(out)]) == 0
+    summary = json.loads(out.read_text())
+    assert summary["network"] == "tiny_cnn" and summary["results"][0]["host"]["count"] == 3
+    np.save(tmp_path / "bad.npy", np.zeros((1, 2), np.float32))
+    assert main(["bench", str(tmp_path / "tiny.json"), "--inputs", str(tmp_path / "bad.npy")]
+                ) == 2
