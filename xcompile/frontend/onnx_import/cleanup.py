@@ -2,6 +2,13 @@
 
 BatchNorm folds into the Conv before it, x*Sigmoid(x) becomes Silu, consecutive Transposes
 and Reshapes compose (identities are bypassed), and ops nobody reads are removed.
+
+A Reshape that only drops a unit axis sinks below the element-wise ops that read it (their
+constants gain the unit axis): a 1-D Conv's result is the (N, 1, L, C) map reshaped to
+(N, L, C), and the BatchNorm (a Multiply and an Add by per-channel constants) and the
+activation after it then act on the NHWC map itself, where the optimize stage folds them into
+the Conv2d; the Reshape meets the next 1-D op's Reshape back to (N, 1, L, C), and the two
+compose into nothing.
 """
 
 from __future__ import annotations
@@ -10,7 +17,7 @@ import numpy as np
 
 from xir.network import Network
 from xir.ops.base import OP_REGISTRY, Operation
-from xir.values import Value
+from xir.values import Params, Value
 
 
 def _optimize(net: Network) -> None:
@@ -20,6 +27,7 @@ def _optimize(net: Network) -> None:
         changed |= _fold_batchnorm(net)
         changed |= _fuse_silu(net)
         changed |= _compose_moves(net)
+        changed |= _sink_unit_reshapes(net)
         changed |= _remove_dead(net)
         net.relink()
 
@@ -104,6 +112,81 @@ def _compose_moves(net: Network) -> bool:
         if changed:
             net.relink()
     return changed
+
+
+#: ops computed element by element, with no axis attribute: a unit axis dropped before them
+#: can be dropped after them instead
+_ELEMENTWISE = frozenset({"Add", "Sub", "Multiply", "Div", "Relu", "Sigmoid", "Tanh", "Silu",
+                          "Gelu", "Erf", "Hardswish", "Sqrt", "Power", "Cast", "Unary",
+                          "Binary", "PRelu"})
+
+
+def _dropped_unit_axis(src: tuple[int, ...], dst: tuple[int, ...]) -> int | None:
+    """The axis `a` when `dst` is `src` without its unit axis `a` (not the last axis: the
+    channels stay last), else None."""
+    if len(src) != len(dst) + 1:
+        return None
+    for a in range(len(src) - 1):
+        if src[a] == 1 and src[:a] + src[a + 1:] == dst:
+            return a
+    return None
+
+
+def _sink_unit_reshapes(net: Network) -> bool:
+    """``E(Reshape(x))`` -> ``Reshape(E(x))`` for an element-wise E (`_ELEMENTWISE`) whose
+    every computed input is such a Reshape, read by E alone, of one unit axis dropped at the
+    same place; E's constants get that axis (numpy broadcasting gives the same values), E's
+    output value (its v_id) is the new Reshape's."""
+    changed = False
+    for op in list(net.ops):
+        if op not in net.ops or op.op_type not in _ELEMENTWISE:
+            continue
+        out = op.outputs[0]
+        computed = [v for v in op.inputs if not (v.is_params and v.hasData())]
+        reshapes = [v.producer for v in computed]
+        if not computed or len(op.outputs) != 1 or any(
+                r is None or r.op_type != "Reshape" or set(v.consumers) != {op}
+                for v, r in zip(computed, reshapes)):
+            continue
+        src = reshapes[0].inputs[0]
+        axis = _dropped_unit_axis(tuple(src.shape), tuple(computed[0].shape))
+        if axis is None or tuple(out.shape) != tuple(computed[0].shape) or any(
+                tuple(r.inputs[0].shape) != tuple(src.shape) or
+                tuple(v.shape) != tuple(computed[0].shape) for v, r in zip(computed, reshapes)):
+            continue
+        if any(v.is_params and v.hasData() and np.asarray(v.data).ndim > len(out.shape)
+               for v in op.inputs):
+            continue
+        ins = []
+        for v in op.inputs:
+            if v in computed:
+                ins.append(v.producer.inputs[0])
+            elif v.is_params and v.hasData():
+                d = np.asarray(v.data)
+                d = np.expand_dims(d.reshape((1,) * (len(out.shape) - d.ndim) + d.shape), axis)
+                ins.append(Params(net.newVId(), _retyped(v, d.shape), d, v.name, v.mtype,
+                                  dict(v.tags)))
+            else:
+                ins.append(v)
+        op.inputs = ins
+        t = op.infer_types([v.dtype for v in ins])[0]
+        wide = net.newValue(t, f"{out.name}:{len(src.shape)}d" if out.name else "")
+        op.outputs = [wide]
+        back = OP_REGISTRY["Reshape"]([wide], [out], op_id=reshapes[0].op_id,
+                                      name=reshapes[0].name, shape=list(out.shape))
+        for r in dict.fromkeys(reshapes):
+            net.ops.remove(r)
+        net.ops.insert(net.ops.index(op) + 1, back)
+        net.relink()
+        changed = True
+    return changed
+
+
+def _retyped(v: Value, shape: tuple[int, ...]):
+    """`v`'s tensor type with another shape (any layout)."""
+    from xir.types import TensorType
+
+    return TensorType(v.dtype.element_dtype, shape)
 
 
 def _bypass(net: Network, op: Operation) -> bool:

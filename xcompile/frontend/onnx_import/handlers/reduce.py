@@ -2,8 +2,13 @@
 
 All of them are axis-local, so they work in whatever view their input has (an NHWC feature
 map stays NHWC) with the axes remapped. Axes arrive as an attribute or, from opset 13
-(ReduceSum) / 18 (the others), as an input that must be constant. ReduceMean over H and W of a
-4-D float map keeps its global AvgPool2d form, which the chips run.
+(ReduceSum) / 18 (the others), as an input that must be constant.
+
+ReduceMean / ReduceMax of a float map over its space become a global AvgPool2d / MaxPool2d,
+which the chips run: over H and W of a 4-D map (its NHWC view), and over the length of a
+rank-3 (N, C, L) or (N, L, C) tensor (the (N, 1, L, C) map the 1-D Conv and pools read,
+`handlers.conv_pool`) when the tensor is already held in that view: where it would take a
+Transpose, the axis-local `Reduce` stays.
 """
 
 from __future__ import annotations
@@ -79,22 +84,54 @@ def _reduce(im: _Importer, node, a, ins):
     axes = list(range(x.rank)) if axes is None else [v % r for v in axes]
     if len(set(axes)) != len(axes):
         raise _Unsupported(f"repeated axes {axes}")
-    if func == "mean" and x.rank == 4 and sorted(axes) == [2, 3] and x.dtype == np.float32 \
-            and x.shape[2] * x.shape[3] > 0:
-        return [_global_avg(im, x, keep)]
+    if func in ("mean", "max") and x.dtype == np.float32 and 0 not in axes and \
+            math.prod(x.shape[a] for a in axes) > 0:
+        if x.rank == 4 and sorted(axes) == [2, 3]:
+            return [_global_pool(im, x, func, keep)]
+        if x.rank == 3:
+            pooled = _global_pool_1d(im, x, func, sorted(axes), keep)
+            if pooled is not None:
+                return [pooled]
     if x.rank == 0:
         return _axis_local(im, x, "Reduce", [], keep, func=func, axes=[], keepdims=keep)
     return _axis_local(im, x, "Reduce", axes, keep, func=func, axes=axes, keepdims=keep)
 
 
-def _global_avg(im: _Importer, x: _T, keep: bool) -> _T:
-    """The mean over H and W of an NCHW map (PyTorch's `x.mean((2, 3))`): a global AvgPool2d,
-    reshaped when keepdims is 0."""
-    v = im.emit1("AvgPool2d", [im.nhwc(x)], "NHWC", is_global=True,
-                 pool_height=x.shape[2], pool_width=x.shape[3])
+def _pool(im: _Importer, v, func: str, height: int, width: int):
+    """The global pool of NHWC map `v` (its whole H x W plane): AvgPool2d for "mean",
+    MaxPool2d (a window of the plane's size, stride 1) for "max"."""
+    if func == "mean":
+        return im.emit1("AvgPool2d", [v], "NHWC", is_global=True, pool_height=height,
+                        pool_width=width)
+    return im.emit1("MaxPool2d", [v], "NHWC", pool_height=height, pool_width=width)
+
+
+def _global_pool(im: _Importer, x: _T, func: str, keep: bool) -> _T:
+    """The mean / max over H and W of an NCHW map (PyTorch's `x.mean((2, 3))`): a global
+    AvgPool2d / MaxPool2d, reshaped when keepdims is 0."""
+    v = _pool(im, im.nhwc(x), func, x.shape[2], x.shape[3])
     if keep:
         return im.result(v, NHWC)
     return im.result(im.emit1("Reshape", [v], None, shape=[x.shape[0], x.shape[1]]))
+
+
+def _global_pool_1d(im: _Importer, x: _T, func: str, axes: list[int], keep: bool
+                    ) -> _T | None:
+    """The mean / max of a rank-3 tensor over its axis `a` (1 or 2) as the global pool of the
+    (N, 1, L, C) map (L = axis a, C the other); None for other axes, or unless x is held in
+    the (N, L, C) view this needs (a Transpose would cost more than it saves)."""
+    if len(axes) != 1:
+        return None
+    a = axes[0]
+    perm = (0, a, 3 - a)
+    if x.is_const or perm not in x.views:
+        return None
+    n, length, c = (x.shape[p] for p in perm)
+    v = im.emit1("Reshape", [x.views[perm]], "NHWC", shape=[n, 1, length, c])
+    v = _pool(im, v, func, 1, length)
+    if not keep:
+        return im.result(im.emit1("Reshape", [v], None, shape=[n, c]))
+    return im.result(im.emit1("Reshape", [v], None, shape=[n, 1, c]), perm)
 
 
 @_handles("ArgMax", "ArgMin")
