@@ -8,9 +8,9 @@ are best-of after warm-up (compiled code from the Numba cache); ratios go to `ex
 import numpy as np
 import pytest
 from etm_instances import random_network_instance
+from etm_network import instance_from_network
 
 from npu_model.planners.etm import (
-    instance_from_network,
     plan_etm_detailed,
     plan_no_reuse,
 )

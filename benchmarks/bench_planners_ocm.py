@@ -11,9 +11,10 @@ import time
 
 import numpy as np
 import pytest
+from ocm_network import instance_from_network
 from ocm_optimum import selection_optimum
 
-from npu_model.planners.ocm import OcmOpt, instance_from_network
+from npu_model.planners.ocm import OcmOpt
 from xcompile import zoo
 
 KiB = 1024

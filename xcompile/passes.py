@@ -71,7 +71,7 @@ def copy_network(net: Network) -> Network:
     new.relink()
     new.reserveIds(max(net.opIds(), default=-1),
                    max((v.v_id for op in net.ops for v in op.inputs + op.outputs), default=-1))
-    new._next_v_id = max(new._next_v_id, net._next_v_id)
+    new.reserveIds(v_id=net.next_v_id - 1)
     return new
 
 

@@ -117,8 +117,7 @@ class Device:
         """Register a memory region (the first one becomes the default); return it."""
         if region.name in self._mem:
             raise DeviceError(f"{self!r} already has a memory region named {region.name!r}")
-        if region._device is None:
-            region._device = self
+        region.attach(self)
         self._mem[region.name] = region
         if default or self._default_mem is None:
             self._default_mem = region.name
@@ -128,8 +127,7 @@ class Device:
         """Register a register region (the first one becomes the default); return it."""
         if region.name in self._regs:
             raise DeviceError(f"{self!r} already has a register region named {region.name!r}")
-        if region._device is None:
-            region._device = self
+        region.attach(self)
         self._regs[region.name] = region
         if default or self._default_reg is None:
             self._default_reg = region.name

@@ -13,7 +13,6 @@ import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from types import ModuleType
 from typing import Any
 
 import pluggy
@@ -53,7 +52,6 @@ class Registry:
 _lock = threading.RLock()
 _pm: pluggy.PluginManager | None = None
 _registry: Registry | None = None
-_extra: list[tuple[str, ModuleType | object]] = []
 
 
 def _allow_list() -> set[str]:
@@ -88,10 +86,6 @@ def plugin_manager() -> pluggy.PluginManager:
                     raise PluginError(f"plugin '{ep.name}' ({info.distribution}) failed to "
                                       f"load: {info.error}") from exc
                 log.warning("skipping xrt plugin %r: %s", ep.name, info.error)
-        for name, module in _extra:
-            if pm.get_plugin(name) is None:
-                pm.register(module, name=name)
-                reg.plugins.setdefault(name, PluginInfo(name, "(registered in process)"))
         pm.check_pending()
         _pm = pm
         _registry = reg
@@ -173,20 +167,6 @@ def registry() -> Registry:
     with _lock:
         plugin_manager()
         return _registry  # type: ignore[return-value]  # set by plugin_manager()
-
-
-def register_plugin(module: ModuleType | object, name: str | None = None) -> None:
-    """Register a plugin object in this process (tests, notebooks, embedded use)."""
-    with _lock:
-        key = name or getattr(module, "__name__", repr(module))
-        _extra.append((key, module))
-        reset()
-
-
-def unregister_plugin(name: str) -> None:
-    with _lock:
-        _extra[:] = [(n, m) for n, m in _extra if n != name]
-        reset()
 
 
 def reset() -> None:

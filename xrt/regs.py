@@ -119,6 +119,11 @@ class RegRegion:
         """The device this register region belongs to."""
         return self._device
 
+    def attach(self, device: Device) -> None:
+        """Make `device` the region's owner when it has none yet (`Device.add_reg_region`)."""
+        if self._device is None:
+            self._device = device
+
     def clone(self, depth: int = 1) -> RegRegion:
         """The same region: it stands for one piece of hardware, which is not copied."""
         return self

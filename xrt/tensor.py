@@ -115,18 +115,19 @@ class Tensor:
         self._wrap(arr, dtype)
 
     @classmethod
-    def _host(cls, arr: np.ndarray, dtype: TensorType, region: Any) -> Tensor:
+    def over_array(cls, arr: np.ndarray, dtype: TensorType, region: Any) -> Tensor:
         """A tensor over `arr` (C-contiguous, writeable, of `dtype`'s numpy dtype and size) on
-        the host `region`, unchecked: a host kernel's fresh result."""
+        the host `region`, unchecked and without a copy: a host kernel's fresh result (the
+        backend made `arr` fit; `Tensor(arr, dtype)` checks and is the user's constructor)."""
         t = cls.__new__(cls)
         t._dtype, t._offset, t._check, t._ready = dtype, 0, None, True
         t._lazy, t._keep = (arr, region), arr
         return t
 
     @classmethod
-    def _over(cls, dtype: TensorType, chunk: MemChunk, offset: int) -> Tensor:
+    def over_chunk(cls, dtype: TensorType, chunk: MemChunk, offset: int) -> Tensor:
         """A tensor of `dtype` over `chunk` at `offset`, unchecked: a runtime handing out a
-        result where it checked once that the type fits."""
+        result where it checked once that the type fits (a forward's output buffer)."""
         t = cls.__new__(cls)
         t._dtype, t._offset, t._check, t._ready = dtype, offset, None, True
         t._chunk_ = chunk
@@ -241,7 +242,7 @@ class Tensor:
             # kernel's result): no allocation and finalizer per device -> host crossing
             raw = np.empty(dtype.storageBytes(), dtype=np.uint8)
             self.read(raw, 0, raw.size)
-            return Tensor._host(raw.view(dtype.numpy_dtype).reshape(dtype.shape), dtype,
+            return Tensor.over_array(raw.view(dtype.numpy_dtype).reshape(dtype.shape), dtype,
                                 mregion)
         out = Tensor(dtype).mallocOn(mregion)
         out.copyFrom(0, self, 0, dtype.storageBytes())  # type: ignore[union-attr]

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from .instance import DEFAULT_ALIGNMENT
+from npu_model.planners.etm.instance import DEFAULT_ALIGNMENT
 
 
 def _align_up(x: int, a: int) -> int:

@@ -9,8 +9,8 @@ from typing import Any
 
 import numpy as np
 
-from .driver import plan_ocm
-from .problem import OcmOpt, OcmPlan
+from npu_model.planners.ocm.driver import plan_ocm
+from npu_model.planners.ocm.problem import OcmOpt, OcmPlan
 
 #: ops that move no data on the NPU: their values share one buffer (a Reshape is a new view of
 #: its input; Concat inputs are written as channel slices of the Concat output, with a pitch;

@@ -60,10 +60,6 @@ def build(name: str, *, seed: int = 0, input_size: int | None = None,
     return net
 
 
-def default_input_size(name: str) -> int:
-    return int(_module(name).DEFAULT_INPUT_SIZE)
-
-
 def calibration_set(name: str, count: int = 8, seed: int = 0, *,
                     input_size: int | None = None, batch: int = 1) -> list[list[np.ndarray]]:
     """`count` input sets for network `name`, each a list with one float32 NHWC array

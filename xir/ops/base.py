@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import Any, ClassVar
 
 from ..errors import FieldTypeError, MissingFieldError, OpAttributeError, ShapeMismatchError
-from ..types import Layout, QuantizedType, ScalarType, TensorType
+from ..types import Layout, QuantizedType, TensorType
 from ..values import Value
 
 REQUIRED = object()
@@ -244,7 +244,3 @@ def broadcast(op: Operation, a: tuple[int, ...], b: tuple[int, ...]) -> tuple[in
 
 def prod(shape: Sequence[int]) -> int:
     return math.prod(shape)
-
-
-def scalar_float() -> ScalarType:
-    return ScalarType("fp", 32)

@@ -97,6 +97,12 @@ class MemChunk:
             )
         return self._state
 
+    def identity(self) -> object:
+        """The allocation this handle refers to: the same object for every handle of one
+        chunk (copies, `MemChunk(chunk)`), hashable and weak-referenceable, so a runtime can
+        key what it records about a chunk by it (user chunks shared between backends)."""
+        return self._st()
+
     def _live(self) -> _ChunkState:
         st = self._st()
         if st.freed:

@@ -125,6 +125,12 @@ class MemRegion:
         """The device the region belongs to."""
         return self._device
 
+    def attach(self, device: Device) -> None:
+        """Make `device` the region's owner when it has none yet (a device registering a
+        region built without one, `Device.add_mem_region`)."""
+        if self._device is None:
+            self._device = device
+
     def clone(self, depth: int = 1) -> MemRegion:
         """The same region: it stands for one piece of hardware memory, which is not copied."""
         return self

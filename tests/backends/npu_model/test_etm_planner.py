@@ -8,6 +8,7 @@ import numba
 import numpy as np
 import pytest
 from etm_instances import random_network_instance
+from etm_network import instance_from_network
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -17,7 +18,6 @@ from npu_model.planners.etm import (
     AliasError,
     BufferSpecError,
     PlanError,
-    instance_from_network,
     lower_bound,
     plan_etm,
     plan_etm_detailed,

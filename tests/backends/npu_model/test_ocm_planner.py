@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from ocm_network import instance_from_network
 from ocm_optimum import address_optimum, selection_optimum
 
 from npu_model.planners.ocm import (
@@ -14,7 +15,6 @@ from npu_model.planners.ocm import (
     OcmOpt,
     OcmPlanError,
     check_plan,
-    instance_from_network,
     plan_ocm,
 )
 

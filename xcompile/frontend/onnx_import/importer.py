@@ -100,6 +100,11 @@ class _Importer:
         return index < len(node.output) and node.output[index] in self.used
 
     # --- emitting xir ops --------------------------------------------------------------------
+    def newOpId(self) -> int:
+        """A fresh op id (ops are numbered in the order they are emitted)."""
+        self._op_id += 1
+        return self._op_id - 1
+
     def emit(self, op_type: str, inputs: list[Value], layouts: list[str | None] | None = None,
              name: str | None = None, **attrs: Any) -> list[Value]:
         cls = OP_REGISTRY[op_type]

@@ -78,7 +78,7 @@ def _forward_kernel(op, inputs, outputs, backend: HostBackend):
         vtype, npdt, shape, _ = plan.outs[0]
         arr = inputs[0].numpy()
         if arr.dtype == npdt and arr.shape == shape:
-            return [Tensor._host(arr, vtype, backend.memRegion())]
+            return [Tensor.over_array(arr, vtype, backend.memRegion())]
     arrays: list[np.ndarray] = []
     feed = iter(inputs)
     for v, is_params in zip(op.inputs, plan.params):
@@ -106,7 +106,7 @@ def _forward_kernel(op, inputs, outputs, backend: HostBackend):
         else:
             if not (arr.flags.c_contiguous and arr.flags.writeable):
                 arr = np.array(arr, order="C")
-            tensors.append(Tensor._host(arr.reshape(shape), vtype, region))
+            tensors.append(Tensor.over_array(arr.reshape(shape), vtype, region))
     return tensors
 
 

@@ -681,9 +681,3 @@ def pack_exp_table(table: np.ndarray) -> np.ndarray:
 def pack_float64(values: np.ndarray) -> np.ndarray:
     """float64 constants (a LayerNorm block) as little-endian bytes."""
     return np.ascontiguousarray(np.asarray(values, dtype="<f8")).view(np.uint8)
-
-
-def avgpool_table_size(kh: int, kw: int) -> int:
-    """Entries of an average-pool divisor table (divisors 0..kh*kw)."""
-    return kh * kw + 1
-

@@ -152,7 +152,7 @@ _CLAIMS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def _state(chunk: Any) -> Any:
-    return chunk._st()
+    return chunk.identity()
 
 
 def claim(chunk: Any, segment: SegmentType, network: str) -> None:

@@ -405,7 +405,7 @@ class Forwarder:
         if chunk is None:  # an INPUT/OUTPUT buffer: wherever it is bound this forward
             _, chunk, base = self.bound[owner]
             return steps.result_tensor(Tensor(ttype, chunk, base), is_ocm)
-        return steps.result_tensor(Tensor._over(ttype, chunk, base), is_ocm)
+        return steps.result_tensor(Tensor.over_chunk(ttype, chunk, base), is_ocm)
 
     def _place_of(self, v: Any) -> tuple[TensorType, Any, int, bool, int]:
         """(tensor type, chunk, offset, in OCM, buffer owner) of value `v`; chunk None for a

@@ -399,9 +399,8 @@ def fallback(imp: _Importer, node, fold: bool = True,
     outs = [imp.net.newValue(TensorType(dtype, shape, Layout.any(len(shape))), name)
             for name, (dtype, shape) in c.outputs]
     op = make_onnx_graph(values, outs, model, onnx_ops=[qualified(node)],
-                         onnx_nodes=[node.name], opset=imp.opset, op_id=imp._op_id,
+                         onnx_nodes=[node.name], opset=imp.opset, op_id=imp.newOpId(),
                          name=label)
-    imp._op_id += 1
     op.check_types()
     imp.ops.append(op)
     got = {name: imp.result(v) for (name, _), v in zip(c.outputs, outs)}

@@ -122,7 +122,7 @@ def clone_network(net: Network) -> tuple[Network, dict[int, Value]]:
         out.ops.append(new)
     out.relink()
     out.reserveIds(max(out.opIds(), default=-1), max(vals, default=-1))
-    out.reserveIds(net._next_op_id - 1, net._next_v_id - 1)
+    out.reserveIdsOf(net)
     return out, vals
 
 

@@ -467,8 +467,7 @@ class _Lowering:
         out = Network(net.name, framework_kind=net.framework_kind,
                       framework_version=net.framework_version, icraft_version=net.icraft_version,
                       icraft_xir_version=net.icraft_xir_version, tags=dict(net.tags))
-        out._next_v_id = net._next_v_id
-        out._next_op_id = net._next_op_id
+        out.reserveIdsOf(net)
         for b in self.buffers:
             if b is None:
                 continue

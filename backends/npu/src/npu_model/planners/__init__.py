@@ -11,17 +11,14 @@ from .etm import (
     BufferSpecError,
     EtmPlan,
     PlanError,
-    instance_from_network,
     lower_bound,
     plan_etm,
     plan_etm_detailed,
     plan_no_reuse,
     verify_plan,
 )
-from .ocm import OcmInstance, OcmOpt, OcmPlan, OcmPlanError, check_plan, plan_ocm
-from .ocm import instance_from_network as ocm_instance_from_network
+from .ocm import OcmOpt, OcmPlan, OcmPlanError, check_plan, plan_ocm
 
-__all__ = ["AliasError", "BufferSpecError", "EtmPlan", "PlanError", "instance_from_network",
+__all__ = ["AliasError", "BufferSpecError", "EtmPlan", "PlanError",
            "lower_bound", "plan_etm", "plan_etm_detailed", "plan_no_reuse", "verify_plan",
-           "OcmInstance", "OcmOpt", "OcmPlan", "OcmPlanError", "check_plan", "plan_ocm",
-           "ocm_instance_from_network"]
+           "OcmOpt", "OcmPlan", "OcmPlanError", "check_plan", "plan_ocm"]

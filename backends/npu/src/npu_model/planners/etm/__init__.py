@@ -23,8 +23,10 @@ per concern:
   and Numba's cache only notices changes to a kernel's own file;
 - `planner`: `plan_etm` / `plan_etm_detailed` (greedy, then the search) and `plan_no_reuse`
   (every group its own slot, the ``disableEtmOptimize`` layout);
-- `verify`: `verify_plan`, an independent check of any plan;
-- `network`: `instance_from_network`, the planner's input for an xir network (or view);
+- `verify`: `verify_plan`, an independent check of any plan.
+
+The instances of xir networks the tests and benchmarks plan (`instance_from_network`) live
+with them (tests/support/etm_network.py): the runtime builds its own from the `Layout`.
 
 The hot loops are module-level ``@njit(cache=True)`` functions of plain arrays, so
 ``NUMBA_DISABLE_JIT=1`` runs them as Python with the same results. Kernels that call each other
@@ -36,7 +38,6 @@ from __future__ import annotations
 from .bound import lower_bound
 from .errors import AliasError, BufferSpecError, PlanError
 from .instance import DEFAULT_ALIGNMENT as DEFAULT_ALIGNMENT
-from .network import instance_from_network
 from .planner import EtmPlan, plan_etm, plan_etm_detailed, plan_no_reuse
 
 # public constants: the defaults in the signatures below
@@ -49,7 +50,6 @@ __all__ = [
     "BufferSpecError",
     "EtmPlan",
     "PlanError",
-    "instance_from_network",
     "lower_bound",
     "plan_etm",
     "plan_etm_detailed",

@@ -25,10 +25,10 @@ returned. One module per concern:
 - `options`: the Python drivers of OPTION1 (global scoring), OPTION2 (local dynamic
   programming, a beam of the top M states) and OPTION3 (sequential evict-by-score);
 - `driver`: `plan_ocm`, which runs one option or all three for BEST_SCORE;
-- `network`: `OcmInstance` and `instance_from_network`, the instance of an xir network.
 
 The MILP reference optima the tests and benchmarks measure plans against live with them
-(tests/support/ocm_optimum.py): the planners never need scipy.
+(tests/support/ocm_optimum.py): the planners never need scipy. So do the instances of xir
+networks they plan (`OcmInstance`, `instance_from_network`: tests/support/ocm_network.py).
 
 Hot loops are module-level ``@njit(cache=True)`` kernels taking arrays only;
 ``NUMBA_DISABLE_JIT=1`` runs them as Python.
@@ -37,10 +37,7 @@ Hot loops are module-level ``@njit(cache=True)`` kernels taking arrays only;
 from __future__ import annotations
 
 from .driver import plan_ocm
-from .network import DEFAULT_ALIAS_OPS, OcmInstance, instance_from_network
 from .options import OPTION2_MAX_OPS
 from .problem import OcmOpt, OcmPlan, OcmPlanError, check_plan
 
-__all__ = ["OcmOpt", "OcmInstance", "OcmPlan", "OcmPlanError", "plan_ocm", "check_plan",
-           "instance_from_network",
-           "OPTION2_MAX_OPS", "DEFAULT_ALIAS_OPS"]
+__all__ = ["OcmOpt", "OcmPlan", "OcmPlanError", "plan_ocm", "check_plan", "OPTION2_MAX_OPS"]
