@@ -495,7 +495,9 @@ def check_fork(s: Subject) -> None:
 
 
 def check_snapshot(s: Subject) -> None:
-    """dumpSnapshot -> CreateWithSnapshot gives a session with the same outputs."""
+    """dumpSnapshot -> CreateWithSnapshot gives a session with the same outputs, restored on
+    a device opened after the first one was closed (as another process would: a server's
+    on-chip memory is given back when its client goes)."""
     from ..session import Session
 
     with s.devices(2) as (dev, dev2, host):
@@ -511,6 +513,7 @@ def check_snapshot(s: Subject) -> None:
                     raise SkipCheck(f"{s.name} does not write snapshots: {exc}") from None
             finally:
                 sess.close()
+                dev.close()
             again = Session.CreateWithSnapshot(path, [type(b) for b in sess.backends],
                                                [dev2, host])
             try:

@@ -234,3 +234,20 @@ def test_pytest_plugin_without_a_backend_is_a_usage_error(pytester):
     result = pytester.runpytest("-q", "-p", "no:cacheprovider")
     assert result.ret != 0
     result.stdout.fnmatch_lines(["*takes xrt_check: mark it @pytest.mark.xrt_conformance*"])
+
+
+def test_the_kit_runs_over_a_socket_device():
+    pytest.importorskip("zg330backend")
+    from xrt import Device
+    from xrt.remote.server import DeviceServer
+
+    srv = DeviceServer(Device.Open("sim://zg330"), close_device=True).start()
+    try:
+        host, port = srv.address
+        report = run_conformance("ZG330", f"socket://zg330@{host}:{port}", trials=1)
+    finally:
+        srv.shutdown()
+    assert report.device.startswith("socket://")
+    assert report.failed == 0, [(r.name, r.message) for r in report.results]
+    assert {"compiled_network", "snapshot", "fork"} <= {r.name for r in report.results
+                                                       if r.status == "passed"}
