@@ -9,7 +9,10 @@ quantize -> adapt -> generate).
    a lookup table each once quantized; LayerNorm written out (ReduceMean, Sub, Pow 2,
    ReduceMean, Add eps, Sqrt, Div, then Mul gamma and Add beta) becomes one LayerNorm;
    an LRN becomes ops the NPUs run (`x * x`, the channel window's sum as a 1x1 Conv2d with a
-   band of ones, the denominator's power as a Power table, `x * d`);
+   band of ones, the denominator's power as a Power table, `x * d`); the square root of a
+   square, ``sqrt(x * x)`` or ``sqrt(max(x * x, c))`` (keras' magnitude with a floor), becomes
+   ``|x|`` or ``max(|x|, sqrt c)``: the same values, without the square that int8 cannot hold
+   (it rounds every |x| below 1/16 of the largest to 0);
 1. per-channel affines: a Multiply or Add of a 4-D map by a constant that varies along C only
    (exporters write BatchNorm so, and Caffe2's scale layers) becomes a BatchNorm2d, and a
    BatchNorm2d read only by another composes with it into one (`y = x * a + b`, in float64);
@@ -353,6 +356,54 @@ def _fold_gelu_tanh(net: Network, tanh: Operation, outputs: set[int]) -> bool:
     return False
 
 
+def _fold_sqrt_of_square(net: Network, root: Operation, outputs: set[int]) -> bool:
+    """``sqrt(x * x)`` -> ``|x|`` and ``sqrt(max(x * x, c))`` with a constant c >= 0 ->
+    ``max(|x|, sqrt c)``, around `root` (the Sqrt; its output value and op_id kept). An exact
+    identity that removes the square: quantized, ``x * x`` needs twice the bits of x (int8
+    rounds every |x| below 1/16 of the largest to 0 before the Sqrt), ``|x|`` none more, and
+    Abs (a table) and Max run on the chips where the float Sqrt stays on the host."""
+    from xir.ops.pointwise import Binary, Unary
+
+    v = root.inputs[0]
+    floor = v.producer
+    c = None
+    if floor is not None and floor.op_type == "Binary" and floor.attrs["func"] == "max" and \
+            _reader(v, outputs) is root:
+        sq = next((i for i in floor.inputs if not i.is_params), None)
+        k = _other(floor, sq) if sq is not None else None
+        if k is None or not (k.is_params and k.data is not None) or \
+                np.asarray(k.data).size != 1 or not float(np.asarray(k.data).ravel()[0]) >= 0:
+            return False
+        c, v = k, sq
+    mul = v.producer
+    if mul is None or mul.op_type != "Multiply" or len(mul.inputs) != 2 or \
+            mul.inputs[0] is not mul.inputs[1] or mul.inputs[0].is_params or \
+            _reader(v, outputs) is not (root if c is None else floor):
+        return False
+    x = mul.inputs[0]
+    if x.dtype.numpy_dtype != np.float32 or tuple(x.shape) != tuple(root.outputs[0].shape):
+        return False
+    name = root.name or f"sqrt{root.op_id}"
+    gone = [mul] + ([floor] if c is not None else [])
+    if c is None:
+        ops = [Unary([x], list(root.outputs), op_id=root.op_id, name=name, func="abs")]
+    else:
+        a = Value(net.newVId(), x.dtype, f"{name}.abs")
+        k = np.sqrt(np.asarray(c.data, np.float64)).astype(np.float32)
+        ops = [Unary([x], [a], op_id=net.newOpId(), name=f"{name}.abs", func="abs"),
+               Binary([a, net.newParams(k.reshape(np.asarray(c.data).shape),
+                                        f"{name}.floor")],
+                      list(root.outputs), op_id=root.op_id, name=name, func="max")]
+    for op in ops:
+        op.tags = dict(root.tags, fused_op_ids=[g.op_id for g in gone], decomposed="Sqrt")
+    for g in gone:
+        net.ops.remove(g)
+    i = net.ops.index(root)
+    net.ops[i:i + 1] = ops
+    net.relink()
+    return True
+
+
 def _is_mean(op: Operation) -> bool:
     """A mean over axes: the ONNX importer's Reduce(func="mean") or an older ReduceMean."""
     return op.op_type == "ReduceMean" or (op.op_type == "Reduce" and op.attrs["func"] == "mean")
@@ -576,6 +627,8 @@ def optimize(net: Network) -> Network:
         elif op in out.ops and _is_mean(op) and _fold_layernorm(out, op, outputs):
             n_act += 1
         elif op in out.ops and op.op_type == "LRN" and _lrn_as_chip_ops(out, op):
+            n_act += 1
+        elif op in out.ops and op.op_type == "Sqrt" and _fold_sqrt_of_square(out, op, outputs):
             n_act += 1
     for op in list(out.ops):  # channel shuffles written as Reshape -> Transpose -> Reshape
         if op in out.ops and op.op_type == "Reshape" and _fold_channel_shuffle(out, op, outputs):

@@ -42,13 +42,7 @@ WHERE = {
 #: a float op reads it, docs/quantization.md "What stays float")
 NEVER_HOST = {"Conv2d", "ConvTranspose2d", "Silu", "Sigmoid", "Tanh", "Gelu"}
 #: cases that cannot pass yet, with the precise reason (strict: they must fail)
-XFAIL: dict[str, str] = {
-    "keras_audio_cnn": "accuracy: int8 output cosine 0.925-0.928; the loss compounds over the "
-                       "network (x*x before the host Sqrt, the host ReduceMean's re-quantized "
-                       "mean, the Dense): 13 of its 14 integer ops at int16 measure 0.953, all "
-                       "int16 0.9999, and automatic mixed precision stops at 0.945 and keeps "
-                       "int8",
-}
+XFAIL: dict[str, str] = {}
 
 
 def compile_field(name: str, target: str, tmp_path: Path, model=None) -> dict:

@@ -201,3 +201,44 @@ def test_1d_conv_bn_relu_compiles_like_its_2d_twin(target, tmp_path):
                if op.op_type == "HardOp")
     assert got.tobytes() == run_reference(b1["written"]["adapted"], x).tobytes()
     assert cosine(got, run_ort(m1, x)) >= 0.99
+
+
+def magnitude(floor: float | None):
+    """keras' magnitude of a learned STFT: ``sqrt(max(y * y, floor))`` after a Conv1d (or
+    ``sqrt(y * y)`` without a floor)."""
+    g = Builder(np.random.default_rng(9))
+    y = g.conv("x", 1, 8, k=(16,), stride=(4,), pad=(8,))
+    sq = g.op("Mul", [y, y])
+    if floor is not None:
+        sq = g.op("Max", [sq, g.const(np.array(floor))])
+    return g.model([1, 1, 256], g.op("Relu", [g.conv(g.op("Sqrt", [sq]), 8, 8, k=(3,))]))
+
+
+@pytest.mark.parametrize("floor", [None, 1e-6, 0.04])
+def test_the_square_root_of_a_square_is_an_abs(floor):
+    """``sqrt(max(y * y, c))`` becomes ``max(|y|, sqrt c)`` (``sqrt(y * y)``: ``|y|``) on
+    the NHWC map: no Multiply and no Sqrt left, the same values as onnxruntime."""
+    m = magnitude(floor)
+    net = optimize(import_onnx(m))
+    assert not {"Sqrt", "Multiply"} & set(types(net)), types(net)
+    ab = next(op for op in net.ops if op.op_type == "Unary")
+    assert ab.attrs["func"] == "abs" and ab.inputs[0].producer.op_type == "Conv2d"
+    if floor is not None:
+        mx = next(op for op in net.ops if op.op_type == "Binary")
+        assert mx.attrs["func"] == "max" and mx.inputs[0] is ab.outputs[0]
+        assert float(np.asarray(mx.inputs[1].data).ravel()[0]) == pytest.approx(floor ** 0.5)
+    x = np.random.default_rng(10).normal(0, 0.3, (1, 1, 256)).astype(np.float32)
+    np.testing.assert_allclose(run_host(net, x), run_ort(m, x), rtol=1e-4, atol=1e-5)
+
+
+def test_a_square_read_elsewhere_keeps_its_sqrt():
+    """``y * y`` that a second op also reads (an energy beside the magnitude) stays a square,
+    and its Sqrt stays."""
+    g = Builder(np.random.default_rng(13))
+    y = g.conv("x", 1, 4, k=(8,), stride=(4,), pad=(4,))
+    sq = g.op("Mul", [y, y])
+    m = g.model([1, 1, 64], g.op("Add", [g.op("Sqrt", [sq]), sq]))
+    net = optimize(import_onnx(m))
+    assert {"Sqrt", "Multiply"} <= set(types(net)) and "Unary" not in types(net)
+    x = np.random.default_rng(14).normal(0, 0.3, (1, 1, 64)).astype(np.float32)
+    np.testing.assert_allclose(run_host(net, x), run_ort(m, x), rtol=1e-4, atol=1e-5)
