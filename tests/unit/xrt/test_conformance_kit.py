@@ -152,6 +152,7 @@ def test_a_minimal_third_party_backend_passes(kit_plugin):
     assert st["ops[Relu]"] == "passed" and st["ops[Conv2d]"] == "skipped"
     assert "failed" not in st.values()
     assert st["compiled_network"] == "skipped" and st["unsupported_op"] == "passed"
+    assert st["catalogue_coverage"] == "passed"  # its one op type has a case
 
 
 @pytest.mark.parametrize("backend, broken", [
@@ -220,9 +221,10 @@ def test_pytest_plugin_makes_one_item_per_check(pytester, kit_plugin):
     """)
     result = pytester.runpytest("-v", "-p", "no:cacheprovider", "-k", "not compiled")
     names = [c.name for c in checks(Subject(plugins.backend_class("Host")))]
-    # Host: every check but compiled_network passes; KitOffRelu: ops[Relu] fails, the other
-    # catalogue ops are skipped (not claimed)
-    result.assert_outcomes(passed=(len(names) - 1) + 7, failed=1, skipped=len(CASES) - 1,
+    # Host: every check passes but compiled_network (deselected) and catalogue_coverage
+    # (skipped: op types without a case); KitOffRelu: ops[Relu] fails, the other catalogue
+    # ops are skipped (not claimed), its eight other checks pass
+    result.assert_outcomes(passed=(len(names) - 2) + 8, failed=1, skipped=1 + len(CASES) - 1,
                            deselected=2)
     result.stdout.fnmatch_lines(["*test_broken?KitOffRelu:ops?Relu?* FAILED*",
                                  "*ops[[]Relu[]]: Relu *differs from the HostBackend's*"])
