@@ -7,32 +7,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from test_zg330_lowering_lib import (
-    compiled_zoo,
-    zdev,  # noqa: F401  (fixture)
-)
+from runtime_cases import host_ref, x_of
 
-from host_backend import HostBackend
-from xrt import HostDevice, Session
+from npu_runtime import SegmentType
 from xrt.errors import DeviceError
-from zg330backend import SegmentType, ZG330Backend
-
-
-def _session(z, dev):
-    s = Session.Create([ZG330Backend, HostBackend], z.view(0), [dev, HostDevice.Default()])
-    s.enableTimeProfile(True)
-    s.apply()
-    return s
-
-
-def _host(q, x):
-    s = Session.Create([HostBackend], q.view(0), [HostDevice.Default()])
-    s.apply()
-    return np.asarray(s.forward([x])[0]).copy()
-
-
-def _x(q, seed):
-    return np.random.default_rng(seed).normal(size=q.inputs()[0].shape).astype(np.float32)
 
 
 def _counters(s, dev):
@@ -41,30 +19,30 @@ def _counters(s, dev):
             {k: dict(v) for k, v in zb.profileInfo().items()})
 
 
-def test_replay_is_the_decode(zdev, decodes):  # noqa: F811
+def test_replay_is_the_decode(chip, decodes):
     """Later forwards replay (no word-by-word decode) and give the integer reference's result
     for every input, with the cycles, layer count, tile counters and profile of the decode."""
-    q, z = compiled_zoo("tiny_cnn")
-    s = _session(z, zdev)
-    first = np.asarray(s.forward([_x(q, 0)])[0]).copy()
+    q, z = chip.compiled("tiny_cnn")
+    s, _ = chip.session(z)
+    first = np.asarray(s.forward([x_of(q, 0)])[0]).copy()
     runs = decodes[0]
     assert runs >= 1
-    seen = _counters(s, zdev)
+    seen = _counters(s, chip.dev)
     for seed in (1, 2, 0):
-        got = np.asarray(s.forward([_x(q, seed)])[0])
-        np.testing.assert_array_equal(got, _host(q, _x(q, seed)))
-        assert _counters(s, zdev) == seen
+        got = np.asarray(s.forward([x_of(q, seed)])[0])
+        np.testing.assert_array_equal(got, host_ref(q, x_of(q, seed))[0])
+        assert _counters(s, chip.dev) == seen
     np.testing.assert_array_equal(got, first)
     assert decodes[0] == runs  # every later run was a replay
     s.close()
 
 
-def test_changed_bytes_are_decoded_again(zdev, decodes):  # noqa: F811
+def test_changed_bytes_are_decoded_again(chip, decodes):
     """One changed weight byte makes the run decode again; weights inverted change the result
     and an illegal word faults, though the stream ran (and was replayed) before."""
-    q, z = compiled_zoo("tiny_cnn")
-    x = _x(q, 3)
-    s = _session(z, zdev)
+    q, z = chip.compiled("tiny_cnn")
+    x = x_of(q, 3)
+    s, _ = chip.session(z)
     good = np.asarray(s.forward([x])[0]).copy()
     s.forward([x])
     zb = s.backends[0]

@@ -1,66 +1,56 @@
-"""ZG330 snapshots (docs/snapshot-format.md): made on mock://zg330, loaded on sim://zg330, they
-forward byte-identically to a session built normally, without lowering or planning again."""
+"""Snapshots of the shared runtime (docs/snapshot-format.md), on both chips: made on the chip's
+mock device, loaded on its simulator, they forward byte-identically to a session built
+normally, without lowering or planning again."""
 
 from __future__ import annotations
 
 import os
 
 import pytest
-from test_zg330_deploy import NETS, compiled, host_ref, run, session, x_of
-from test_zg330_lowering_lib import zdev  # noqa: F401  (fixture)
+from runtime_cases import HEAVY, host_ref, run, x_of
 
 from host_backend import HostBackend
+from npu_runtime import OcmOpt, SegmentType
 from xrt import (
     CallOrderError,
-    Device,
     HostDevice,
     Session,
     SnapshotError,
     UnsupportedOpError,
     XrtError,
 )
-from zg330backend import OcmOpt, SegmentType, ZG330Backend
 
 
-@pytest.fixture(scope="module")
-def mock():
-    d = Device.Open("mock://zg330")
-    yield d
-    d.close()
-
-
-def dump_on_mock(z, mock, path, **kw):
-    s, zb = session(z, mock, profile=False, **kw)
+def dump_on_mock(chip, z, path, **options):
+    s, b = chip.session(z, chip.mock(), profile=False, **options)
     s.dumpSnapshot(path)
-    settings = (zb.is_mergeHardop, zb.is_etmOptimize, zb.ocmopt, zb.deployment.plan.to_json())
+    settings = (b.is_mergeHardop, b.is_etmOptimize, b.ocmopt, b.deployment.plan.to_json())
     s.close()
     return settings
 
 
-def load(path, dev):
-    return Session.CreateWithSnapshot(path, [ZG330Backend, HostBackend],
-                                      [dev, HostDevice.Default()])
-
-
-@pytest.mark.parametrize("name,kw", NETS)
-def test_mock_snapshot_forwards_on_sim_like_a_built_session(zdev, mock, tmp_path,  # noqa: F811
-                                                            name, kw):
-    q, z = compiled(name, **kw)
+@pytest.mark.parametrize("chip,name,kw", [("zg330", "tiny_cnn", {}), ("buyi", "tiny_cnn", {}),
+                                          ("zg330", "yolov5s", {"input_size": 160}),
+                                          pytest.param("buyi", "yolov5s", {"input_size": 160},
+                                                       marks=pytest.mark.slow)],
+                         indirect=["chip"])
+def test_mock_snapshot_forwards_on_sim_like_a_built_session(chip, tmp_path, name, kw):
+    q, z = chip.compiled(name, **kw)
     x = x_of(q)
     p = tmp_path / f"{name}.snap"
-    settings = dump_on_mock(z, mock, p)
-    r0 = load(p, mock)
+    settings = dump_on_mock(chip, z, p)
+    r0 = chip.load(p, chip.mock())
     with pytest.raises(UnsupportedOpError, match="mock device"):  # the mock cannot forward
         run(r0, x)
     r0.close()
-    r = load(p, zdev)
+    r = chip.load(p)
     zb = r.backends[0]
     assert zb.snapshot and r.backends[1].snapshot
     plan = zb.deployment.plan.to_json()
     assert (zb.is_mergeHardop, zb.is_etmOptimize, zb.ocmopt, plan) == settings
     assert zb.precheck()
     got = run(r, x)
-    s, zb2 = session(z, zdev, profile=False)
+    s, zb2 = chip.session(z, profile=False)
     want = run(s, x)
     assert zb2.deployment.mmu and [m[0::2] for m in zb.deployment.mmu] == \
         [m[0::2] for m in zb2.deployment.mmu]
@@ -73,19 +63,19 @@ def test_mock_snapshot_forwards_on_sim_like_a_built_session(zdev, mock, tmp_path
     r.close()
 
 
-def test_non_default_settings_are_kept_and_frozen(zdev, mock, tmp_path):  # noqa: F811
-    q, z = compiled("tiny_cnn")
+def test_non_default_settings_are_kept_and_frozen(chip, tmp_path):
+    q, z = chip.compiled("tiny_cnn")
     p = tmp_path / "t.snap"
-    settings = dump_on_mock(z, mock, p, reuse=False, merge=False, ocm=OcmOpt.OPTION2)
-    r = load(p, zdev)
+    merge = not chip.backend.chip.merge  # both of the chip's defaults turned round
+    reuse = not chip.backend.chip.etm_reuse
+    settings = dump_on_mock(chip, z, p, merge=merge, reuse=reuse)
+    r = chip.load(p)
     zb = r.backends[0]
     plan = zb.deployment.plan.to_json()
     assert (zb.is_mergeHardop, zb.is_etmOptimize, zb.ocmopt, plan) == settings
-    assert settings[:2] == (False, False)
-    assert all(len(run_.op_ids) == 1 for run_ in zb.deployment.runs)  # merge off was kept
-    for call in (zb.disableMergeHardOp, zb.disableEtmOptimize,
-                 lambda: zb.ocmOptimize(OcmOpt.NONE),
-                 lambda: zb.userReuseSegment(None, SegmentType.FTMP)):
+    assert settings[:2] == (merge, reuse)
+    assert any(len(run_.op_ids) > 1 for run_ in zb.deployment.runs) == merge  # merge was kept
+    for call in (*chip.option_calls(zb), lambda: zb.userReuseSegment(None, SegmentType.FTMP)):
         with pytest.raises(CallOrderError, match="frozen at dump time"):
             call()
     with pytest.raises(CallOrderError, match="frozen"):
@@ -95,16 +85,19 @@ def test_non_default_settings_are_kept_and_frozen(zdev, mock, tmp_path):  # noqa
     r.close()
 
 
-def test_restore_runs_no_lowering_or_planning(zdev, mock, tmp_path, monkeypatch):  # noqa: F811
-    q, z = compiled("yolov5s", input_size=160)
+@pytest.mark.parametrize("chip", HEAVY, indirect=True)
+def test_restore_runs_no_lowering_or_planning(chip, tmp_path, monkeypatch):
+    import importlib
+
+    q, z = chip.compiled("yolov5s", input_size=160)
     x = x_of(q)
     p = tmp_path / "y.snap"
-    dump_on_mock(z, mock, p)
+    dump_on_mock(chip, z, p)
 
     def forbidden(*a, **k):
         raise AssertionError("lowering / planning ran during CreateWithSnapshot")
 
-    import zg330backend.lowering as lowering
+    lowering = importlib.import_module(f"{chip.package}.lowering")
     from npu_model.planners import etm as etm_planner
     from npu_model.planners import ocm as ocm_planner
     from npu_runtime import apply as apply_stage
@@ -116,11 +109,12 @@ def test_restore_runs_no_lowering_or_planning(zdev, mock, tmp_path, monkeypatch)
                       (etm_planner, "plan_etm_detailed"), (etm_planner, "plan_no_reuse"),
                       (etm_planner, "lower_bound"), (ocm_planner, "plan_ocm"),
                       (lowering, "lower"), (lowering, "adapt"),
-                      (ZG330Backend, "apply"), (ZG330Backend, "init"),
+                      (chip.backend, "apply"), (chip.backend, "init"),
+                      (chip.backend, "_apply"), (chip.backend, "_init"),
                       (npu_backend, "build_layout"), (apply_stage, "apply"),
                       (Layout, "move_to"), (Layout, "ftmp_estimate")]:
         monkeypatch.setattr(mod, attr, forbidden)
-    r = load(p, zdev)
+    r = chip.load(p)
     got = run(r, x)
     monkeypatch.undo()
     for a, b in zip(got, host_ref(q, x)):
@@ -128,9 +122,9 @@ def test_restore_runs_no_lowering_or_planning(zdev, mock, tmp_path, monkeypatch)
     r.close()
 
 
-def test_dump_before_apply_raises(zdev, tmp_path):  # noqa: F811
-    q, z = compiled("tiny_cnn")
-    s = Session.Create([ZG330Backend, HostBackend], z.view(0), [zdev, HostDevice.Default()])
+def test_dump_before_apply_raises(chip, tmp_path):
+    q, z = chip.compiled("tiny_cnn")
+    s = Session.Create([chip.backend, HostBackend], z.view(0), [chip.dev, HostDevice.Default()])
     with pytest.raises(CallOrderError):
         s.dumpSnapshot(tmp_path / "x.snap")
     with pytest.raises(CallOrderError, match="after apply"):
@@ -139,33 +133,33 @@ def test_dump_before_apply_raises(zdev, tmp_path):  # noqa: F811
     s.close()
 
 
-def test_mismatched_backends_and_devices_raise(zdev, mock, tmp_path):  # noqa: F811
-    q, z = compiled("tiny_cnn")
+def test_mismatched_backends_and_devices_raise(chip, tmp_path):
+    q, z = chip.compiled("tiny_cnn")
     p = tmp_path / "t.snap"
-    dump_on_mock(z, mock, p)
-    host = HostDevice.Default()
-    with pytest.raises(SnapshotError, match=r"'ZG330' at dump time.*t\.snap|t\.snap.*'ZG330'"):
-        Session.CreateWithSnapshot(p, [HostBackend, ZG330Backend], [zdev, host])
+    dump_on_mock(chip, z, p)
+    host, dev, npu, name = HostDevice.Default(), chip.dev, chip.backend, chip.backend.name
+    with pytest.raises(SnapshotError, match=rf"'{name}' at dump time.*t\.snap|t\.snap.*'{name}'"):
+        Session.CreateWithSnapshot(p, [HostBackend, npu], [dev, host])
     with pytest.raises(SnapshotError, match="holds 2 backends"):
-        Session.CreateWithSnapshot(p, [ZG330Backend], [zdev])
+        Session.CreateWithSnapshot(p, [npu], [dev])
     with pytest.raises(SnapshotError, match="1 devices"):
-        Session.CreateWithSnapshot(p, [ZG330Backend, HostBackend], [zdev])
-    used = zdev.defaultMemRegion().used_bytes
-    with pytest.raises(XrtError, match="ZG330 device"):
-        Session.CreateWithSnapshot(p, [ZG330Backend, HostBackend], [host, host])
-    assert zdev.defaultMemRegion().used_bytes == used  # nothing leaked
+        Session.CreateWithSnapshot(p, [npu, HostBackend], [dev])
+    used = dev.defaultMemRegion().used_bytes
+    with pytest.raises(XrtError, match=f"{npu.chip.name} device"):
+        Session.CreateWithSnapshot(p, [npu, HostBackend], [host, host])
+    assert dev.defaultMemRegion().used_bytes == used  # nothing leaked
 
 
 @pytest.mark.parametrize("case,pattern", [("truncated", "truncated"),
                                           ("bitflip", "corrupted"),
                                           ("magic", "wrong magic"),
                                           ("version", "format version")])
-def test_damaged_zg330_snapshot_raises(zdev, mock, tmp_path, case, pattern):  # noqa: F811
+def test_damaged_snapshot_raises(chip, tmp_path, case, pattern):
     import struct
 
-    q, z = compiled("tiny_cnn")
+    q, z = chip.compiled("tiny_cnn")
     p = tmp_path / "t.snap"
-    dump_on_mock(z, mock, p)
+    dump_on_mock(chip, z, p)
     data = bytearray(p.read_bytes())
     if case == "truncated":
         data = data[:-1000]
@@ -178,21 +172,21 @@ def test_damaged_zg330_snapshot_raises(zdev, mock, tmp_path, case, pattern):  # 
     bad = tmp_path / "bad.snap"
     bad.write_bytes(bytes(data))
     with pytest.raises(SnapshotError, match=pattern) as ei:
-        load(bad, zdev)
+        chip.load(bad)
     assert str(bad) in str(ei.value)
 
 
-def test_user_chunks_cannot_be_snapshotted_and_dump_is_atomic(zdev, tmp_path):  # noqa: F811
-    q, z = compiled("tiny_cnn")
+def test_user_chunks_cannot_be_snapshotted_and_dump_is_atomic(chip, tmp_path):
+    q, z = chip.compiled("tiny_cnn")
     p = tmp_path / "t.snap"
-    s, _ = session(z, zdev, profile=False)
+    s, _ = chip.session(z, profile=False)
     s.dumpSnapshot(p)
     before = p.read_bytes()
     s.close()
-    s = Session.Create([ZG330Backend, HostBackend], z.view(0), [zdev, HostDevice.Default()])
+    s = Session.Create([chip.backend, HostBackend], z.view(0), [chip.dev, HostDevice.Default()])
     zb = s.backends[0]
-    need = zb.logic_segment_map[SegmentType.FTMP].byte_size
-    chunk = zdev.defaultMemRegion().malloc(need, True, 4096)
+    need = max(zb.logic_segment_map[SegmentType.FTMP].byte_size, 1)
+    chunk = chip.dev.defaultMemRegion().malloc(need, True, 4096)
     zb.userReuseSegment(chunk, SegmentType.FTMP)
     s.apply()
     with pytest.raises(SnapshotError, match="user chunks"):
@@ -203,16 +197,22 @@ def test_user_chunks_cannot_be_snapshotted_and_dump_is_atomic(zdev, tmp_path):  
     chunk.free()
 
 
-def test_snapshots_written_before_the_shared_runtime_still_load(zdev, mock, tmp_path):  # noqa: F811
+@pytest.mark.parametrize("chip", ["zg330"], indirect=True)  # the ZG330 runtime wrote them
+def test_snapshots_written_before_the_shared_runtime_still_load(chip, tmp_path):
     """State version 1 as the ZG330 runtime wrote it before `npu_runtime`: the plan's OCM
     options were ints, not names. Such a file (re-sealed here) restores and runs bit-exactly;
     a state version this runtime does not know is refused by name."""
     from xrt.snapshot import read_snapshot, write_snapshot
 
-    q, z = compiled("tiny_cnn")
+    q, z = chip.compiled("tiny_cnn")
     x = x_of(q, 2)
     p = tmp_path / "new.snap"
-    dump_on_mock(z, mock, p, ocm=OcmOpt.OPTION2)
+    s = Session.Create([chip.backend, HostBackend], z.view(0),
+                       [chip.mock(), HostDevice.Default()])
+    s.backends[0].ocmOptimize(OcmOpt.OPTION2)
+    s.apply()
+    s.dumpSnapshot(p)
+    s.close()
     snap = read_snapshot(p)
     header = dict(snap.header)
     sections = {s["name"]: bytes(snap.sections[s["name"]]) for s in header.pop("sections")}
@@ -222,7 +222,7 @@ def test_snapshots_written_before_the_shared_runtime_still_load(zdev, mock, tmp_
         state["plan"][k] = int(OcmOpt[state["plan"][k]])
     old = tmp_path / "old.snap"
     write_snapshot(old, header, sections)
-    r = load(old, zdev)
+    r = chip.load(old)
     zb = r.backends[0]
     assert zb.ocmopt == OcmOpt.OPTION2 and zb.deployment.plan.ocm_requested == OcmOpt.OPTION2
     for a, b in zip(run(r, x), host_ref(q, x)):
@@ -231,4 +231,4 @@ def test_snapshots_written_before_the_shared_runtime_still_load(zdev, mock, tmp_
     state["version"] = 2
     write_snapshot(old, header, sections)
     with pytest.raises(SnapshotError, match="state version 2"):
-        load(old, zdev)
+        chip.load(old)
