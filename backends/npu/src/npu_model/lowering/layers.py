@@ -61,6 +61,9 @@ class OpLowering:
     fold: bool = False
     #: the scratch maps are dense (pitch = channels): their bytes are the elements in order
     dense_scratch: bool = False
+    #: the lowering makes the input's buffer dense (pitch = channels) when nothing else
+    #: shares it (a regrouping Reshape then reads it in place)
+    dense_input: bool = False
 
     @property
     def kinds(self) -> list[str]:

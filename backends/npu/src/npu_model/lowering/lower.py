@@ -277,6 +277,8 @@ class _Lowering:
             for v in op.feature_inputs():
                 self._ensure_input(v)
             low = self.npu_ops[op.op_id]
+            if low is not None and low.dense_input:
+                self._make_dense(op.feature_inputs()[0])
             if low is not None:
                 chain = self.chains.get(op.op_id, [op])
                 spec = _HardSpec(list(chain), [low], list(op.feature_inputs()),
@@ -299,6 +301,13 @@ class _Lowering:
                 continue
             seq.append(self._plan_alias(op))
         return seq
+
+    def _make_dense(self, v: Value) -> None:
+        """Fix `v`'s buffer to pitch = channels when `v` is its only member at offset 0 (a
+        later member that needs another pitch gets its own buffer, as `fits` decides)."""
+        b = self.buf_of[v.v_id]
+        if list(b.members) == [v.v_id] and b.fits(0, map3(v.shape)[2], True):
+            b.fixed = map3(v.shape)[2]
 
     def _scratch(self, spec: _HardSpec, v: Value, dense: bool = False) -> None:
         """`v` lives only inside `spec`'s HardOp: an FTMP slot of its own."""

@@ -182,11 +182,16 @@ def lower_reshape(op, cfg) -> OpLowering:
     rows = items(y.shape) * yh
 
     def make(R: Resolver) -> list[asm.Layer]:
+        xf = R.fmap(x)
+        if xf.pitch == xf.c and xf.c_off == 0:  # dense already: read it in y's geometry
+            return [asm.Copy(asm.FMap(xf.addr, rows, yw, yc, yc, 0, xf.dtype), R.fmap(y),
+                             tag=op.op_id)]
         zf = R.fmap(z)
         flat = asm.FMap(zf.addr, rows, yw, yc, yc, 0, zf.dtype)
-        return [asm.Copy(R.fmap(x), zf, tag=op.op_id), asm.Copy(flat, R.fmap(y), tag=op.op_id)]
+        return [asm.Copy(xf, zf, tag=op.op_id), asm.Copy(flat, R.fmap(y), tag=op.op_id)]
 
-    return OpLowering("copy+copy", [], make, scratch=[z], fold=True, dense_scratch=True)
+    return OpLowering("copy+copy", [], make, scratch=[z], fold=True, dense_scratch=True,
+                      dense_input=True)
 
 
 #: rules of the data-movement ops; the lowering selects them only next to NPU ops
