@@ -20,6 +20,7 @@ input: 51 MB instead of 5 GB).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from typing import Any
 
@@ -28,6 +29,19 @@ import numpy as np
 log = logging.getLogger(__name__)
 
 __all__ = ["collect_hessians", "gptq_quantize", "patches"]
+
+
+def one_blas_thread() -> Any:
+    """A context with BLAS on one thread (threadpoolctl, when installed): GPTQ's products and
+    factorisations are of 256-wide blocks, too small to share, and a second BLAS thread
+    contending with other work costs far more than it gives (a 256x256 Cholesky: 6 ms on one
+    thread, 300-380 ms on two of a loaded 2-core machine, where yolov5s-640's GPTQ spent 440 s
+    of wall time in Cholesky factorisations and Gram products)."""
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:  # optional: BLAS as configured
+        return contextlib.nullcontext()
+    return threadpool_limits(limits=1, user_api="blas")
 
 
 def patches(x: np.ndarray, op: Any, max_rows: int) -> np.ndarray:
@@ -99,7 +113,8 @@ def collect_hessians(net: Any, data: list, ops: list, max_rows: int = 16384,
             hess[op.op_id] = blocks if old is None else \
                 [[a + b for a, b in zip(og, ng)] for og, ng in zip(old, blocks)]
 
-    run_float(net, data, feed, runner, what="GPTQ statistics")
+    with one_blas_thread():
+        run_float(net, data, feed, runner, what="GPTQ statistics")
     return hess
 
 
@@ -173,6 +188,12 @@ def gptq_weights(w: np.ndarray, scales: np.ndarray, h: list[list[np.ndarray]], g
                  dtype: Any, qmax: int) -> np.ndarray:
     """GPTQ codes for an HWIO conv weight (or a (K, N) matmul weight) of `dtype`, given the
     Hessian blocks `collect_hessians` gathered for it."""
+    with one_blas_thread():
+        return _gptq_weights(w, scales, h, groups, dtype, qmax)
+
+
+def _gptq_weights(w: np.ndarray, scales: np.ndarray, h: list[list[np.ndarray]], groups: int,
+                  dtype: Any, qmax: int) -> np.ndarray:
     if w.ndim == 2:
         out = np.empty(w.shape, dtype)
         _gptq_blocked(w, scales, h[0], qmax, out)
