@@ -17,7 +17,6 @@ from npu_model.mmu import MmuTable, Segment
 from npu_runtime import regs as R
 from npu_runtime.device import NpuDevice
 from npu_runtime.remote import NpuRemoteMixin
-from xrt.device import Device
 from xrt.errors import InvalidArgumentError
 
 from .chip import BUYI_CHIP, DTYPE_BITS
@@ -34,11 +33,10 @@ class BuyiDevice(NpuDevice):
 
     chip = BUYI_CHIP
 
-    def __init__(self, url: Any = None, config: Any = None, mock: bool = False,
-                 rows_cols: tuple[int, int] | None = None) -> None:
-        if isinstance(url, Device):  # cast: already initialised
-            return
-        super().__init__(url, config, mock, rows_cols)
+    def _declare(self, config: Any, mock: bool, *, mmu_generation: int | None) -> None:
+        """The Buyi's fields beside every NPU device's: the MMU mode and the data type (on a
+        socket device the served one holds them; its methods are CALLs)."""
+        super()._declare(config, mock, mmu_generation=mmu_generation)
         self._mmu_on = True
         self._dtype_bits = 8
 
@@ -101,7 +99,7 @@ class BuyiDevice(NpuDevice):
         """The programmed table (MMU on), or the identity over ETM and OCM (MMU off)."""
         if self.modeInfo():
             return super().mmu_table()
-        areas = getattr(self, "confined", None)  # a served client's run: its own chunks only
+        areas = self.confined  # a served client's run: its own chunks only
         if areas is None:
             areas = [(r.base, r.size) for r in (self._etm, self._ocm)]
         return MmuTable([Segment(a, n, a, self._mem_index(a, n)) for a, n in sorted(areas)])

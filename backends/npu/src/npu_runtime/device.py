@@ -95,6 +95,30 @@ class NpuDevice(Device):
 
     chip: ClassVar[Chip]
 
+    # Every NPU device has these fields, in-process or over a socket (`_declare` sets them), so
+    # the runtime reads them without probing:
+    #: what the backends of this device share (OCM arena, forward lock, MMU owner)
+    share: DeviceShare
+    #: the hardware variant, the URL's query
+    config: Any
+    url_params: dict[str, Any]
+    #: mock: allocation only, runs refused; a config with is_mock but not `mock` is the
+    #: cycles-only mode (runs, counts, computes nothing)
+    mock: bool
+    #: the memory and register regions ("etm", "ocm" or None without OCM, "regs")
+    _etm: Any
+    _ocm: Any
+    _reg: Any
+    #: the in-process hardware model; None on a socket device (the served device runs it)
+    sim: Icore | None
+    #: bumped by every write to an MMU register and by a full reset: a backend that programmed
+    #: the MMU at generation g need not program it again while it is still g. None where the
+    #: device cannot tell (a socket device: the MMU is programmed on every run)
+    mmu_generation: int | None
+    #: physical (addr, bytes) areas a served client's run may reach with the MMU off (set by
+    #: the serve guard for that run; None: all of ETM and OCM)
+    confined: list[tuple[int, int]] | None
+
     def __new__(cls, *args: Any, **kwargs: Any) -> NpuDevice:
         if args and isinstance(args[0], Device):
             if not isinstance(args[0], cls):
@@ -109,20 +133,12 @@ class NpuDevice(Device):
         if isinstance(url, Device):  # cast: already initialised
             return
         super().__init__(url or self.chip.default_url)
-        self.share = DeviceShare()
-        self.url_params: dict[str, str] = {}
         cfg = config or self.chip.config
         if mock:
             cfg = cfg.mock()
-        self.config = cfg
-        #: mock: allocation only, runs refused; a config with is_mock but not `mock` is the
-        #: cycles-only mode (runs, counts, computes nothing)
-        self.mock = bool(mock)
+        self._declare(cfg, mock, mmu_generation=0)
         #: MPE rows x cols enabled at power-on (None: the whole array)
         self._rows_cols_on = rows_cols or (cfg.mpe_rows, cfg.mpe_cols)
-        #: physical (addr, bytes) areas a served client's run may reach with the MMU off (set by
-        #: the serve guard for that run; None: all of ETM and OCM)
-        self.confined: list[tuple[int, int]] | None = None
         self._etm = self.add_mem_region(
             MemRegion("etm", self, cfg.etm_base, cfg.etm_size, default_alignment=MEM_ALIGNMENT),
             default=True)
@@ -147,9 +163,6 @@ class NpuDevice(Device):
                 self._reg.on_read(R.mpe_bank(cid, rid, cfg.mpe_rows) + R.MPE_ID,
                                    lambda a, v, _x=(cid << 8) | rid: _x, relative=True)
         self._reg.on_write(R.CTRL, self._on_ctrl, relative=True)
-        #: bumped by every write to an MMU register and by a full reset: a backend that
-        #: programmed the MMU at generation g need not program it again while it is still g
-        self.mmu_generation = 0
         self._mpe_offsets: dict[tuple[int, int], tuple[int, ...]] = {}
         #: register offsets of the read tile counters, then the write ones, per channel
         self._tile_offsets = tuple(base + 4 * cid for base in (R.RTILE_BASE, R.WTILE_BASE)
@@ -157,7 +170,6 @@ class NpuDevice(Device):
         #: register offsets a fast reset sets to 0: status, counters, every MPE's counters
         self._fast_reset_clears = (*R.FAST_RESET_CLEARS, *self._tile_offsets,
                                    *self._mpe_counter_offsets(cfg.mpe_rows, cfg.mpe_cols))
-        self._mmu_cache: tuple[int, MmuTable] | None = None
         checker = R.write_checker(cfg, R.REG_BASE, repr(self))
         mmu_lo = R.REG_BASE + R.MMU_BASE
         mmu_hi = mmu_lo + R.MMU_ENTRY_BYTES * cfg.mmu_entries
@@ -170,6 +182,19 @@ class NpuDevice(Device):
         self._reg.check_writes(check)
         self._reg.on_reset(self._on_reg_reset)
         self._power_on_defaults()
+
+    def _declare(self, config: Any, mock: bool, *, mmu_generation: int | None) -> None:
+        """Set the fields every NPU device has (the class lists them); the in-process device
+        and the socket device both start here, before they add their regions."""
+        self.share = DeviceShare()
+        self.url_params = {}
+        self.config = config
+        self.mock = bool(mock)
+        self._etm = self._ocm = self._reg = None
+        self.sim = None
+        self.mmu_generation = mmu_generation
+        self._mmu_cache: tuple[int, MmuTable] | None = None
+        self.confined = None
 
     # --- register helpers ----------------------------------------------------------------------
 
@@ -423,8 +448,8 @@ class NpuDevice(Device):
     def mmu_table(self) -> MmuTable:
         """The MMU table as programmed in the registers (decoded again only after an MMU
         register changed)."""
-        gen = getattr(self, "mmu_generation", None)  # None: a served device's client proxy
-        if gen is None:
+        gen = self.mmu_generation
+        if gen is None:  # a socket device: the served device's MMU may change at any time
             return self._decode_mmu()
         cached = self._mmu_cache
         if cached is not None and cached[0] == gen:

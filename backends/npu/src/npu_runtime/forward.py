@@ -346,7 +346,7 @@ class Forwarder:
     def _device_mmu_generation(self) -> int | None:
         """The device's MMU generation; None for a device that cannot tell (a served device's
         client proxy), whose MMU is then programmed on every run."""
-        return getattr(self.device, "mmu_generation", None)
+        return self.device.mmu_generation
 
     def _collect_profile(self, base: int, n: int) -> None:
         """Sum the run's profiler records (one per layer) per HardOp (a HardOp's layers are

@@ -21,8 +21,6 @@ from xrt.errors import DeviceError, DeviceUrlError
 from xrt.remote.client import RemoteDeviceMixin
 from xrt.url import DeviceUrl
 
-from .device import DeviceShare
-
 #: NpuDevice methods a socket client may call on the served device (the rest of the traffic is
 #: memory and registers)
 SOCKET_METHODS = ("icoreCalc", "reset", "mmuMap", "mmuClear", "calcTime", "calcCycles",
@@ -71,13 +69,12 @@ class NpuRemoteMixin(RemoteDeviceMixin):
             self._conn.close()  # type: ignore[union-attr]
             raise DeviceError(f"{str(url)!r}: the server serves a {desc.get('device_class')}, "
                               f"not a {chip.name}; start it with `xrt serve {chip.kind}`")
-        self.config = _config(desc)
-        self.mock = bool(desc.get("mock", False))
-        self.share = DeviceShare()
+        # the fields of every NpuDevice; no in-process model, no MMU generation to track
+        self._declare(_config(desc), bool(desc.get("mock", False)),  # type: ignore[attr-defined]
+                      mmu_generation=None)
         self._etm = self.getMemRegion("etm")  # type: ignore[attr-defined]
         self._ocm = self.getMemRegion("ocm")  # type: ignore[attr-defined]
         self._reg = self.defaultRegRegion()  # type: ignore[attr-defined]
-        self.url_params: dict[str, Any] = {}
 
     # --- methods run by the served model -------------------------------------------------------
 
