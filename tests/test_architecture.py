@@ -1,6 +1,6 @@
 """The allowed import directions (docs/architecture.md), checked on every shipped module.
 
-    xir  <-  xrt  <-  xcompile                       (the core distribution)
+    xir  <-  xrt  <-  xcompile  <-  xeval            (the core distribution)
               ^
     host_backend        npu_model  <-  npu_runtime  <-  zg330backend
                                                    <-  buyibackend
@@ -25,6 +25,7 @@ SOURCES = {
     "xir": ROOT / "xir",
     "xrt": ROOT / "xrt",
     "xcompile": ROOT / "xcompile",
+    "xeval": ROOT / "xeval",
     "host_backend": ROOT / "backends/host/src/host_backend",
     "npu_model": ROOT / "backends/npu/src/npu_model",
     "npu_runtime": ROOT / "backends/npu/src/npu_runtime",
@@ -37,6 +38,7 @@ ALLOWED = {
     "xir": set(),                                   # the IR knows no runtime or backend
     "xrt": {"xir"},                                 # the core knows no plugin
     "xcompile": {"xir", "xrt"},                     # the pipeline runs through a Runner
+    "xeval": {"xir", "xrt", "xcompile"},            # backends and options come from plugins
     "host_backend": {"xir", "xrt"},                 # the host reference knows no NPU code
     "npu_model": {"xir"},                           # the hardware knows no runtime
     "npu_runtime": {"xir", "xrt", "npu_model"},     # shared NPU code knows no chip
@@ -46,13 +48,14 @@ ALLOWED = {
 
 #: distribution folder -> (pyproject, packages it ships)
 DISTRIBUTIONS = {
-    ROOT: ("xir", "xrt", "xcompile"),
+    ROOT: ("xir", "xrt", "xcompile", "xeval"),
     ROOT / "backends/host": ("host_backend",),
     ROOT / "backends/npu": ("npu_model", "npu_runtime"),
     ROOT / "backends/zg330": ("zg330backend",),
     ROOT / "backends/buyi": ("buyibackend",),
 }
 DIST_NAME = {"xir": "icraft-xrt-sim", "xrt": "icraft-xrt-sim", "xcompile": "icraft-xrt-sim",
+             "xeval": "icraft-xrt-sim",
              "host_backend": "icraft-xrt-sim-host", "npu_model": "icraft-xrt-sim-npu",
              "npu_runtime": "icraft-xrt-sim-npu", "zg330backend": "icraft-xrt-sim-zg330",
              "buyibackend": "icraft-xrt-sim-buyi"}

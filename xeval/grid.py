@@ -93,13 +93,14 @@ def _configure(backend: Any, point: dict[str, Any]) -> None:
         if fn is None:
             raise XrtError(f"grid key '{key}': {type(backend).__name__} has no {method}()")
         if key == "ocm_opt":
-            from npu_model.planners.ocm.problem import OcmOpt
-
+            # the option by name, in the option type of the backend a plugin opened (its
+            # `ocmopt` field): xeval imports no plugin
+            kind = type(backend.ocmopt)
             try:
-                fn(OcmOpt[point[key]])
+                fn(kind[str(point[key]).upper()])
             except KeyError:
                 raise XrtError(f"grid key 'ocm_opt': {point[key]!r} is not one of "
-                               f"{[o.name for o in OcmOpt]}") from None
+                               f"{[o.name for o in kind]}") from None
         elif point[key] == trigger:
             fn()
 

@@ -137,3 +137,21 @@ def test_zoo_files_command(tmp_path, capsys):
         "sample000.npy", "sample001.npy", "sample002.npy"]
     assert main(["save", "nonet", "-o", str(tmp_path / "x.json")]) == 2
     assert "no zoo network 'nonet'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", ["ZG330", "Buyi"])
+def test_ocm_option_is_given_by_name_in_the_backends_own_type(name):
+    """xeval imports no plugin: the grid's `ocm_opt` name becomes a member of the option type
+    of the backend the plugin made; a wrong name is refused naming the options, and a backend
+    without the option (the Buyi decides OCM at compile time) names the method."""
+    from xeval.grid import _configure
+
+    backend = plugins.backend_class(name).Init()
+    if name == "Buyi":
+        with pytest.raises(XrtError, match="Buyi.*ocmOptimize|ocmOptimize.*Buyi"):
+            _configure(backend, {"ocm_opt": "OPTION2"})
+        return
+    with pytest.raises(XrtError, match=r"'option9' is not one of \['NONE', 'OPTION1'"):
+        _configure(backend, {"ocm_opt": "option9"})
+    with pytest.raises(XrtError, match="before init"):  # the name was found: the call was made
+        _configure(backend, {"ocm_opt": "option2"})
