@@ -51,9 +51,10 @@ log = logging.getLogger(__name__)
 __all__ = ["DEFAULT_MAX_INT16", "MixedPrecision", "choose_bits", "int16_share",
            "parse_share", "part_cosines", "planned_int16", "probe_samples", "worst_part"]
 
-#: calibration samples the per-layer report runs on (enough to rank layers: running every op
-#: alone is the report's cost, 120 s for yolov5s-640 on four samples at load 9)
-REPORT_SAMPLES = 2
+#: calibration samples the per-layer report runs on: one (a layer's cosine over a whole
+#: feature map ranks it; running every op alone is the report's cost: 120 s for yolov5s-640 on
+#: four samples, 75 s on two, at load 9-11)
+REPORT_SAMPLES = 1
 #: default cap on the share of the network's MACs computed in int16
 DEFAULT_MAX_INT16 = 0.10
 
