@@ -135,6 +135,8 @@ class Icore:
         self._programs: dict[tuple, Program] = {}
         #: int8 convolutions on the integer-SIMD GEMM (else the exact float K-chunk path)
         self.int_gemm = igemm.enabled()
+        #: int16 convolutions and matmuls on the integer GEMM's digit form (else float64)
+        self.int_gemm16 = igemm.enabled_int16()
         self._rec = Recording()  # the run being interpreted records into this
 
     # --- counters -----------------------------------------------------------------------------
@@ -598,6 +600,16 @@ class Icore:
                            bias, mult, shift, mneg, sneg, lo, hi, y.arr, y.rs, y.pitch, y.coff,
                            y.h, y.w, kh, kw, sh, sw, dh, dw, pt, pl, g, cin_g, cout_g)
             return
+        if dtype == "int16" and self.int_gemm16:
+            nr = igemm.panel_width(cout_g)
+            wqh, wql, dmax = self._unpacked_weights(wmem, waddr, packed, nr, g, kh, kw, cin_g,
+                                                    cout_g, cu, ocb)
+            k2 = (kh * kw * cin_g + 1) // 2
+            self._rec.call(mpe.conv_dense_int16, x.arr, x.rs, x.pitch, x.coff, x.h, x.w, wqh,
+                           wql, nr, igemm.chunk_pairs(2**15, dmax, k2), bias, mult, shift,
+                           mneg, sneg, lo, hi, y.arr, y.rs, y.pitch, y.coff, y.h, y.w, kh, kw,
+                           sh, sw, dh, dw, pt, pl, g, cin_g, cout_g)
+            return
         fdt, kc = (np.float32, mpe.KC_INT8_F32) if dtype == "int8" else \
             (np.float64, mpe.KC_INT16_F64)
         wf = self._unpacked_weights(wmem, waddr, packed, fdt, g, kh, kw, cin_g, cout_g, cu, ocb)
@@ -609,7 +621,8 @@ class Icore:
         """The weights laid out for the GEMM, cached per weight location; a cached entry is used
         only while the packed bytes in memory are still identical. `form` is a float dtype
         (dense ``[g, K, cout_g]`` for the float GEMM) or a panel width (int16 pairs per group,
-        `igemm.pack_pairs`)."""
+        `igemm.pack_pairs`; int16 weights: their digit panels ``(hi, lo, largest |digit|)``,
+        `igemm.split_digits`, ``hi`` of shape ``(G, 0)`` when every weight fits in ``lo``)."""
         cache = self.__dict__.setdefault("_wf_cache", {})
         pairs = isinstance(form, int)
         key = (wmem, waddr, packed.dtype.str, packed.size, g, kh, kw, cin_g, cout_g, cu, ocb,
@@ -619,7 +632,13 @@ class Icore:
             return hit[1]
         wf = np.empty((g, kh * kw * cin_g, cout_g), dtype=np.int16 if pairs else form)
         mpe.unpack_conv_weights(packed, g, kh, kw, cin_g, cout_g, cu, ocb, wf)
-        if pairs:
+        if pairs and packed.dtype == np.int16:
+            hi, lo = igemm.split_digits(wf)
+            dmax = int(max(np.abs(hi).max(initial=0), np.abs(lo).max(initial=0)))
+            wh = (igemm.pack_pairs(hi, form).reshape(g, -1) if hi.any()
+                  else np.zeros((g, 0), dtype=np.int16))
+            wf = (wh, igemm.pack_pairs(lo, form).reshape(g, -1), dmax)
+        elif pairs:
             wf = igemm.pack_pairs(wf, form).reshape(g, -1)
         if len(cache) >= 512:
             cache.clear()
@@ -652,6 +671,12 @@ class Icore:
                            b.pitch, b.coff, a.h, a.w, a.c, y.c, bt, igemm.panel_width(y.c),
                            bias, mult, shift, mneg, sneg, lo, hi, y.arr, y.rs, y.pitch,
                            y.coff)
+            return
+        if dtype == "int16" and self.int_gemm16:
+            self._rec.call(matmul.matmul_dynamic_int16, a.arr, a.rs, a.pitch, a.coff, b.arr,
+                           b.rs, b.pitch, b.coff, a.h, a.w, a.c, y.c, bt,
+                           igemm.panel_width(y.c), bias, mult, shift, mneg, sneg, lo, hi, y.arr,
+                           y.rs, y.pitch, y.coff)
             return
         fdt, kc = (np.float32, mpe.KC_INT8_F32) if dtype == "int8" else \
             (np.float64, mpe.KC_INT16_F64)

@@ -12,6 +12,14 @@ Exactness: operands are int8 values held in int16, so a pair sum is at most ``2 
 ``K`` products stay inside int32 while ``K <= MAX_K`` (the caller chunks longer K or falls
 back to the float path).
 
+int16 operands (`gemm_pairs_wide`): one int16 x int16 product reaches ``2**30``, so K of them
+do not fit in int32. The weights are split into two signed digits, ``w = 256 * hi + lo`` with
+``lo`` in [-128, 127] and ``hi`` in [-128, 128] (`split_digits`): a product of an int16
+activation and a digit is at most ``2**22``, so a K-chunk of `chunk_pairs` pairs sums exactly
+in int32 (255 pairs for full-range digits, more where the layer's digits are smaller). Each
+chunk's two int32 tiles are combined as ``256 * hi + lo`` into int64, which is the hardware's
+wide accumulation. Weights that fit in [-128, 127] need only the ``lo`` GEMM.
+
 Layouts (all element offsets):
 * A: ``rows`` rows of ``lda`` int16 (``lda`` even, K padded with anything: its weights are 0);
   rows past the caller's last pixel may hold anything, their results are not read.
@@ -152,6 +160,67 @@ def gemm_pairs(a, lda, rows, bq, k2, n, nr, c, coff, ldc):
     return c
 
 
+def split_digits(wf: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """int16 weights -> signed digits ``(hi, lo)`` with ``wf == 256 * hi + lo`` exactly,
+    ``lo`` in [-128, 127], ``hi`` in [-128, 128] (both int16)."""
+    w = wf.astype(np.int32)
+    lo = ((w + 128) & 255) - 128
+    hi = (w - lo) >> 8
+    return hi.astype(np.int16), lo.astype(np.int16)
+
+
+def chunk_pairs(xmax: int, dmax: int, k2: int) -> int:
+    """Pairs of K per chunk so that a chunk's sum of products (|x| <= `xmax`, |digit| <=
+    `dmax`) cannot leave int32; at least 1, at most `k2` (the whole K: one chunk)."""
+    if xmax * dmax == 0:
+        return max(k2, 1)
+    return max(1, min(max(k2, 1), (2**31 - 1) // (xmax * dmax) // 2))
+
+
+@njit(cache=True)
+def gemm_pairs_wide(a, lda, rows, bh, bl, k2, kc2, n, nr, tmp, c, coff, ldc):
+    """``C[:rows, coff:coff+n] = A @ (256 * Bh + Bl)`` into int64 `c` for one group's packed
+    digit panels `bh`, `bl` (flat, `pack_pairs` layout; `bh` empty: ``A @ Bl``), K in chunks
+    of `kc2` pairs, each exact in int32 (see the module docstring). `tmp` holds ``2 * MR * nr``
+    int32; whole micro tiles are written, as by `gemm_pairs`; ``k2 >= 1``."""
+    nb = (n + nr - 1) // nr
+    two = bh.shape[0] > 0
+    t = MR * nr
+    for pb in range(nb):
+        boff = pb * k2 * nr * 2
+        for m0 in range(0, rows, MR):
+            for k0 in range(0, k2, kc2):
+                kn = min(kc2, k2 - k0)
+                ao = m0 * lda + 2 * k0
+                bo = boff + k0 * nr * 2
+                if nr == NR:
+                    _mk32(a, ao, lda, bl, bo, tmp, 0, nr, kn)
+                    if two:
+                        _mk32(a, ao, lda, bh, bo, tmp, t, nr, kn)
+                else:
+                    _mk16(a, ao, lda, bl, bo, tmp, 0, nr, kn)
+                    if two:
+                        _mk16(a, ao, lda, bh, bo, tmp, t, nr, kn)
+                for r in range(MR):
+                    cr = c[(m0 + r) * ldc + coff + pb * nr:(m0 + r) * ldc + coff + pb * nr + nr]
+                    lo = tmp[r * nr:r * nr + nr]
+                    if two:
+                        hi = tmp[t + r * nr:t + r * nr + nr]
+                        if k0 == 0:
+                            for j in range(nr):
+                                cr[j] = np.int64(hi[j]) * 256 + lo[j]
+                        else:
+                            for j in range(nr):
+                                cr[j] += np.int64(hi[j]) * 256 + lo[j]
+                    elif k0 == 0:
+                        for j in range(nr):
+                            cr[j] = lo[j]
+                    else:
+                        for j in range(nr):
+                            cr[j] += lo[j]
+    return c
+
+
 def enabled() -> bool:
     """Whether the MPE kernels use this GEMM: on CPUs with VNNI (a fused ``vpdpwssd``) by
     default, where it beats fp32 BLAS by 2x and more; elsewhere the exact float K-chunk path.
@@ -161,3 +230,13 @@ def enabled() -> bool:
         return choice == "int"
     features = ll.get_host_cpu_features()
     return bool(features.get("avx512vnni") or features.get("avxvnni"))
+
+
+def enabled_int16() -> bool:
+    """Whether int16 MPE kernels use `gemm_pairs_wide`: wherever the CPU has AVX2 (two
+    ``vpmaddwd`` GEMMs beat the float64 K-chunk path even without VNNI); `NPU_GEMM` decides
+    instead when set, as for int8. Without AVX2 the exact float64 path runs."""
+    choice = os.environ.get("NPU_GEMM", "").strip().lower()
+    if choice in ("int", "float"):
+        return choice == "int"
+    return bool(ll.get_host_cpu_features().get("avx2"))

@@ -9,12 +9,13 @@ from numba import njit
 
 from xir.quant.fixed_point import requantize_one
 
-from .igemm import MR, gemm_pairs
+from .igemm import MR, gemm_pairs, gemm_pairs_wide
 from .mpe import _cp, _requant_tile
 
 #: kernels from other files these kernels call, with their source stamps (see `mpe`'s note)
 NUMBA_DEPENDS = {"xir.quant.fixed_point.requantize_one": "e5bd92a5402c36dd",
-                 "npu_model.kernels.igemm.gemm_pairs": "da888fe59a1c007b",
+                 "npu_model.kernels.igemm.gemm_pairs": "d7362fc13b4e6ea8",
+                 "npu_model.kernels.igemm.gemm_pairs_wide": "ed79513dfc01ace2",
                  "npu_model.kernels.mpe._cp": "0a2adf34018fe80f",
                  "npu_model.kernels.mpe._requant_tile": "9b3b0a23a9d32a5e"}
 
@@ -55,6 +56,61 @@ def matmul_dynamic_int(a, ars, apitch, acoff, b, brs, bpitch, bcoff, batch, m, k
                     for nn in range(wdt):
                         bq[np.uint64(d + 2 * nn)] = b[np.uint64(src + nn)]
         gemm_pairs(at, lda, rows, bq, k2, n, nr, c, 0, ldc)
+        _requant_tile(c, ldc, none, bias, 0, ib * m, m, m, n, y, yrs, ypitch, ycoff, 0,
+                      mult, shift, mult_neg, shift_neg, lo, hi)
+    return y
+
+
+@njit(cache=True)
+def _digits(v):
+    """``(hi, lo)`` with ``v == 256 * hi + lo``, ``lo`` in [-128, 127] (`igemm.split_digits`)."""
+    w = np.int32(v)
+    lo = ((w + 128) & 255) - 128
+    return (w - lo) >> 8, lo
+
+
+@njit(cache=True)
+def matmul_dynamic_int16(a, ars, apitch, acoff, b, brs, bpitch, bcoff, batch, m, k, n, bt, nr,
+                         bias, mult, shift, mult_neg, shift_neg, lo, hi, y, yrs, ypitch, ycoff):
+    """`matmul_dynamic` of int16 operands on the integer GEMM's digit form: per batch, B split
+    into two digit panels (``b = 256 * hi + lo``; the ``hi`` GEMM skipped when every digit is
+    0), K in chunks of 255 pairs (``2 * 255 * 2**15 * 2**7 < 2**31``: exact in int32), summed
+    into int64 (`igemm.gemm_pairs_wide`), requantized in runs of whole rows."""
+    k2 = (k + 1) // 2
+    lda = 2 * k2
+    kc2 = min(k2, (2**31 - 1) // (2**15 * 2**7) // 2)
+    rows = (m + MR - 1) // MR * MR
+    nb = (n + nr - 1) // nr
+    ldc = nb * nr
+    at = np.zeros(rows * lda, dtype=np.int16)  # K and row padding stay 0
+    bqh = np.zeros(nb * k2 * nr * 2, dtype=np.int16)  # N and K padding stay 0
+    bql = np.zeros(nb * k2 * nr * 2, dtype=np.int16)
+    nohi = np.empty(0, dtype=np.int16)
+    c = np.empty(rows * ldc, dtype=np.int64)
+    tmp = np.empty(2 * MR * nr, dtype=np.int32)
+    none = np.empty((0, n), dtype=np.int64)
+    for ib in range(batch):
+        for i in range(m):
+            src = ib * ars + i * apitch + acoff
+            _cp(at[i * lda:i * lda + k], a[src:src + k])
+        anyhi = False
+        for pb in range(nb):  # B into pair panels: bq[(pb, k // 2, n, k % 2)]
+            j0 = pb * nr
+            wdt = min(nr, n - j0)
+            pbase = pb * k2 * nr * 2
+            for nn in range(wdt):
+                for kk in range(k):
+                    if bt:
+                        src = ib * brs + (j0 + nn) * bpitch + bcoff + kk
+                    else:
+                        src = ib * brs + kk * bpitch + bcoff + j0 + nn
+                    dh, dl = _digits(b[np.uint64(src)])
+                    d = np.uint64(pbase + (kk >> 1) * 2 * nr + 2 * nn + (kk & 1))
+                    bqh[d] = dh
+                    bql[d] = dl
+                    anyhi = anyhi or dh != 0
+        gemm_pairs_wide(at, lda, rows, bqh if anyhi else nohi, bql, k2, kc2, n, nr, tmp, c, 0,
+                        ldc)
         _requant_tile(c, ldc, none, bias, 0, ib * m, m, m, n, y, yrs, ypitch, ycoff, 0,
                       mult, shift, mult_neg, shift_neg, lo, hi)
     return y

@@ -18,13 +18,14 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from .igemm import MR, gemm_pairs
+from .igemm import MR, gemm_pairs, gemm_pairs_wide
 
 #: Numba kernels called from this file's kernels but defined in other files, with a stamp of
 #: their source (and of the kernels they call). Numba's on-disk cache notices changes to this
 #: file only, so when a dependency changes, `tests/test_kernel_stamps.py`
 #: fails until the stamp here is updated, and that edit makes Numba recompile these kernels.
-NUMBA_DEPENDS = {"npu_model.kernels.igemm.gemm_pairs": "da888fe59a1c007b"}
+NUMBA_DEPENDS = {"npu_model.kernels.igemm.gemm_pairs": "d7362fc13b4e6ea8",
+                 "npu_model.kernels.igemm.gemm_pairs_wide": "ed79513dfc01ace2"}
 
 #: K-chunk lengths that keep float partial sums exact
 KC_INT8_F32 = 1024
@@ -500,6 +501,57 @@ def conv_dense_int(x, xrs, xpitch, xcoff, ih_n, iw_n,
 
 
 @njit(cache=True)
+def conv_dense_int16(x, xrs, xpitch, xcoff, ih_n, iw_n,
+                     wqh, wql, nr, kc2, bias, mult, shift, mult_neg, shift_neg, lo, hi,
+                     y, yrs, ypitch, ycoff, oh_n, ow_n,
+                     kh, kw, sh, sw, dh, dw, pt, pl, groups, cin_g, cout_g):
+    """Dense / grouped int16 convolution on the integer GEMM: as `conv_dense_int`, with the
+    weights as two digit panels (`igemm.split_digits`; `wqh` of shape ``(G, 0)`` when every
+    weight fits in a digit) and K in chunks of `kc2` pairs, each exact in int32, summed into an
+    int64 tile (`igemm.gemm_pairs_wide`)."""
+    npix_all = oh_n * ow_n
+    taps = kh * kw
+    k2 = (taps * cin_g + 1) // 2
+    ldc = 2 * k2
+    cout = groups * cout_g
+    width = cout + nr
+    tile = min(npix_all, max(MR, 65536 // ldc))
+    tile_pad = (tile + MR - 1) // MR * MR
+    pointwise = (kh == 1 and kw == 1 and sh == 1 and sw == 1 and pt == 0 and pl == 0
+                 and oh_n == ih_n and ow_n == iw_n)
+    padded = (not pointwise and dw == 1 and groups == 1
+              and (cin_g != xpitch or kw * cin_g < 64))
+    hp = (oh_n - 1) * sh + (kh - 1) * dh + 1
+    wp = (ow_n - 1) * sw + (kw - 1) * dw + 1
+    xp = np.empty(hp * wp * cin_g if padded else 0, dtype=np.int16)
+    if padded:
+        _pad_compact(x, xrs, xpitch, xcoff, ih_n, iw_n, cin_g, pt, pl, hp, wp, xp)
+    colbuf = np.empty(tile_pad * ldc, dtype=np.int16)
+    ctile = np.empty((tile_pad, width), dtype=np.int64)
+    flat = ctile.reshape(tile_pad * width)
+    tmp = np.empty(2 * MR * nr, dtype=np.int32)
+    none = np.empty((0, cout), dtype=np.int64)
+    for p0 in range(0, npix_all, tile):
+        npix = min(tile, npix_all - p0)
+        rows = (npix + MR - 1) // MR * MR
+        for g in range(groups):
+            cin0 = xcoff + g * cin_g
+            if pointwise:
+                _rows_1x1(x, xrs, xpitch, cin0, colbuf, p0, npix, ow_n, ldc, cin_g)
+            elif padded:
+                _im2col_padded(xp, wp, colbuf, p0, npix, ow_n, ldc, 0, taps, cin_g, kw, sh, sw,
+                               dh)
+            else:
+                _im2col(x, xrs, xpitch, cin0, ih_n, iw_n, colbuf, p0, npix, ow_n, ldc, 0, taps,
+                        cin_g, kw, sh, sw, dh, dw, pt, pl)
+            gemm_pairs_wide(colbuf, ldc, rows, wqh[g], wql[g], k2, kc2, cout_g, nr, tmp, flat,
+                            g * cout_g, width)
+        _requant_tile(flat, width, none, bias, 0, p0, npix, ow_n, cout, y, yrs, ypitch,
+                      ycoff, 0, mult, shift, mult_neg, shift_neg, lo, hi)
+    return y
+
+
+@njit(cache=True)
 def conv_depthwise(x, xrs, xpitch, xcoff, ih_n, iw_n,
                    packed, cu, bias, mult, shift, mult_neg, shift_neg, lo, hi,
                    y, yrs, ypitch, ycoff, oh_n, ow_n, c_n,
@@ -509,7 +561,9 @@ def conv_depthwise(x, xrs, xpitch, xcoff, ih_n, iw_n,
     `packed` is the lane layout ``(NCB, KH, KW, CU)``. int8 operands accumulate the taps in
     int32 (|product| <= 2^14, so up to 2^16 taps are exact) and add the bias in int64 when
     requantizing: 32-bit lanes vectorise where 64-bit multiplies do not; int16 operands
-    accumulate in int64.
+    accumulate in int64, their weights held in int32 so that every product is a multiply of
+    two sign-extended 32-bit lanes into 64 (``vpmuldq``, exact: |product| <= 2^30) instead of a
+    full 64-bit multiply.
     """
     taps = kh * kw
     if x.itemsize == 1 and taps <= 65536:  # each branch its own typing of the accumulator
@@ -520,7 +574,7 @@ def conv_depthwise(x, xrs, xpitch, xcoff, ih_n, iw_n,
                  dw, pt, pl)
     else:
         _dw_rows(x, xrs, xpitch, xcoff, ih_n, iw_n,
-                 _dw_weights(packed, cu, taps, c_n, np.empty(0, np.int64)),
+                 _dw_weights(packed, cu, taps, c_n, np.empty(0, np.int32)),
                  np.empty((ow_n, c_n), dtype=np.int64), bias, mult, shift, mult_neg,
                  shift_neg, lo, hi, y, yrs, ypitch, ycoff, oh_n, ow_n, c_n, kh, kw, sh, sw, dh,
                  dw, pt, pl)
