@@ -42,9 +42,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
                              "most sensitive layers to int16 that reach C; 0 turns it off")
     parser.add_argument("--max-int16", metavar="SHARE",
                         help="cap of automatic mixed precision: at most this share of the "
-                             "network's MACs computed in int16, as a percentage (10%%, the "
-                             "default) or a fraction (0.1); when the cap cannot reach "
-                             "--min-cosine the compile warns and keeps int8")
+                             "network's MACs, and of its integer ops, computed in int16, as a "
+                             "percentage (10%%, the default) or a fraction (0.1); when the cap "
+                             "cannot reach --min-cosine the compile warns and keeps int8 (a "
+                             "cap above 10%% keeps the raise that came closest)")
     parser.add_argument("--input-shape", action="append", metavar="NAME=D0,D1,...",
                         help="shape of a dynamic ONNX input")
     parser.add_argument("--name", help="network name (default: the model's)")

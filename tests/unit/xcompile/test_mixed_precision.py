@@ -24,6 +24,7 @@ from xcompile.quant.mixed import (
     _first_guess,
     choose_bits,
     int16_share,
+    op_budget,
     parse_share,
     part_cosines,
     planned_int16,
@@ -124,11 +125,15 @@ def test_the_cap_passes_over_layers_whose_raise_would_exceed_it(tmp_path):
     _, opt, _, _ = _setup(tmp_path, outlier=1.0)
     ids = {op.name: op.op_id for op in opt.ops if op.op_type == "Conv2d"}
     rows = [SimpleNamespace(op_id=ids[n]) for n in ("conv_b", "conv_c", "conv_a")]
+    # 5 integer ops (2 Transposes, 3 convs): 31% allows one op in int16; conv_b alone is 70%
+    # of the MACs: passed over; conv_c (3.9%) fits; conv_a (26%) would also widen the input
+    # Transpose: 3 ops
     order, shares = _capped_order(opt, rows, {}, 0.31)
-    # conv_b alone is 70% of the MACs: passed over; conv_c (3.9%) and conv_a (26%) would make
-    # 30.1% together (conv_a's input is the network input, conv_b stays 8-bit)
+    assert [r.op_id for r in order] == [ids["conv_c"]]
+    assert op_budget(opt, 0.31) == 1 and op_budget(opt, 0.0) == 1 and op_budget(opt, 0.6) == 3
+    order, shares = _capped_order(opt, rows, {}, 0.6)  # 3 ops, 30.1% of the MACs
     assert [r.op_id for r in order] == [ids["conv_c"], ids["conv_a"]]
-    assert shares == sorted(shares) and shares[-1] <= 0.31
+    assert shares == sorted(shares) and shares[-1] <= 0.6
     order, _ = _capped_order(opt, rows, {}, 1.0)
     assert len(order) == 3
 
