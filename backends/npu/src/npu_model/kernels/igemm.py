@@ -182,15 +182,17 @@ def gemm_pairs_wide(a, lda, rows, bh, bl, k2, kc2, n, nr, tmp, c, coff, ldc):
     """``C[:rows, coff:coff+n] = A @ (256 * Bh + Bl)`` into int64 `c` for one group's packed
     digit panels `bh`, `bl` (flat, `pack_pairs` layout; `bh` empty: ``A @ Bl``), K in chunks
     of `kc2` pairs, each exact in int32 (see the module docstring). `tmp` holds ``2 * MR * nr``
-    int32; whole micro tiles are written, as by `gemm_pairs`; ``k2 >= 1``."""
+    int32; whole micro tiles are written, as by `gemm_pairs`; ``k2 >= 1``. K chunks are the
+    outer loop of a panel, so a chunk's B (2 x 32 KiB for 255 pairs) is read from cache by
+    every row block."""
     nb = (n + nr - 1) // nr
     two = bh.shape[0] > 0
     t = MR * nr
     for pb in range(nb):
         boff = pb * k2 * nr * 2
-        for m0 in range(0, rows, MR):
-            for k0 in range(0, k2, kc2):
-                kn = min(kc2, k2 - k0)
+        for k0 in range(0, k2, kc2):  # a chunk of B (both digits) stays in cache over A
+            kn = min(kc2, k2 - k0)
+            for m0 in range(0, rows, MR):
                 ao = m0 * lda + 2 * k0
                 bo = boff + k0 * nr * 2
                 if nr == NR:

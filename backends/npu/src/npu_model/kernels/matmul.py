@@ -14,8 +14,8 @@ from .mpe import _cp, _requant_tile
 
 #: kernels from other files these kernels call, with their source stamps (see `mpe`'s note)
 NUMBA_DEPENDS = {"xir.quant.fixed_point.requantize_one": "e5bd92a5402c36dd",
-                 "npu_model.kernels.igemm.gemm_pairs": "d7362fc13b4e6ea8",
-                 "npu_model.kernels.igemm.gemm_pairs_wide": "ed79513dfc01ace2",
+                 "npu_model.kernels.igemm.gemm_pairs": "8af673d06de4f15f",
+                 "npu_model.kernels.igemm.gemm_pairs_wide": "98989f65e2012ae0",
                  "npu_model.kernels.mpe._cp": "0a2adf34018fe80f",
                  "npu_model.kernels.mpe._requant_tile": "9b3b0a23a9d32a5e"}
 

@@ -24,8 +24,8 @@ from .igemm import MR, gemm_pairs, gemm_pairs_wide
 #: their source (and of the kernels they call). Numba's on-disk cache notices changes to this
 #: file only, so when a dependency changes, `tests/test_kernel_stamps.py`
 #: fails until the stamp here is updated, and that edit makes Numba recompile these kernels.
-NUMBA_DEPENDS = {"npu_model.kernels.igemm.gemm_pairs": "d7362fc13b4e6ea8",
-                 "npu_model.kernels.igemm.gemm_pairs_wide": "ed79513dfc01ace2"}
+NUMBA_DEPENDS = {"npu_model.kernels.igemm.gemm_pairs": "8af673d06de4f15f",
+                 "npu_model.kernels.igemm.gemm_pairs_wide": "98989f65e2012ae0"}
 
 #: K-chunk lengths that keep float partial sums exact
 KC_INT8_F32 = 1024
