@@ -62,7 +62,7 @@ class OpLowering:
     #: the scratch maps are dense (pitch = channels): their bytes are the elements in order
     dense_scratch: bool = False
     #: the lowering makes the input's buffer dense (pitch = channels) when nothing else
-    #: shares it (a regrouping Reshape then reads it in place)
+    #: shares it; then `make` reads it in place and the scratch maps are not allocated
     dense_input: bool = False
 
     @property

@@ -277,13 +277,13 @@ class _Lowering:
             for v in op.feature_inputs():
                 self._ensure_input(v)
             low = self.npu_ops[op.op_id]
-            if low is not None and low.dense_input:
-                self._make_dense(op.feature_inputs()[0])
             if low is not None:
+                # a dense input needs no dense scratch copy of it (`OpLowering.dense_input`)
+                in_place = low.dense_input and self._make_dense(op.feature_inputs()[0])
                 chain = self.chains.get(op.op_id, [op])
                 spec = _HardSpec(list(chain), [low], list(op.feature_inputs()),
                                  list(chain[-1].outputs))
-                for v in low.scratch:  # maps inside the op: fresh ids, their own buffers
+                for v in [] if in_place else low.scratch:  # fresh ids, their own buffers
                     v.v_id = self.net.newVId()
                     self._scratch(spec, v, dense=low.dense_scratch)
                 y = op.outputs[0]
@@ -302,12 +302,15 @@ class _Lowering:
             seq.append(self._plan_alias(op))
         return seq
 
-    def _make_dense(self, v: Value) -> None:
+    def _make_dense(self, v: Value) -> bool:
         """Fix `v`'s buffer to pitch = channels when `v` is its only member at offset 0 (a
-        later member that needs another pitch gets its own buffer, as `fits` decides)."""
+        later member that needs another pitch gets its own buffer, as `fits` decides);
+        whether `v` is dense now."""
         b = self.buf_of[v.v_id]
         if list(b.members) == [v.v_id] and b.fits(0, map3(v.shape)[2], True):
             b.fixed = map3(v.shape)[2]
+            return True
+        return False
 
     def _scratch(self, spec: _HardSpec, v: Value, dense: bool = False) -> None:
         """`v` lives only inside `spec`'s HardOp: an FTMP slot of its own."""
