@@ -305,38 +305,50 @@ def test_trained_field_model_runs_on_the_host(trained_wheels, wheel, model):
             assert cosine(g, w) >= 0.9999, model
 
 
+#: trained networks compiled for the chip (slow: 6-7 min a compile at load 8): model ->
+#: (input name, kind, shape, op types that must run on the chip)
+TRAINED_ON_CHIP = {
+    # ddddocr's YOLOX-style text detector (torch.onnx opset 11: 83 convs with SiLU, a decoupled
+    # head whose boxes, objectness and classes meet in one Concat)
+    "ddddocr/common_det.onnx": ("images", "text", (1, 3, 416, 416),
+                                {"Conv2d", "Silu", "MaxPool2d"}),
+    # DNSMOS P.835 (keras2onnx on 9 s of raw audio: STFT as Conv, x*x, Sqrt, Log, ReduceMax)
+    "speechmos/dnsmos_models/sig_bak_ovr.onnx": ("input_1", "audio", (1, 144160),
+                                                 {"Conv2d", "MaxPool2d", "Matmul"}),
+}
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("target", ["zg330"])  # ~6 min a compile at load 8: one chip
-def test_trained_text_detector_runs_on_the_chip(trained_wheels, target, tmp_path):
-    """ddddocr's YOLOX-style text detector (trained, torch.onnx opset 11: 83 convs with SiLU,
-    a decoupled head whose boxes, objectness and classes meet in one Concat) compiled for the
-    chip on four captcha-like text images: every convolution and activation on the chip,
-    bit-exact against the integer reference, and per output part against onnxruntime's float
-    run on a held-out image."""
+@pytest.mark.parametrize("model", sorted(TRAINED_ON_CHIP), ids=lambda m: m.rsplit("/", 1)[-1])
+def test_trained_field_model_runs_on_the_chip(trained_wheels, model, tmp_path):
+    """A trained network from another field compiled for zg330 on four realistic inputs: its
+    convolutions on the chip, every host op with its reason, bit-exact against the integer
+    reference, and per output part against onnxruntime's float run on a held-out input (below
+    0.99: xfail with the measured parts; placement and bit-exactness still assert)."""
     import onnxruntime as ort
 
-    path = trained_wheels / "ddddocr/common_det.onnx"
-    shape = (1, 3, 416, 416)
+    target = "zg330"
+    name, kind, shape, chip_ops = TRAINED_ON_CHIP[model]
+    path = trained_wheels / model
     cal = tmp_path / "cal"
     cal.mkdir()
     for k in range(4):
-        np.save(cal / f"{k}.npy", _trained_input("text", shape, k))
+        np.save(cal / f"{k}.npy", _trained_input(kind, shape, k))
     written = compile_model(dict(DEFAULTS, model=str(path), target=target, calib=str(cal),
-                                 output=str(tmp_path / "out"), name="det",
-                                 input_shape={"images": list(shape)}))
+                                 output=str(tmp_path / "out"), name="m",
+                                 input_shape={name: list(shape)}))
     net = load_stage(written[CHIPS[target][1]])
     chip, host = placement(net, load_stage(written["adapted"]), target)
-    assert {"Conv2d", "Silu", "MaxPool2d"} <= chip
-    assert not {"Conv2d", "Silu", "Sigmoid", "MaxPool2d"} & {k.split("#")[0] for k in host}
+    assert chip_ops <= chip
+    assert not NEVER_HOST & {k.split("#")[0] for k in host}
     assert all(host.values())
-    x = _trained_input("text", shape, 11)
+    x = _trained_input(kind, shape, 11)
     got, bound, npu = run_on_chip(net, CHIPS[target][0], target, x)
     assert all(isinstance(bound[op.op_id], npu) for op in net.ops if op.op_type == "HardOp")
     assert got.tobytes() == run_reference(written["adapted"], x).tobytes()
     want = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(
-        None, {"images": x})[0]
-    # parts from the float network: its head's Concat (boxes, objectness, classes) is on the
-    # chip in the compiled one
+        None, {name: x})[0]
+    # parts from the float network: a detector head's Concat is on the chip once compiled
     parts = output_parts(load_stage(written["optimized"]), reference=[want])
     res = compare_parts([want], [got], parts)
     figure = worst(res)
