@@ -75,11 +75,11 @@ def test_etm_reuse_meets_the_bound_and_keeps_outputs(chip, name, kw):
 def test_etm_plan_is_valid_and_honours_aliases(chip):
     q, z = chip.compiled("yolov5s", input_size=160)
     s, zb = chip.session(z, reuse=True, no_ocm=True)
-    slots = [sl for sl in zb.layout.slots if not sl.ocm]
+    slots = [sl for sl in zb.deployment.layout.slots if not sl.ocm]
     etm_planner.verify_plan([sl.offset for sl in slots], sizes=[sl.size for sl in slots],
                             starts=[sl.start for sl in slots], ends=[sl.end for sl in slots],
                             alignment=64, total=zb.deployment.plan.ftmp_size)
-    assert all(sl.new % 64 == 0 for sl in zb.layout.slots)
+    assert all(sl.new % 64 == 0 for sl in zb.deployment.layout.slots)
     # aliases (real=False) sit inside their owner's slot at the owner's new address
     fakes = [vi for vi in zb.value_info.values() if not vi.real and vi.fake_from is not None
              and vi.segment == SegmentType.FTMP]
@@ -94,7 +94,7 @@ def test_etm_plan_is_valid_and_honours_aliases(chip):
 def test_relocated_instructions_are_uploaded(chip):
     q, z = chip.compiled("tiny_cnn")
     s, zb = chip.session(z, reuse=True)
-    moves = [(sl.old, sl.new, sl.size) for sl in zb.layout.slots]
+    moves = [(sl.old, sl.new, sl.size) for sl in zb.deployment.layout.slots]
     changed = 0
     for op in z.ops:
         if op.op_type != "HardOp" or op.instr is None:
@@ -257,6 +257,51 @@ def test_configuration_call_order(chip):
     s.close()
 
 
+def _state(lay):
+    """Everything of a layout a deployment could move, as plain data."""
+    import dataclasses
+
+    return (sorted((st.name, ls.logic_addr, ls.byte_size) for st, ls in lay.segments.items()),
+            sorted((k, b.logic_addr, b.byte_size, tuple(b.members)) for k, b in
+                   lay.buffers.items()),
+            sorted((k, vi.logic_addr, vi.phy_addr, vi.is_ocm) for k, vi in
+                   lay.value_info.items()),
+            sorted((k, hi.weight_phy_addr, hi.instr_phy_addr) for k, hi in
+                   lay.hardop_info.items()),
+            [dataclasses.asdict(sl) for sl in lay.slots])
+
+
+def test_apply_and_fork_leave_the_layout_as_init_made_it(chip):
+    """`apply` places a copy of the layout (the deployment holds it, with the MMU indices and
+    physical addresses); the backend's layout is the one init built, and a fork shares its
+    parent's placed layout without copying it, with its own addresses."""
+    q, z = chip.compiled("tiny_cnn")
+    s = Session.Create([chip.backend, HostBackend], z.view(0), [chip.dev, HostDevice.Default()])
+    zb = s.backends[0]
+    chip.configure(zb, reuse=True)
+    before = _state(zb.layout)
+    s.apply()
+    dep = zb.deployment
+    assert _state(zb.layout) == before and dep.layout is not zb.layout
+    assert any(a.new != a.old for a in dep.layout.slots)  # the plan moved the copy
+    assert zb.logic_segment_map is dep.layout.segments and zb.value_info is dep.value_info
+    io = set(dep.mmu_index)
+    assert io and io == {o for o, b in dep.layout.buffers.items()
+                         if b.segment in (SegmentType.INPUT, SegmentType.OUTPUT)}
+    placed = _state(dep.layout)
+    f = zb.fork()
+    assert f.deployment.layout is dep.layout and f.layout is zb.layout
+    assert _state(dep.layout) == placed and _state(zb.layout) == before
+    assert f.deployment.mmu_index == dep.mmu_index
+    ins = [k for k, vi in dep.value_info.items() if vi.segment == SegmentType.INPUT]
+    assert ins and all(f.value_info[k].phy_addr != zb.value_info[k].phy_addr for k in ins)
+    x = x_of(q, 4)
+    for a, b in zip(host_ref(q, x), run(s, x)):
+        np.testing.assert_array_equal(a, b)
+    f.deinit()
+    s.close()
+
+
 @pytest.mark.parametrize("chip", HEAVY, indirect=True)
 def test_forks_serve_from_threads(chip):
     import threading
@@ -389,7 +434,7 @@ def test_io_buffers_share_mmu_entries_when_the_device_has_too_few(chip, tmp_path
         s, zb = chip.session(z, small)
         dep = zb.deployment
         assert dep.packed_io and len(dep.mmu) <= entries and zb.precheck()
-        entries = {zb.layout.buffers[o].mmu_index for o in dep.io_offsets}
+        entries = {dep.mmu_index[o] for o in dep.io_offsets}
         assert len(entries) == 2  # one for the INPUT group, one for the OUTPUT group
         for seed in (1, 2):
             x = x_of(q, seed)

@@ -1,14 +1,17 @@
 """`apply` as a stage: a `Layout` and `Settings` in, a `Deployment` out.
 
-In order: plan the FTMP slots (OCM residents, then ETM reuse: `deploy.plan`), move the logical
-layout to the plan, relocate the instructions' address words, allocate the physical segments
-(or take the user's chunks), upload instructions and weights, zero the feature maps, then build
-the MMU table and the icoreCalc runs (`finish`, which fork and snapshot restore share). With
-the device's MMU off the instructions are relocated once more, to the physical segments.
+In order: plan the FTMP slots (OCM residents, then ETM reuse: `deploy.plan`), move a copy of the
+logical layout to the plan (the `Layout` given stays as `init` made it; the `Deployment` holds
+the copy), relocate the instructions' address words, allocate the physical segments (or take
+the user's chunks), upload instructions and weights, zero the feature maps, then build the MMU
+table, its index per INPUT/OUTPUT buffer, the physical addresses and the icoreCalc runs
+(`finish`, which fork and snapshot restore share). With the device's MMU off the instructions
+are relocated once more, to the physical segments.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,7 +23,7 @@ from xrt.errors import XrtError
 from . import deploy
 from .layout import SEGMENT_ALIGN, Layout, hardops
 from .settings import Settings
-from .structs import HardOpInfo, MemChunkInfo, OcmOpt, PhySegment, SegmentType
+from .structs import HardOpInfo, MemChunkInfo, OcmOpt, PhySegment, SegmentType, ValueInfo
 
 #: run_key(op): HardOps merge into one run only while it agrees (None: any adjacent HardOps)
 RunKey = Callable[[Any], Any]
@@ -63,6 +66,14 @@ class Deployment:
     #: device has too few MMU entries for one per buffer): owner -> offset in the chunk. A
     #: packed buffer's address is fixed, so tensors are copied in rather than mapped.
     io_offsets: dict[int, int] = field(default_factory=dict)
+    #: the layout as placed for this deployment (planned FTMP slots, moved buffers and values;
+    #: shared with the forks, which place nothing)
+    layout: Layout | None = None
+    #: INPUT/OUTPUT buffer owner -> its MMU entry (the entry a forward rebinds)
+    mmu_index: dict[int, int] = field(default_factory=dict)
+    #: the placed ValueInfos with this deployment's physical addresses (the vendor's
+    #: `value_info` after apply)
+    value_info: dict[int, ValueInfo] = field(default_factory=dict)
 
     @property
     def packed_io(self) -> bool:
@@ -107,9 +118,11 @@ def apply(view: Any, layout: Layout, settings: Settings, device: Any, backend_id
     if settings.ocm != OcmOpt.NONE:
         arena = device.share.ocm_arena(device)
         capacity = 0 if arena is None else arena.byte_size
-    plan = deploy.plan(layout.slots, etm_reuse=settings.etm_reuse, ocm_option=settings.ocm,
+    slots = [dataclasses.replace(s) for s in layout.slots]
+    plan = deploy.plan(slots, etm_reuse=settings.etm_reuse, ocm_option=settings.ocm,
                        ocm_capacity=capacity, base_logic=layout.logic_base,
                        num_ops=len(layout.order))
+    layout = layout.placed(slots)
     layout.move_to(plan)
     moves = [(s.old, s.new, s.size) for s in layout.slots if s.size]
     packed = settings.mmu_on and _entries_needed(layout, settings) > device.config.mmu_entries
@@ -120,7 +133,7 @@ def apply(view: Any, layout: Layout, settings: Settings, device: Any, backend_id
              for op in hardops(view) if op.instr is not None}
     segments, offsets = allocate(layout, settings, device, packed)
     ocm_chunk = device.share.ocm_arena(device) if any(s.ocm for s in layout.slots) else None
-    dep = Deployment(plan, segments, words, ocm_chunk, io_offsets=offsets)
+    dep = Deployment(plan, segments, words, ocm_chunk, io_offsets=offsets, layout=layout)
     try:
         if not settings.mmu_on:
             # MMU off: the instructions must hold physical addresses; rewrite every logical
@@ -235,8 +248,9 @@ def zero_feature_maps(segments: dict[SegmentType, PhySegment]) -> None:
 def mmu_entries(layout: Layout, dep: Deployment, device: Any, mmu_on: bool = True
                 ) -> list[tuple[int, int, int]]:
     """MMU entries (logical, physical, size): WEIGHT, FTMP, the OCM window, one per
-    INPUT/OUTPUT buffer or packed group (whose index the buffers record). With the MMU off the
-    table is only the relocation map, so the device's entry count does not limit it."""
+    INPUT/OUTPUT buffer or packed group (whose index `dep.mmu_index` records per buffer). With
+    the MMU off the table is only the relocation map, so the device's entry count does not
+    limit it."""
     entries: list[tuple[int, int, int]] = []
     lw = layout.segments[SegmentType.WEIGHT]
     if lw.byte_size:
@@ -257,9 +271,9 @@ def mmu_entries(layout: Layout, dep: Deployment, device: Any, mmu_on: bool = Tru
                     group[key] = len(entries)
                     base = b.logic_addr - dep.io_offsets[owner]
                     entries.append((base, ci.memChunk.addr, ci.memChunk.byte_size))
-                b.mmu_index = group[key]
+                dep.mmu_index[owner] = group[key]
                 continue
-            b.mmu_index = len(entries)
+            dep.mmu_index[owner] = len(entries)
             entries.append((b.logic_addr, ci.memChunk.addr, b.byte_size))
     if mmu_on and len(entries) > device.config.mmu_entries:
         raise XrtError(f"{device.chip.name}Backend needs {len(entries)} MMU entries (WEIGHT, "
@@ -273,9 +287,12 @@ def finish(view: Any, layout: Layout, settings: Settings, device: Any, dep: Depl
            backend_id: int, run_key: RunKey) -> None:
     """The MMU table, physical addresses, value chunks, runs and profiler chunk of `dep`."""
     phy = dep.segments
+    dep.mmu_index = {}
     dep.mmu = mmu_entries(layout, dep, device, settings.mmu_on)
-    for vi in layout.value_info.values():
-        vi.phy_addr = dep.phys_of_logic(vi.logic_addr)
+    dep.value_info = {k: dataclasses.replace(vi, phy_addr=dep.phys_of_logic(vi.logic_addr))
+                      for k, vi in layout.value_info.items()}
+    for ps in phy.values():
+        ps.info_map = {k: dep.value_info[k] for k in ps.info_map if k in dep.value_info}
     dep.memchunk_map = {b: ci for st in (SegmentType.INPUT, SegmentType.OUTPUT)
                         for b, ci in phy[st].multi_chunk.items()}
     if phy[SegmentType.FTMP].single_chunk.memChunk is not None:

@@ -3,7 +3,9 @@ subclass it with their `Chip`, their vendor option methods and a few steps (`Chi
 
 The deployment goes through typed stages, each producing what the next consumes:
 ``init`` builds the `Layout` (layout.py) from the compiled view, the options fill `Settings`
-(settings.py), ``apply`` turns both into a `Deployment` (apply.py), a `Forwarder` runs it
+(settings.py), ``apply`` turns both into a `Deployment` (apply.py) -- which holds the layout as
+placed, the MMU indices and the physical addresses, leaving `layout` as init made it -- a
+`Forwarder` runs it
 (forward.py), and report.py / snapshot.py read it. Nothing is computed in Python: each HardOp
 (or each run of consecutive HardOps when merging is on) is one ``device.icoreCalc`` on the
 instruction bytes in simulated ETM.
@@ -241,7 +243,7 @@ class NpuBackend(ChipSteps, Backend):
     def _adopt(self, dep: stage.Deployment) -> None:
         """Take `dep` as this backend's deployment and get ready to forward it."""
         self.deployment = dep
-        self._forwarder = Forwarder(self.layout, self.settings, dep, self._device, self._is_fork)
+        self._forwarder = Forwarder(dep.layout, self.settings, dep, self._device, self._is_fork)
 
     # --- steps a chip may change -----------------------------------------------------------------
     def run_key(self, op: Any) -> Any:
@@ -278,16 +280,13 @@ class NpuBackend(ChipSteps, Backend):
         return super().fork()
 
     def _fork(self, parent: Backend) -> None:
-        """This copy's own FTMP, INPUT and OUTPUT chunks and MMU table over `parent`'s plan."""
+        """This copy's own FTMP, INPUT and OUTPUT chunks and MMU table over `parent`'s plan and
+        placed layout (shared: a deployment's MMU indices and addresses are its own)."""
         self.backend_id = next(_ids)
         self._is_fork = True
-        lay = parent.layout
-        self.layout = dataclasses.replace(
-            lay, buffers={k: dataclasses.replace(b) for k, b in lay.buffers.items()},
-            value_info={k: dataclasses.replace(vi, real_to=list(vi.real_to))
-                        for k, vi in lay.value_info.items()})
         self.settings = dataclasses.replace(parent.settings, user_segments={}, user_io={})
         src = parent.deployment
+        placed = src.layout
         region = self._device.defaultMemRegion()
         phy: dict[SegmentType, PhySegment] = {}
         for st in (SegmentType.WEIGHT, SegmentType.INSTR):
@@ -303,13 +302,13 @@ class NpuBackend(ChipSteps, Backend):
         phy[SegmentType.FTMP] = ff
         offsets: dict[int, int] = {}
         for st in (SegmentType.INPUT, SegmentType.OUTPUT):
-            phy[st] = stage.io_segment(self.layout, None, st, region,
+            phy[st] = stage.io_segment(placed, None, st, region,
                                        offsets if src.packed_io else None)
         dep = stage.Deployment(src.plan, phy, src.instr_words, src.ocm_chunk, forked=True,
-                               io_offsets=offsets)
+                               io_offsets=offsets, layout=placed)
         try:
             stage.zero_feature_maps(phy)
-            stage.finish(self._view, self.layout, self.settings, self._device, dep,
+            stage.finish(self._view, placed, self.settings, self._device, dep,
                          self.backend_id, self.run_key)
         except BaseException:
             dep.free()
@@ -320,13 +319,14 @@ class NpuBackend(ChipSteps, Backend):
     def precheck(self) -> bool:
         """Compare the instruction and weight bytes in ETM with the network's, per HardOp."""
         self._require_applied("precheck")
-        self.precheck_failures = report.precheck(self._view, self.layout, self.deployment)
+        self.precheck_failures = report.precheck(self._view, self.deployment.layout,
+                                                 self.deployment)
         return not self.precheck_failures
 
     def deployment_report(self) -> dict[str, Any]:
         """The deployment as plain data (what `log()` writes as JSON)."""
         self._require_applied("deployment_report")
-        return report.deployment_report(self.layout, self.settings, self.deployment,
+        return report.deployment_report(self.deployment.layout, self.settings, self.deployment,
                                         self.backend_id, self._is_fork)
 
     def log(self) -> str:
@@ -340,7 +340,7 @@ class NpuBackend(ChipSteps, Backend):
         """The deployment as snapshot state: settings, plan, logical layout, value and HardOp
         infos, MMU layout; blobs "weight" and "instr" (relocated) segment images."""
         self._require_applied("snapshotState")
-        return snapshot.dump(self._view, self.layout, self.settings, self.deployment,
+        return snapshot.dump(self._view, self.deployment.layout, self.settings, self.deployment,
                              self._device, type(self).__name__)
 
     def _restore(self, state: dict[str, Any], blobs: dict[str, Any]) -> None:
@@ -358,9 +358,14 @@ class NpuBackend(ChipSteps, Backend):
             self.deployment.free()
 
     # --- the vendor's fields -------------------------------------------------------------------
+    def _placed(self) -> Layout | None:
+        """The layout as deployed (after apply), else as init made it."""
+        return self.deployment.layout if self.deployment is not None else self.layout
+
     @property
     def logic_segment_map(self) -> dict[SegmentType, Any]:
-        return self.layout.segments if self.layout is not None else {}
+        lay = self._placed()
+        return lay.segments if lay is not None else {}
 
     @property
     def phy_segment_map(self) -> dict[SegmentType, PhySegment]:
@@ -368,15 +373,17 @@ class NpuBackend(ChipSteps, Backend):
 
     @property
     def value_info(self) -> dict[int, ValueInfo]:
+        if self.deployment is not None:
+            return self.deployment.value_info
         return self.layout.value_info if self.layout is not None else {}
 
     @property
     def forward_info(self) -> ForwardInfo:
-        lay, dep = self.layout, self.deployment
+        lay, dep = self._placed(), self.deployment
         if lay is None:
             return ForwardInfo()
         return ForwardInfo(
-            value_map=dict(lay.value_info),
+            value_map=dict(self.value_info),
             hardop_map=dict(dep.hardop_info if dep is not None else lay.hardop_info),
             idx_map={oid: (self.backend_id, hi.sync_idx[1])
                      for oid, hi in lay.hardop_info.items()},

@@ -244,14 +244,15 @@ class Forwarder:
             return
         phys = chunk.addr + offset
         self.bound[b.owner] = (phys, chunk, offset)
-        lo, old, n = self.dep.mmu[b.mmu_index]
+        index = self.dep.mmu_index[b.owner]
+        lo, old, n = self.dep.mmu[index]
         if old == phys:
             return
-        self.dep.mmu[b.mmu_index] = (lo, phys, n)
+        self.dep.mmu[index] = (lo, phys, n)
         if self.device.share.mmu_owner is self:
             # still ours only if nobody else wrote an MMU register since we programmed it
             clean = self._mmu_generation == self._device_mmu_generation()
-            self.device.mmuMap(b.mmu_index, lo, phys, n)
+            self.device.mmuMap(index, lo, phys, n)
             if clean:
                 self._mmu_generation = self._device_mmu_generation()
 

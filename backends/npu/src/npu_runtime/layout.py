@@ -4,8 +4,9 @@
 and instr/params mtypes (docs/zg330-lowering.md) into a `Layout`: the five LogicSegments, the
 ValueInfo / HardOpInfo maps, the feature-map buffers (an owner value and its aliases) and the
 FTMP slots `deploy.plan` places (lifetimes over the HardOp order, ETM traffic scores). All of it
-is logical: no device memory is touched before `apply`. Planning moves buffers and values to
-their new logical addresses (`Layout.move_to`).
+is logical: no device memory is touched before `apply`. `apply` never changes it: it places a
+copy (`Layout.placed`, then `move_to` / `pack_io` on the copy) that its `Deployment` holds, so a
+backend's layout stays as `init` made it and a fork shares its parent's placed copy.
 """
 
 from __future__ import annotations
@@ -31,12 +32,11 @@ class Buffer:
     byte_size: int
     members: list[int] = field(default_factory=list)
     segment: SegmentType = SegmentType.FTMP
-    mmu_index: int = -1
 
 
 @dataclass
 class Layout:
-    """A view's logical deployment, as `init` reads it and planning moves it."""
+    """A view's logical deployment, as `init` reads it (or, `placed`, as a plan moved it)."""
 
     tag: str
     #: HardOp id -> position in the view's HardOp order
@@ -69,8 +69,24 @@ class Layout:
         lf = self.segments[SegmentType.FTMP]
         lf.logic_addr, lf.byte_size = p.ftmp_logic, p.ftmp_size
 
+    def placed(self, slots: list[deploy.Slot]) -> Layout:
+        """A copy of this layout with the planned `slots`, for a deployment to move (its own
+        buffers, segments, value and HardOp infos); this layout is left as it is."""
+        vinfo = {k: dataclasses.replace(vi, real_to=list(vi.real_to))
+                 for k, vi in self.value_info.items()}
+        hinfo = {k: dataclasses.replace(hi) for k, hi in self.hardop_info.items()}
+        segs = {st: dataclasses.replace(ls, info_map={k: vinfo[k] for k in ls.info_map},
+                                        hardop_map={k: hinfo[k] for k in ls.hardop_map})
+                for st, ls in self.segments.items()}
+        return dataclasses.replace(
+            self, order=dict(self.order), in_ids=set(self.in_ids),
+            buffers={k: dataclasses.replace(b, members=list(b.members))
+                     for k, b in self.buffers.items()},
+            value_info=vinfo, hardop_info=hinfo, segments=segs, slots=list(slots))
+
     def move_to(self, plan: deploy.DeployPlan) -> None:
-        """Apply a plan to the logical structures: FTMP segment, buffers, ValueInfo."""
+        """Apply a plan to the logical structures: FTMP segment, buffers, ValueInfo (on a
+        `placed` copy: `apply` never moves the layout `init` made)."""
         lf = self.segments[SegmentType.FTMP]
         lf.logic_addr, lf.byte_size = plan.ftmp_logic, plan.ftmp_size
         for sl in self.slots:

@@ -70,7 +70,7 @@ def deployment_report(layout: Layout, settings: Settings, dep: Deployment, backe
                      "byte_size": p.ocm_footprint, "phy_addr": dep.ocm_chunk.addr,
                      "user_chunk": False, "chunks": {}})
     values = []
-    for v, vi in layout.value_info.items():
+    for v, vi in dep.value_info.items():
         values.append({"v_id": v, "segment": vi.segment.name,
                        "memory": "OCM" if vi.is_ocm else "ETM",
                        "logic_addr": vi.logic_addr, "phy_addr": vi.phy_addr,

@@ -162,7 +162,7 @@ def restore(view: Any, device: Any, state: dict[str, Any], blobs: dict[str, Any]
                                 f"the OCM of {device!r} is not available for that")
     # physical segments, the two images as they are, feature maps zeroed
     segments, offsets = stage.allocate(layout, settings, device, bool(state.get("packed_io")))
-    dep = stage.Deployment(plan, segments, {}, ocm_chunk, io_offsets=offsets)
+    dep = stage.Deployment(plan, segments, {}, ocm_chunk, io_offsets=offsets, layout=layout)
     try:
         li = segs[SegmentType.INSTR]
         for st, img in images.items():
