@@ -1,4 +1,5 @@
-"""What the benchmarks share: single-threaded pools (BLAS, Numba, onnxruntime capped together,
+"""What the benchmarks share: single-threaded pools (BLAS, Numba, onnxruntime and the
+simulator's kernel pool, ``XRT_THREADS``, capped together,
 set when this module is imported -- conftest imports it first; ``XRT_BENCH_THREADS=2 make
 bench`` gives every pool two threads instead), best-of and interleaved timing, an onnxruntime
 session, and the load average printed beside every figure."""
@@ -7,7 +8,8 @@ import os
 
 #: threads of every pool on both sides of a comparison
 THREADS = int(os.environ.get("XRT_BENCH_THREADS", "1"))
-for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS"):
+for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS",
+            "XRT_THREADS"):
     os.environ.setdefault(var, str(THREADS))
 
 import time  # noqa: E402

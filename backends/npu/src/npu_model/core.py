@@ -587,7 +587,7 @@ class Icore:
         npdt = NP_DTYPES[dtype]
         packed = wraw.view(npdt.newbyteorder("<")).astype(npdt, copy=dwise)
         if dwise:  # its own copy: a replay reads the weights it checked, wherever they moved
-            self._rec.call(mpe.conv_depthwise, x.arr, x.rs, x.pitch, x.coff, x.h, x.w, packed, cu,
+            self._rec.call(mpe.CONV_DEPTHWISE, x.arr, x.rs, x.pitch, x.coff, x.h, x.w, packed, cu,
                            bias, mult, shift, mneg, sneg, lo, hi, y.arr, y.rs, y.pitch, y.coff,
                            y.h, y.w, y.c, kh, kw, sh, sw, dh, dw, pt, pl)
             return
@@ -596,7 +596,7 @@ class Icore:
             nr = igemm.panel_width(cout_g)
             wq = self._unpacked_weights(wmem, waddr, packed, nr, g, kh, kw, cin_g, cout_g, cu,
                                         ocb)
-            self._rec.call(mpe.conv_dense_int, x.arr, x.rs, x.pitch, x.coff, x.h, x.w, wq, nr,
+            self._rec.call(mpe.CONV_INT, x.arr, x.rs, x.pitch, x.coff, x.h, x.w, wq, nr,
                            bias, mult, shift, mneg, sneg, lo, hi, y.arr, y.rs, y.pitch, y.coff,
                            y.h, y.w, kh, kw, sh, sw, dh, dw, pt, pl, g, cin_g, cout_g)
             return
@@ -605,7 +605,7 @@ class Icore:
             wqh, wql, dmax = self._unpacked_weights(wmem, waddr, packed, nr, g, kh, kw, cin_g,
                                                     cout_g, cu, ocb)
             k2 = (kh * kw * cin_g + 1) // 2
-            self._rec.call(mpe.conv_dense_int16, x.arr, x.rs, x.pitch, x.coff, x.h, x.w, wqh,
+            self._rec.call(mpe.CONV_INT16, x.arr, x.rs, x.pitch, x.coff, x.h, x.w, wqh,
                            wql, nr, igemm.chunk_pairs(2**15, dmax, k2), bias, mult, shift,
                            mneg, sneg, lo, hi, y.arr, y.rs, y.pitch, y.coff, y.h, y.w, kh, kw,
                            sh, sw, dh, dw, pt, pl, g, cin_g, cout_g)
@@ -667,13 +667,13 @@ class Icore:
         if not compute:
             return
         if dtype == "int8" and self.int_gemm and a.c <= igemm.MAX_K:
-            self._rec.call(matmul.matmul_dynamic_int, a.arr, a.rs, a.pitch, a.coff, b.arr, b.rs,
+            self._rec.call(matmul.MATMUL_INT, a.arr, a.rs, a.pitch, a.coff, b.arr, b.rs,
                            b.pitch, b.coff, a.h, a.w, a.c, y.c, bt, igemm.panel_width(y.c),
                            bias, mult, shift, mneg, sneg, lo, hi, y.arr, y.rs, y.pitch,
                            y.coff)
             return
         if dtype == "int16" and self.int_gemm16:
-            self._rec.call(matmul.matmul_dynamic_int16, a.arr, a.rs, a.pitch, a.coff, b.arr,
+            self._rec.call(matmul.MATMUL_INT16, a.arr, a.rs, a.pitch, a.coff, b.arr,
                            b.rs, b.pitch, b.coff, a.h, a.w, a.c, y.c, bt,
                            igemm.panel_width(y.c), bias, mult, shift, mneg, sneg, lo, hi, y.arr,
                            y.rs, y.pitch, y.coff)

@@ -11,6 +11,7 @@ from xir.quant.fixed_point import requantize_one
 
 from .igemm import MR, gemm_pairs, gemm_pairs_wide
 from .mpe import _cp, _requant_tile
+from .pool import Split
 
 #: kernels from other files these kernels call, with their source stamps (see `mpe`'s note)
 NUMBA_DEPENDS = {"xir.quant.fixed_point.requantize_one": "e5bd92a5402c36dd",
@@ -20,12 +21,13 @@ NUMBA_DEPENDS = {"xir.quant.fixed_point.requantize_one": "e5bd92a5402c36dd",
                  "npu_model.kernels.mpe._requant_tile": "9b3b0a23a9d32a5e"}
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def matmul_dynamic_int(a, ars, apitch, acoff, b, brs, bpitch, bcoff, batch, m, k, n, bt, nr,
-                       bias, mult, shift, mult_neg, shift_neg, lo, hi, y, yrs, ypitch, ycoff):
+                       bias, mult, shift, mult_neg, shift_neg, lo, hi, y, yrs, ypitch, ycoff,
+                       ib_lo, ib_hi):
     """`matmul_dynamic` of int8 operands on the integer GEMM (`igemm`, K <= `igemm.MAX_K`):
     per batch, A's rows in int16 and B packed into panels `nr` wide, int32 accumulation,
-    requantized in runs of whole rows."""
+    requantized in runs of whole rows. Batch items ``ib_lo..ib_hi`` only (the pool's part)."""
     k2 = (k + 1) // 2
     lda = 2 * k2
     rows = (m + MR - 1) // MR * MR
@@ -35,7 +37,7 @@ def matmul_dynamic_int(a, ars, apitch, acoff, b, brs, bpitch, bcoff, batch, m, k
     bq = np.zeros(nb * k2 * nr * 2, dtype=np.int16)  # N and K padding stay 0
     c = np.empty(rows * ldc, dtype=np.int32)
     none = np.empty((0, n), dtype=np.int64)
-    for ib in range(batch):
+    for ib in range(ib_lo, ib_hi):
         for i in range(m):
             src = ib * ars + i * apitch + acoff
             _cp(at[i * lda:i * lda + k], a[src:src + k])
@@ -69,13 +71,15 @@ def _digits(v):
     return (w - lo) >> 8, lo
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def matmul_dynamic_int16(a, ars, apitch, acoff, b, brs, bpitch, bcoff, batch, m, k, n, bt, nr,
-                         bias, mult, shift, mult_neg, shift_neg, lo, hi, y, yrs, ypitch, ycoff):
+                         bias, mult, shift, mult_neg, shift_neg, lo, hi, y, yrs, ypitch, ycoff,
+                         ib_lo, ib_hi):
     """`matmul_dynamic` of int16 operands on the integer GEMM's digit form: per batch, B split
     into two digit panels (``b = 256 * hi + lo``; the ``hi`` GEMM skipped when every digit is
     0), K in chunks of 255 pairs (``2 * 255 * 2**15 * 2**7 < 2**31``: exact in int32), summed
-    into int64 (`igemm.gemm_pairs_wide`), requantized in runs of whole rows."""
+    into int64 (`igemm.gemm_pairs_wide`), requantized in runs of whole rows. Batch items
+    ``ib_lo..ib_hi`` only."""
     k2 = (k + 1) // 2
     lda = 2 * k2
     kc2 = min(k2, (2**31 - 1) // (2**15 * 2**7) // 2)
@@ -89,7 +93,7 @@ def matmul_dynamic_int16(a, ars, apitch, acoff, b, brs, bpitch, bcoff, batch, m,
     c = np.empty(rows * ldc, dtype=np.int64)
     tmp = np.empty(2 * MR * nr, dtype=np.int32)
     none = np.empty((0, n), dtype=np.int64)
-    for ib in range(batch):
+    for ib in range(ib_lo, ib_hi):
         for i in range(m):
             src = ib * ars + i * apitch + acoff
             _cp(at[i * lda:i * lda + k], a[src:src + k])
@@ -161,3 +165,8 @@ def matmul_dynamic(a, ars, apitch, acoff, b, brs, bpitch, bcoff,
                 y[base + j] = requantize_one(acc[i, j], mult[j], shift[j], mult_neg[j],
                                              shift_neg[j], lo, hi)
     return y
+
+
+#: the integer matmuls split over batch items on the thread pool (`pool.Split`)
+MATMUL_INT = Split(matmul_dynamic_int, extent=("batch",), work=("batch", "m", "k", "n"))
+MATMUL_INT16 = Split(matmul_dynamic_int16, extent=("batch",), work=("batch", "m", "k", "n"))

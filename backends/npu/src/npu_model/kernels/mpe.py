@@ -19,6 +19,7 @@ import numpy as np
 from numba import njit
 
 from .igemm import MR, gemm_pairs, gemm_pairs_wide
+from .pool import Split
 
 #: Numba kernels called from this file's kernels but defined in other files, with a stamp of
 #: their source (and of the kernels they call). Numba's on-disk cache notices changes to this
@@ -448,23 +449,24 @@ def conv_dense(x, xrs, xpitch, xcoff, ih_n, iw_n,
     return y
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def conv_dense_int(x, xrs, xpitch, xcoff, ih_n, iw_n,
                    wq, nr, bias, mult, shift, mult_neg, shift_neg, lo, hi,
                    y, yrs, ypitch, ycoff, oh_n, ow_n,
-                   kh, kw, sh, sw, dh, dw, pt, pl, groups, cin_g, cout_g):
+                   kh, kw, sh, sw, dh, dw, pt, pl, groups, cin_g, cout_g, p_lo, p_hi):
     """Dense / grouped int8 convolution on the integer GEMM (`igemm`): im2col rows in int16,
     int32 accumulation, no float and no K-chunks (K <= `igemm.MAX_K`). `wq[g]` is group g's B
     in `igemm.pack_pairs` layout with panels `nr` wide. Every group of a pixel tile lands in one
     wide int32 tile (a later group overwrites the previous one's panel padding), requantized
-    across all output channels at once."""
-    npix_all = oh_n * ow_n
+    across all output channels at once. Output pixels ``p_lo..p_hi`` (row-major) only: the
+    pool's part (`pool.Split`)."""
+    npix_all = p_hi - p_lo
     taps = kh * kw
     k2 = (taps * cin_g + 1) // 2
     ldc = 2 * k2
     cout = groups * cout_g
     width = cout + nr
-    tile = min(npix_all, max(MR, 65536 // ldc))
+    tile = max(1, min(npix_all, max(MR, 65536 // ldc)))
     tile_pad = (tile + MR - 1) // MR * MR
     pointwise = (kh == 1 and kw == 1 and sh == 1 and sw == 1 and pt == 0 and pl == 0
                  and oh_n == ih_n and ow_n == iw_n)
@@ -481,8 +483,8 @@ def conv_dense_int(x, xrs, xpitch, xcoff, ih_n, iw_n,
     ctile = np.empty((tile_pad, width), dtype=np.int32)
     flat = ctile.reshape(tile_pad * width)
     none = np.empty((0, cout), dtype=np.int64)
-    for p0 in range(0, npix_all, tile):
-        npix = min(tile, npix_all - p0)
+    for p0 in range(p_lo, p_hi, tile):
+        npix = min(tile, p_hi - p0)
         rows = (npix + MR - 1) // MR * MR
         for g in range(groups):
             cin0 = xcoff + g * cin_g
@@ -500,22 +502,22 @@ def conv_dense_int(x, xrs, xpitch, xcoff, ih_n, iw_n,
     return y
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def conv_dense_int16(x, xrs, xpitch, xcoff, ih_n, iw_n,
                      wqh, wql, nr, kc2, bias, mult, shift, mult_neg, shift_neg, lo, hi,
                      y, yrs, ypitch, ycoff, oh_n, ow_n,
-                     kh, kw, sh, sw, dh, dw, pt, pl, groups, cin_g, cout_g):
+                     kh, kw, sh, sw, dh, dw, pt, pl, groups, cin_g, cout_g, p_lo, p_hi):
     """Dense / grouped int16 convolution on the integer GEMM: as `conv_dense_int`, with the
     weights as two digit panels (`igemm.split_digits`; `wqh` of shape ``(G, 0)`` when every
     weight fits in a digit) and K in chunks of `kc2` pairs, each exact in int32, summed into an
-    int64 tile (`igemm.gemm_pairs_wide`)."""
-    npix_all = oh_n * ow_n
+    int64 tile (`igemm.gemm_pairs_wide`). Output pixels ``p_lo..p_hi`` only."""
+    npix_all = p_hi - p_lo
     taps = kh * kw
     k2 = (taps * cin_g + 1) // 2
     ldc = 2 * k2
     cout = groups * cout_g
     width = cout + nr
-    tile = min(npix_all, max(MR, 65536 // ldc))
+    tile = max(1, min(npix_all, max(MR, 65536 // ldc)))
     tile_pad = (tile + MR - 1) // MR * MR
     pointwise = (kh == 1 and kw == 1 and sh == 1 and sw == 1 and pt == 0 and pl == 0
                  and oh_n == ih_n and ow_n == iw_n)
@@ -531,8 +533,8 @@ def conv_dense_int16(x, xrs, xpitch, xcoff, ih_n, iw_n,
     flat = ctile.reshape(tile_pad * width)
     tmp = np.empty(2 * MR * nr, dtype=np.int32)
     none = np.empty((0, cout), dtype=np.int64)
-    for p0 in range(0, npix_all, tile):
-        npix = min(tile, npix_all - p0)
+    for p0 in range(p_lo, p_hi, tile):
+        npix = min(tile, p_hi - p0)
         rows = (npix + MR - 1) // MR * MR
         for g in range(groups):
             cin0 = xcoff + g * cin_g
@@ -551,11 +553,11 @@ def conv_dense_int16(x, xrs, xpitch, xcoff, ih_n, iw_n,
     return y
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def conv_depthwise(x, xrs, xpitch, xcoff, ih_n, iw_n,
                    packed, cu, bias, mult, shift, mult_neg, shift_neg, lo, hi,
                    y, yrs, ypitch, ycoff, oh_n, ow_n, c_n,
-                   kh, kw, sh, sw, dh, dw, pt, pl):
+                   kh, kw, sh, sw, dh, dw, pt, pl, oh_lo, oh_hi):
     """Depthwise convolution (one channel per group), channel innermost.
 
     `packed` is the lane layout ``(NCB, KH, KW, CU)``. int8 operands accumulate the taps in
@@ -563,21 +565,21 @@ def conv_depthwise(x, xrs, xpitch, xcoff, ih_n, iw_n,
     requantizing: 32-bit lanes vectorise where 64-bit multiplies do not; int16 operands
     accumulate in int64, their weights held in int32 so that every product is a multiply of
     two sign-extended 32-bit lanes into 64 (``vpmuldq``, exact: |product| <= 2^30) instead of a
-    full 64-bit multiply.
+    full 64-bit multiply. Output rows ``oh_lo..oh_hi`` only (the pool's part).
     """
     taps = kh * kw
     if x.itemsize == 1 and taps <= 65536:  # each branch its own typing of the accumulator
         _dw_rows(x, xrs, xpitch, xcoff, ih_n, iw_n,
                  _dw_weights(packed, cu, taps, c_n, np.empty(0, np.int32)),
                  np.empty((ow_n, c_n), dtype=np.int32), bias, mult, shift, mult_neg,
-                 shift_neg, lo, hi, y, yrs, ypitch, ycoff, oh_n, ow_n, c_n, kh, kw, sh, sw, dh,
-                 dw, pt, pl)
+                 shift_neg, lo, hi, y, yrs, ypitch, ycoff, oh_lo, oh_hi, ow_n, c_n, kh, kw, sh,
+                 sw, dh, dw, pt, pl)
     else:
         _dw_rows(x, xrs, xpitch, xcoff, ih_n, iw_n,
                  _dw_weights(packed, cu, taps, c_n, np.empty(0, np.int32)),
                  np.empty((ow_n, c_n), dtype=np.int64), bias, mult, shift, mult_neg,
-                 shift_neg, lo, hi, y, yrs, ypitch, ycoff, oh_n, ow_n, c_n, kh, kw, sh, sw, dh,
-                 dw, pt, pl)
+                 shift_neg, lo, hi, y, yrs, ypitch, ycoff, oh_lo, oh_hi, ow_n, c_n, kh, kw, sh,
+                 sw, dh, dw, pt, pl)
     return y
 
 
@@ -612,8 +614,8 @@ def _mac_pixels(acc, x, base, step, wt, ow0, ow1, c_n):
 
 @njit(cache=True)
 def _dw_rows(x, xrs, xpitch, xcoff, ih_n, iw_n, w2, acc, bias, mult, shift, mult_neg,
-             shift_neg, lo, hi, y, yrs, ypitch, ycoff, oh_n, ow_n, c_n, kh, kw, sh, sw, dh, dw,
-             pt, pl):
+             shift_neg, lo, hi, y, yrs, ypitch, ycoff, oh_lo, oh_hi, ow_n, c_n, kh, kw, sh, sw,
+             dh, dw, pt, pl):
     """One output row at a time: every tap adds its weight row times the input pixels it
     reaches (the columns inside the input, found once per tap, so no per-pixel bounds test).
     With unit column stride over a dense map a tap's pixels are one run of the input row,
@@ -633,7 +635,7 @@ def _dw_rows(x, xrs, xpitch, xcoff, ih_n, iw_n, w2, acc, bias, mult, shift, mult
         for ow in range(ow_n):
             wrep[t, ow * c_n:(ow + 1) * c_n] = w2[t]
     accf = acc.reshape(ow_n * c_n)
-    for oh in range(oh_n):
+    for oh in range(oh_lo, oh_hi):
         acc[:, :] = 0
         for ky in range(kh):
             ih = oh * sh - pt + ky * dh
@@ -668,3 +670,12 @@ def _dw_rows(x, xrs, xpitch, xcoff, ih_n, iw_n, w2, acc, bias, mult, shift, mult
                 continue
             _requant_row(tmp[:m], prm, lo, hi, ytmp[:m])
             _put_pixels(y, ytmp, oh * ow_n + r0, r1 - r0, c_n, ow_n, yrs, ypitch, ycoff)
+
+
+_CONV_WORK = ("oh_n", "ow_n", "kh", "kw", "groups", "cin_g", "cout_g")
+#: the integer convolutions split over output pixels, depthwise over output rows, on the
+#: thread pool (`pool.Split`)
+CONV_INT = Split(conv_dense_int, extent=("oh_n", "ow_n"), work=_CONV_WORK)
+CONV_INT16 = Split(conv_dense_int16, extent=("oh_n", "ow_n"), work=_CONV_WORK)
+CONV_DEPTHWISE = Split(conv_depthwise, extent=("oh_n",), work=("oh_n", "ow_n", "c_n", "kh", "kw"),
+                       min_work=1 << 18)  # ~10x fewer MACs per second than the GEMMs

@@ -1,0 +1,114 @@
+"""The thread pool the MPE kernels split their work over (the simulated chip has 16 MPEs
+working at once; the simulator may use every core too).
+
+A `Split` kernel is a Numba kernel compiled with ``nogil=True`` whose last two arguments are a
+range ``[lo, hi)`` of its independent work (output pixels, output rows, batch items). Calling
+the `Split` with the kernel's other arguments cuts the whole range into one part per thread
+(fewer when a part would hold too little work to pay for the hand-off), runs the parts on a
+`ThreadPoolExecutor` and the first one on the calling thread, and returns when all are done.
+Parts write disjoint outputs and every output is computed from its inputs alone (exact integer
+arithmetic, whatever the part), so the result is byte-identical for any thread count.
+
+Threads: ``XRT_THREADS`` when set (1 runs everything on the calling thread), else the CPU count
+(`os.sched_getaffinity` where it exists); `set_threads` changes it at run time.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from inspect import signature
+from typing import Any
+
+from xir.errors import XirError
+
+#: work units (multiply-adds, roughly) a part must hold to be worth a thread hand-off (~20 us)
+MIN_WORK = 1 << 21
+
+class ThreadCountError(XirError, ValueError):
+    """A thread count (``XRT_THREADS``, `set_threads`) that is not a positive integer."""
+
+
+_threads: int | None = None
+_executor: ThreadPoolExecutor | None = None
+
+
+def _default_threads() -> int:
+    env = os.environ.get("XRT_THREADS", "").strip()
+    if env:
+        try:
+            n = int(env)
+        except ValueError:
+            n = 0
+        if n < 1:
+            raise ThreadCountError(f"XRT_THREADS={env!r}: expected a positive thread count")
+        return n
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except AttributeError:  # pragma: no cover - not on Linux
+        return os.cpu_count() or 1
+
+
+def threads() -> int:
+    """Threads the kernels may use (``XRT_THREADS`` or the CPU count, read once)."""
+    global _threads
+    if _threads is None:
+        _threads = _default_threads()
+    return _threads
+
+
+def set_threads(n: int | None) -> None:
+    """Use `n` threads from now on (None: ``XRT_THREADS`` / the CPU count again)."""
+    global _threads, _executor
+    if n is not None and (not isinstance(n, int) or n < 1):
+        raise ThreadCountError(f"thread count {n!r}: expected an integer of at least 1")
+    _threads = n
+    if _executor is not None:
+        _executor.shutdown(wait=True)
+        _executor = None
+
+
+def _pool() -> ThreadPoolExecutor:
+    global _executor
+    if _executor is None:
+        _executor = ThreadPoolExecutor(max_workers=max(1, threads() - 1),
+                                       thread_name_prefix="npu-kernel")
+    return _executor
+
+
+class Split:
+    """`kernel` run in parts on the pool. `extent` names the kernel's arguments whose product
+    is the range to split; `work` those whose product estimates the whole run's work, of which
+    a part must hold `min_work` (a kernel slower per unit of work sets it lower)."""
+
+    def __init__(self, kernel: Callable[..., Any], extent: Sequence[str],
+                 work: Sequence[str], min_work: int = MIN_WORK) -> None:
+        self.kernel = kernel
+        self.min_work = min_work
+        names = list(signature(getattr(kernel, "py_func", kernel)).parameters)
+        self._extent = [names.index(n) for n in extent]
+        self._work = [names.index(n) for n in work]
+        self.__name__ = getattr(kernel, "__name__", "split")
+        self.__doc__ = kernel.__doc__
+
+    def parts(self, args: tuple) -> list[int]:
+        """Bounds of the parts the range of this call is cut into (``n + 1`` values)."""
+        total = math.prod(int(args[i]) for i in self._extent)
+        work = math.prod(int(args[i]) for i in self._work)
+        n = max(1, min(threads(), total, work // self.min_work))
+        return [total * i // n for i in range(n + 1)]
+
+    def __call__(self, *args: Any) -> Any:
+        b = self.parts(args)
+        if len(b) == 2:
+            return self.kernel(*args, b[0], b[1])
+        futures = [_pool().submit(self.kernel, *args, b[i], b[i + 1])
+                   for i in range(1, len(b) - 1)]
+        try:
+            out = self.kernel(*args, b[0], b[1])
+        finally:
+            for f in futures:
+                f.result()
+        return out

@@ -1,0 +1,118 @@
+"""The MPE kernels on the thread pool: byte-identical results at 1, 2 and 4 threads, the work
+really split over threads, and the thread count taken from ``XRT_THREADS``."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+from npu_testlib import Harness, rand_requant, ref_conv_acc, ref_requant
+
+from npu_model import asm
+from npu_model.kernels import matmul, mpe, pool
+
+
+@pytest.fixture(autouse=True)
+def _restore_threads():
+    yield
+    pool.set_threads(None)
+
+
+def _layers(hw, rng, dtype):
+    """A stream exercising every split kernel: a padded stem, a 3x3, a 1x1, a depthwise and
+    a dynamic matmul, large enough to be cut into four parts."""
+    npdt = np.int16 if dtype == "int16" else np.int8
+    info = np.iinfo(npdt)
+    scale = 3000 if dtype == "int16" else 30
+
+    def conv(x, cout, k, s, p, groups=1):
+        h, w, cin = x.shape
+        wq = rng.integers(-info.max, info.max + 1, (k, k, cin // groups, cout)).astype(npdt)
+        m, sh = rand_requant(rng, cout, 2.0 / (k * k * cin // groups * scale))
+        oh, ow = asm.conv_out_hw(h, w, (k, k), (s, s), (p,) * 4, (1, 1))
+        fo = hw.fmap_out(oh, ow, cout, dtype)
+        layer = asm.Conv(hw.fmap_in(x), fo, hw.put(asm.pack_conv_weights(wq, groups, dtype,
+                                                                         hw.cfg)),
+                         hw.put(asm.pack_requant_params(7, m, sh)), kernel=(k, k),
+                         stride=(s, s), pad=(p,) * 4, groups=groups, clip=(info.min, info.max))
+        return layer, fo
+
+    def rand(*shape):
+        return rng.integers(info.min, info.max + 1, shape).astype(npdt)
+
+    out = [conv(rand(194, 194, 3), 16, 6, 2, 2), conv(rand(30, 30, 64), 64, 3, 1, 1),
+           conv(rand(40, 40, 64), 96, 1, 1, 0), conv(rand(64, 64, 64), 64, 3, 1, 1, groups=64)]
+    a, b = rand(8, 64, 256), rand(8, 256, 96)
+    fo = hw.fmap_out(8, 64, 96, dtype)
+    m, sh = rand_requant(rng, 96, 1.0 / (256 * scale * 300))
+    out.append((asm.Matmul(hw.fmap_in(a), fo, hw.put(asm.pack_requant_params(3, m, sh, n=96)),
+                           b=hw.fmap_in(b), clip=(info.min, info.max)), fo))
+    return out
+
+
+@pytest.mark.parametrize("dtype", ["int8", "int16"])
+def test_results_are_byte_identical_at_any_thread_count(dtype, monkeypatch):
+    from xrt import Device
+
+    seen: dict[str, list[tuple[int, int]]] = {}  # kernel -> (part start, thread) per part
+    for split in (mpe.CONV_INT, mpe.CONV_INT16, mpe.CONV_DEPTHWISE, matmul.MATMUL_INT,
+                  matmul.MATMUL_INT16):
+        kernel = split.kernel
+
+        def spy(*args, _k=kernel, _name=split.__name__):
+            seen.setdefault(_name, []).append((args[-2], threading.get_ident()))
+            return _k(*args)
+
+        monkeypatch.setattr(split, "kernel", spy)
+    results = {}
+    for n in (1, 2, 4):
+        pool.set_threads(n)
+        seen.clear()
+        dev = Device.Open("sim://zg330")
+        dev.sim.int_gemm = dev.sim.int_gemm16 = True
+        hw = Harness(dev, size=32 << 20)
+        layers = _layers(hw, np.random.default_rng(5), dtype)
+        hw.run([layer for layer, _ in layers])
+        results[n] = [hw.read(fo).tobytes() for _, fo in layers]
+        dev.close()
+        assert len(seen) == 3, seen  # dense, depthwise, matmul of this dtype
+        for parts in seen.values():  # every layer cut into n parts, run on n threads at most
+            calls = sum(1 for lo, _ in parts if lo == 0)
+            assert len(parts) == n * calls
+            assert 1 < len({t for _, t in parts}) <= n if n > 1 else len(parts) == calls
+    assert results[1] == results[2] == results[4]
+
+
+def test_split_results_match_the_reference(hw, rng):
+    """Four parts of a convolution still give the int64 reference, padding rows included."""
+    pool.set_threads(4)
+    x = rng.integers(-128, 128, (31, 29, 40)).astype(np.int8)
+    wq = rng.integers(-127, 128, (3, 3, 40, 48)).astype(np.int8)
+    m, s = rand_requant(rng, 48, 1 / 3000)
+    fo = hw.fmap_out(31, 29, 48)
+    hw.run([asm.Conv(hw.fmap_in(x), fo, hw.put(asm.pack_conv_weights(wq)),
+                     hw.put(asm.pack_requant_params(11, m, s)), kernel=3, pad=1)])
+    ref = ref_requant(ref_conv_acc(x, wq, 11, pad=(1, 1, 1, 1)), m, s, -128, 127)
+    np.testing.assert_array_equal(hw.read(fo), ref)
+
+
+def test_small_layers_stay_on_the_calling_thread():
+    pool.set_threads(8)
+    args = [0] * 34
+    names = mpe.CONV_INT._extent + mpe.CONV_INT._work
+    for i in names:
+        args[i] = 1
+    assert mpe.CONV_INT.parts(tuple(args)) == [0, 1]
+
+
+def test_thread_count_from_the_environment(monkeypatch):
+    monkeypatch.setenv("XRT_THREADS", "3")
+    pool.set_threads(None)
+    assert pool.threads() == 3
+    monkeypatch.setenv("XRT_THREADS", "zero")
+    pool.set_threads(None)
+    with pytest.raises(pool.ThreadCountError, match="XRT_THREADS"):
+        pool.threads()
+    with pytest.raises(pool.ThreadCountError):
+        pool.set_threads(0)
