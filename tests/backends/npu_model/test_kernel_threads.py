@@ -116,3 +116,27 @@ def test_thread_count_from_the_environment(monkeypatch):
         pool.threads()
     with pytest.raises(pool.ThreadCountError):
         pool.set_threads(0)
+
+
+def test_a_forked_child_gets_its_own_pool():
+    """A child forked after the pool started (a worker process) must not wait on the parent's
+    threads, which it does not have."""
+    import multiprocessing as mp
+
+    pool.set_threads(2)
+    x = np.ones(10)
+    pool.Split(_sum_parts, extent=("n",), work=("n",), min_work=1)(x, out := np.zeros(2), 2)
+    assert out.sum() == 10
+    ctx = mp.get_context("fork")
+    with ctx.Pool(1) as workers:
+        assert workers.apply(_split_in_child, ()) == 10.0
+
+
+def _sum_parts(x, out, n, lo, hi):
+    out[lo] = x[lo * 5:hi * 5].sum()
+
+
+def _split_in_child():
+    out = np.zeros(2)
+    pool.Split(_sum_parts, extent=("n",), work=("n",), min_work=1)(np.ones(10), out, 2)
+    return float(out.sum())

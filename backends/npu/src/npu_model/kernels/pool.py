@@ -70,11 +70,15 @@ def set_threads(n: int | None) -> None:
         _executor = None
 
 
+_owner = 0  # the process that made `_executor` (a forked child's copy has no threads)
+
+
 def _pool() -> ThreadPoolExecutor:
-    global _executor
-    if _executor is None:
+    global _executor, _owner
+    if _executor is None or _owner != os.getpid():
         _executor = ThreadPoolExecutor(max_workers=max(1, threads() - 1),
                                        thread_name_prefix="npu-kernel")
+        _owner = os.getpid()
     return _executor
 
 
