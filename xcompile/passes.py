@@ -25,6 +25,10 @@ quantize -> adapt -> generate).
    without a folded activation becomes that op's `act` / `act_alpha` / `act_max`;
 5. Reshapes that keep the shape and Transposes with the identity permutation are removed.
 
+Before all of them, `xcompile.slice_passes.fold_slices` turns index picks into code moves the
+chips run: a Gather of evenly stepping constant indices becomes a Slice, a Slice of a
+Reshape-split axis slices the unsplit one, and Slices that tile an axis become one Split.
+
 Ids are stable: a fused op keeps the producer's `op_id` and outputs the *last* value of the
 chain (the BatchNorm2d's or the Relu's output, with its `v_id`), so a value of the optimized
 network has the same `v_id` as the value it equals in the original one. Removed ops leave
@@ -37,6 +41,7 @@ import logging
 
 import numpy as np
 
+from xcompile.slice_passes import fold_slices
 from xir.network import Network
 from xir.ops.base import Operation
 from xir.values import Params, Value
@@ -613,6 +618,7 @@ def optimize(net: Network) -> Network:
     """The optimize stage: affine merging, BN folding (into a convolution, else as a depthwise
     convolution), Relu folding, no-op Reshape/Transpose removal (a new network)."""
     out = copy_network(net)
+    n_moves = fold_slices(out)
     outputs = {v.v_id for v in out.outputs()}
     changed = True
     n_bn = n_relu = n_noop = 0
@@ -706,7 +712,8 @@ def optimize(net: Network) -> Network:
             if reader is not None and _fold_relu(out, op, reader):
                 n_relu += 1
     out.validate()
-    log.debug("optimize %s: %d activations recomposed, %d affine ops merged, %d BatchNorm2d "
-              "folded, %d as depthwise convolutions, %d Relu folded, %d no-op ops removed",
-              net.name, n_act, n_affine, n_bn, n_dw, n_relu, n_noop)
+    log.debug("optimize %s: %d index picks as slices, %d activations recomposed, %d affine "
+              "ops merged, %d BatchNorm2d folded, %d as depthwise convolutions, %d Relu folded, "
+              "%d no-op ops removed", net.name, n_moves, n_act, n_affine, n_bn, n_dw, n_relu,
+              n_noop)
     return out
