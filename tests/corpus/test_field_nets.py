@@ -42,7 +42,12 @@ WHERE = {
 #: a float op reads it, docs/quantization.md "What stays float")
 NEVER_HOST = {"Conv2d", "ConvTranspose2d", "Silu", "Sigmoid", "Tanh", "Gelu"}
 #: cases that cannot pass yet, with the precise reason (strict: they must fail)
-XFAIL: dict[str, str] = {}
+XFAIL: dict[str, str] = {
+    "torch_vit_tiny_block": "accuracy: int8 worst part 0.906 on the calibration probes, 0.976 "
+                            "held out; automatic mixed precision, now capped by the share of "
+                            "integer ops too (eae8707), raises 1 op (0.897) and keeps int8 "
+                            "(it raised 5 ops before: 0.9982)",
+}
 
 
 def compile_field(name: str, target: str, tmp_path: Path, model=None) -> dict:
