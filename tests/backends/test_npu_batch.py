@@ -63,3 +63,34 @@ def test_batch_items_are_independent():
     mixed[2] = y[2]
     (a,), (b,) = assert_bit_exact(c, [x]), assert_bit_exact(c, [mixed])
     assert np.array_equal(a[[0, 1, 3]], b[[0, 1, 3]]) and not np.array_equal(a[2], b[2])
+
+
+@pytest.mark.parametrize("target", ["zg330", "buyi"])
+@pytest.mark.parametrize("a_shape,b_shape,bt", [((3, 4, 8), (1, 8, 5), False),
+                                                 ((1, 4, 8), (3, 8, 5), False),
+                                                 ((3, 4, 8), (1, 5, 8), True),
+                                                 ((2, 3, 4, 8), (1, 3, 8, 5), False),
+                                                 ((2, 3, 4, 8), (2, 1, 8, 5), False)])
+def test_matmul_of_two_maps_broadcasts_batches(target, a_shape, b_shape, bt):
+    """A @ B of two feature maps whose batch axes broadcast (numpy's matmul): the map of one
+    batch row is read against every row of the other (a MATMUL per row), the batch items of an
+    NHWC pair per item."""
+    from npu_chip_lib import check_quantized, hard_kinds
+
+    from xir.builder import NetworkBuilder
+    from xir.types import INT8, QuantizedType, TensorType
+
+    lead = tuple(max(p, q) for p, q in zip(a_shape[:-2], b_shape[:-2]))
+    n = b_shape[-2] if bt else b_shape[-1]
+    y_shape = lead + (a_shape[-2], n)
+    q = lambda s: QuantizedType(INT8, s)  # noqa: E731
+    lay = "NHWC" if len(a_shape) == 4 else None
+    b = NetworkBuilder("bmm")
+    xa = b.input(list(a_shape), q(0.05), lay, "a")
+    xb = b.input(list(b_shape), q(0.04), lay, "b")
+    b.output(b.op("Matmul", [xa, xb], out_types=[TensorType(q(0.9), list(y_shape), lay)],
+                  transpose_b=bt))
+    net = b.build()
+    z = check_quantized(net, target, seed=len(a_shape) + a_shape[0])
+    (kinds,) = hard_kinds(z, "Matmul", net)
+    assert set(kinds) == {"matmul"}

@@ -197,19 +197,32 @@ def _lower_matmul_dynamic(op, dt: str) -> OpLowering:
     bt = bool(_attr(op, "transpose_b", False))
     (ah, aw, ac), (bh, bw, bc), (yh, yw, yc) = map3(a.shape), map3(b.shape), map3(y.shape)
     kn = (bc, bw) if bt else (bw, bc)
-    if len({len(a.shape), len(b.shape), len(y.shape)}) != 1 or \
-            bh != ah or kn != (ac, yc) or (yh, yw) != (ah, aw):
-        raise NotLowerable("Matmul of two feature maps needs equal batches (no broadcast)")
+    if len({len(a.shape), len(b.shape), len(y.shape)}) != 1 or kn != (ac, yc) or \
+            (yw, yh) != (aw, max(ah, bh)) or (ah != bh and min(ah, bh) != 1):
+        raise NotLowerable("Matmul of two feature maps: shapes")
     bias = op.inputs[2].data if len(op.inputs) > 2 else None
     rec, clip = _rq_records(bias, scale_of(a), np.array([scale_of(b)]), scale_of(y), yc,
                             op.attrs, y.dtype.numpy_dtype)
 
+    def row(f: asm.FMap, i: int) -> asm.FMap:
+        """Batch row `i` of a map (h = batch), or the map itself when it has one row."""
+        if f.h == 1:
+            return f
+        rs = f.row_stride or f.w * f.pitch * (2 if f.dtype == "int16" else 1)
+        return replace(f, addr=f.addr + i * rs, h=1, row_stride=rs)
+
     def make(R: Resolver) -> list[asm.Layer]:
-        return [asm.Matmul(R.fmap(a), R.fmap(y), R.const(0), b=R.fmap(b), clip=clip,
-                           b_transposed=bt, tag=op.op_id)]
+        fa, fb, fy = R.fmap(a), R.fmap(b), R.fmap(y)
+        if ah == bh:
+            return [asm.Matmul(fa, fy, R.const(0), b=fb, clip=clip, b_transposed=bt,
+                               tag=op.op_id)]
+        # one operand of a single batch row against every row of the other: a layer per row
+        return [asm.Matmul(row(fa, i), row(fy, i), R.const(0), b=row(fb, i), clip=clip,
+                           b_transposed=bt, tag=op.op_id) for i in range(yh)]
 
     n = {items(a.shape), items(b.shape), items(y.shape)}
-    return OpLowering("matmul", [rec], make, max(n) * ah * aw * ac * yc, fold=len(n) == 1)
+    return OpLowering("matmul", [rec], make, max(n) * yh * aw * ac * yc,
+                      fold=len(n) == 1 and ah == bh)
 
 
 def lower_conv_transpose(op, cfg) -> OpLowering:
