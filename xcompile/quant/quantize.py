@@ -528,7 +528,7 @@ def quantize_network(net: Network, samples: Any, *, bits: int = 8, method: str =
                                                   if op.op_id not in int_ops
                                                   and op.op_type not in ("Input", "Output"))}
     next_vid = [max((v.v_id for op in opt.ops for v in op.inputs + op.outputs), default=-1) + 1]
-    next_vid[0] = max(next_vid[0], opt._next_v_id)
+    next_vid[0] = max(next_vid[0], opt.next_v_id)
     next_op = [max(opt.opIds(), default=-1) + 1]
     fv: dict[int, Value] = {}
     qv: dict[int, Value] = {}
