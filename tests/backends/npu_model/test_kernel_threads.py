@@ -80,7 +80,7 @@ def test_results_are_byte_identical_at_any_thread_count(dtype, monkeypatch):
         for parts in seen.values():  # every layer cut into n parts, run on n threads at most
             calls = sum(1 for lo, _ in parts if lo == 0)
             assert len(parts) == n * calls
-            assert 1 < len({t for _, t in parts}) <= n if n > 1 else len(parts) == calls
+            assert len({t for _, t in parts}) <= n
     assert results[1] == results[2] == results[4]
 
 
@@ -95,6 +95,20 @@ def test_split_results_match_the_reference(hw, rng):
                      hw.put(asm.pack_requant_params(11, m, s)), kernel=3, pad=1)])
     ref = ref_requant(ref_conv_acc(x, wq, 11, pad=(1, 1, 1, 1)), m, s, -128, 127)
     np.testing.assert_array_equal(hw.read(fo), ref)
+
+
+def test_parts_run_at_the_same_time():
+    """Two parts meet at a barrier: they can only pass it if they run concurrently."""
+    pool.set_threads(2)
+    meet = threading.Barrier(2, timeout=30)
+    ran = []
+
+    def kernel(n, lo, hi):
+        meet.wait()
+        ran.append((lo, threading.get_ident()))
+
+    pool.Split(kernel, extent=("n",), work=("n",), min_work=1)(2)
+    assert sorted(lo for lo, _ in ran) == [0, 1] and len({t for _, t in ran}) == 2
 
 
 def test_small_layers_stay_on_the_calling_thread():

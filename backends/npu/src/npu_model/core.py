@@ -589,7 +589,8 @@ class Icore:
         if dwise:  # its own copy: a replay reads the weights it checked, wherever they moved
             self._rec.call(mpe.CONV_DEPTHWISE, x.arr, x.rs, x.pitch, x.coff, x.h, x.w, packed, cu,
                            bias, mult, shift, mneg, sneg, lo, hi, y.arr, y.rs, y.pitch, y.coff,
-                           y.h, y.w, y.c, kh, kw, sh, sw, dh, dw, pt, pl)
+                           y.h, y.w, y.c, kh, kw, sh, sw, dh, dw, pt, pl,
+                           mpe.depthwise_acc(x.arr.itemsize, kh * kw))
             return
         waddr = d.get(F.WGT_ADDR, 0)
         if dtype == "int8" and self.int_gemm and kh * kw * cin_g <= igemm.MAX_K:

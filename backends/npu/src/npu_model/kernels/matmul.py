@@ -18,7 +18,7 @@ NUMBA_DEPENDS = {"xir.quant.fixed_point.requantize_one": "e5bd92a5402c36dd",
                  "npu_model.kernels.igemm.gemm_pairs": "8af673d06de4f15f",
                  "npu_model.kernels.igemm.gemm_pairs_wide": "98989f65e2012ae0",
                  "npu_model.kernels.mpe._cp": "0a2adf34018fe80f",
-                 "npu_model.kernels.mpe._requant_tile": "9b3b0a23a9d32a5e"}
+                 "npu_model.kernels.mpe._requant_tile": "b93b5f538d50384d"}
 
 
 @njit(cache=True, nogil=True)

@@ -89,8 +89,10 @@ def _tiled(prm, reps):
     """`prm` repeated `reps` times along its columns (parameters for `reps` pixels in a row)."""
     n = prm.shape[1]
     out = np.empty((prm.shape[0], reps * n), dtype=prm.dtype)
-    for r in range(reps):
-        out[:, r * n:(r + 1) * n] = prm
+    for i in range(prm.shape[0]):  # element loops: a 2-D slice store costs seconds to compile
+        for r in range(reps):
+            for j in range(n):
+                out[i, r * n + j] = prm[i, j]
     return out
 
 
@@ -557,7 +559,7 @@ def conv_dense_int16(x, xrs, xpitch, xcoff, ih_n, iw_n,
 def conv_depthwise(x, xrs, xpitch, xcoff, ih_n, iw_n,
                    packed, cu, bias, mult, shift, mult_neg, shift_neg, lo, hi,
                    y, yrs, ypitch, ycoff, oh_n, ow_n, c_n,
-                   kh, kw, sh, sw, dh, dw, pt, pl, oh_lo, oh_hi):
+                   kh, kw, sh, sw, dh, dw, pt, pl, acc_like, oh_lo, oh_hi):
     """Depthwise convolution (one channel per group), channel innermost.
 
     `packed` is the lane layout ``(NCB, KH, KW, CU)``. int8 operands accumulate the taps in
@@ -565,22 +567,26 @@ def conv_depthwise(x, xrs, xpitch, xcoff, ih_n, iw_n,
     requantizing: 32-bit lanes vectorise where 64-bit multiplies do not; int16 operands
     accumulate in int64, their weights held in int32 so that every product is a multiply of
     two sign-extended 32-bit lanes into 64 (``vpmuldq``, exact: |product| <= 2^30) instead of a
-    full 64-bit multiply. Output rows ``oh_lo..oh_hi`` only (the pool's part).
+    full 64-bit multiply (`acc_like`'s dtype is the accumulator's: `depthwise_acc`). Output
+    rows ``oh_lo..oh_hi`` only (the pool's part).
     """
     taps = kh * kw
-    if x.itemsize == 1 and taps <= 65536:  # each branch its own typing of the accumulator
-        _dw_rows(x, xrs, xpitch, xcoff, ih_n, iw_n,
-                 _dw_weights(packed, cu, taps, c_n, np.empty(0, np.int32)),
-                 np.empty((ow_n, c_n), dtype=np.int32), bias, mult, shift, mult_neg,
-                 shift_neg, lo, hi, y, yrs, ypitch, ycoff, oh_lo, oh_hi, ow_n, c_n, kh, kw, sh,
-                 sw, dh, dw, pt, pl)
-    else:
-        _dw_rows(x, xrs, xpitch, xcoff, ih_n, iw_n,
-                 _dw_weights(packed, cu, taps, c_n, np.empty(0, np.int32)),
-                 np.empty((ow_n, c_n), dtype=np.int64), bias, mult, shift, mult_neg,
-                 shift_neg, lo, hi, y, yrs, ypitch, ycoff, oh_lo, oh_hi, ow_n, c_n, kh, kw, sh,
-                 sw, dh, dw, pt, pl)
+    _dw_rows(x, xrs, xpitch, xcoff, ih_n, iw_n,
+             _dw_weights(packed, cu, taps, c_n, np.empty(0, np.int32)),
+             np.empty((ow_n, c_n), dtype=acc_like.dtype), bias, mult, shift, mult_neg,
+             shift_neg, lo, hi, y, yrs, ypitch, ycoff, oh_lo, oh_hi, ow_n, c_n, kh, kw, sh, sw,
+             dh, dw, pt, pl)
     return y
+
+
+def depthwise_acc(itemsize: int, taps: int) -> np.ndarray:
+    """The ``acc_like`` of `conv_depthwise`: int32 accumulators for int8 operands up to 2^16
+    taps, int64 otherwise (chosen here, so each kernel type compiles one accumulator)."""
+    return _ACC_I32 if itemsize == 1 and taps <= 65536 else _ACC_I64
+
+
+_ACC_I32 = np.empty(0, np.int32)
+_ACC_I64 = np.empty(0, np.int64)
 
 
 @njit(cache=True)
@@ -633,10 +639,11 @@ def _dw_rows(x, xrs, xpitch, xcoff, ih_n, iw_n, w2, acc, bias, mult, shift, mult
     wrep = np.empty((kh * kw if flat else 0, ow_n * c_n), dtype=w2.dtype)
     for t in range(wrep.shape[0]):
         for ow in range(ow_n):
-            wrep[t, ow * c_n:(ow + 1) * c_n] = w2[t]
+            for c in range(c_n):
+                wrep[t, ow * c_n + c] = w2[t, c]
     accf = acc.reshape(ow_n * c_n)
     for oh in range(oh_lo, oh_hi):
-        acc[:, :] = 0
+        _zero(accf)
         for ky in range(kh):
             ih = oh * sh - pt + ky * dh
             if ih < 0 or ih >= ih_n:

@@ -4,8 +4,11 @@ working at once; the simulator may use every core too).
 A `Split` kernel is a Numba kernel compiled with ``nogil=True`` whose last two arguments are a
 range ``[lo, hi)`` of its independent work (output pixels, output rows, batch items). Calling
 the `Split` with the kernel's other arguments cuts the whole range into one part per thread
-(fewer when a part would hold too little work to pay for the hand-off), runs the parts on a
-`ThreadPoolExecutor` and the first one on the calling thread, and returns when all are done.
+(fewer when a part would hold too little work to pay for the hand-off) and runs them on a
+`ThreadPoolExecutor`, the calling thread taking parts as well: a part goes to whichever thread
+asks first, and pool threads that have not started by the time the caller runs out of parts
+are cancelled, so on a machine whose cores are busy the caller does the work itself instead of
+waiting for a thread to be scheduled.
 Parts write disjoint outputs and every output is computed from its inputs alone (exact integer
 arithmetic, whatever the part), so the result is byte-identical for any thread count.
 
@@ -15,6 +18,7 @@ Threads: ``XRT_THREADS`` when set (1 runs everything on the calling thread), els
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 from collections.abc import Callable, Sequence
@@ -104,15 +108,23 @@ class Split:
         n = max(1, min(threads(), total, work // self.min_work))
         return [total * i // n for i in range(n + 1)]
 
-    def __call__(self, *args: Any) -> Any:
+    def __call__(self, *args: Any) -> None:
+        """Run the kernel over its whole range (it writes its outputs; nothing is returned)."""
         b = self.parts(args)
-        if len(b) == 2:
-            return self.kernel(*args, b[0], b[1])
-        futures = [_pool().submit(self.kernel, *args, b[i], b[i + 1])
-                   for i in range(1, len(b) - 1)]
+        n = len(b) - 1
+        if n == 1:
+            self.kernel(*args, b[0], b[1])
+            return
+        ticket = itertools.count()  # next() is atomic: each part is taken exactly once
+
+        def work() -> None:
+            while (i := next(ticket)) < n:
+                self.kernel(*args, b[i], b[i + 1])
+
+        futures = [_pool().submit(work) for _ in range(n - 1)]
         try:
-            out = self.kernel(*args, b[0], b[1])
+            work()  # the calling thread takes parts too, so a busy machine costs no wait
         finally:
             for f in futures:
-                f.result()
-        return out
+                if not f.cancel():  # started: it may be running a part
+                    f.result()
