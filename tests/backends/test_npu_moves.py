@@ -167,12 +167,14 @@ def test_yolov8_head_transposes_and_slices_run_on_the_chip(target):
             if t not in ("Cast", "AlignAxis", "PruneAxis")}
     assert all(r.startswith("float op") or t == "Softmax" for t, r in host.values()), host
     moves = [op for op in c.adapted.ops if op.is_quantized() and
-             op.op_type in ("Transpose", "Slice", "Split")]
-    # the importer writes the two box Slices as two Slices or as one Split
-    assert [op.op_type for op in moves].count("Transpose") == 4
-    assert sum(len(op.outputs) for op in moves if op.op_type != "Transpose") >= 4
+             op.op_type in ("Transpose", "Slice", "Split", "Reshape", "Concat")]
+    # how many of each the importer and the optimize stage leave varies (the box Slices may
+    # be one Split, the level Transposes may sink below the Reshapes): every one is on the chip
+    types = [op.op_type for op in moves]
+    assert "Transpose" in types and ("Slice" in types or "Split" in types)
     chip_ids = {i for h in c.lowered.ops if h.op_type == "HardOp" for i in h.origin_ops_id}
-    assert all(op.op_id in chip_ids for op in moves)
+    assert all(op.op_id in chip_ids for op in moves), [op.op_type for op in moves
+                                                        if op.op_id not in chip_ids]
     x = yolov8_head.images(1, 64)[0]
     assert_bit_exact(c, [x])
 
