@@ -105,8 +105,9 @@ def mixed_precision_lines(mp: dict[str, Any]) -> list[str]:
     if raised:
         lines.append(f"  int16 layers: {', '.join(raised)}")
     lines.append(f"  int16 cost: {mp['int16_mac_share']:.1%} of MACs (int8 network "
-                 f"{mp['int16_mac_share_before']:.1%}), {mp['int16_ops']} of "
-                 f"{mp['integer_ops']} integer ops in int16")
+                 f"{mp['int16_mac_share_before']:.1%}; the MAC share stands in for the cycles "
+                 f"the raise costs), {mp['int16_ops']} of {mp['integer_ops']} integer ops in "
+                 f"int16")
     return lines  # the warning, when the cap missed the target, the pipeline logs itself
 
 
