@@ -1,5 +1,6 @@
 """Automatic mixed precision by measure: raise the fewest layers to int16 that bring every
-output part to `min_cosine`, within a cap on the share of MACs computed in int16.
+output part to `min_cosine`, within a cap on the share of MACs (and of integer ops) computed in
+int16.
 
 1. **Measure the int8 network.** The cosine against the float network, per output part and
    per sample, on a mirrored or half-rolled variant of each calibration sample
@@ -7,8 +8,8 @@ output part to `min_cosine`, within a cap on the share of MACs computed in int16
    recognizer reached 0.997 on its eight calibration images and 0.92 on a held-out one; the
    calibration samples themselves only flatter the network, and a network without image
    inputs is measured on them). The lowest over samples is each part's figure; the lowest part
-   decides. That figure, compared
-   with `min_cosine` itself, is the one the compile prints: there is no hidden stricter aim.
+   decides. That figure, compared with `min_cosine` itself, is the one the compile prints:
+   there is no hidden stricter aim.
 2. **Rank the layers by measured sensitivity.** The integer report (`xcompile.quant.report`)
    runs each 8-bit op alone on the float network's values (its input rounding, weights and
    requantization, nothing it inherits): the lower its `alone` cosine, the more raising it buys.
@@ -48,14 +49,15 @@ from .report import accuracy_report
 
 log = logging.getLogger(__name__)
 
-__all__ = ["DEFAULT_MAX_INT16", "MixedPrecision", "choose_bits", "int16_share",
-           "parse_share", "part_cosines", "planned_int16", "probe_samples", "worst_part"]
+__all__ = ["DEFAULT_MAX_INT16", "MixedPrecision", "MixedPrecisionError", "choose_bits",
+           "int16_share", "op_budget", "parse_share", "part_cosines", "planned_int16",
+           "probe_samples", "worst_part"]
 
 #: calibration samples the per-layer report runs on: one (a layer's cosine over a whole
 #: feature map ranks it; running every op alone is the report's cost: 120 s for yolov5s-640 on
 #: four samples, 75 s on two, at load 9-11)
 REPORT_SAMPLES = 1
-#: default cap on the share of the network's MACs computed in int16
+#: default cap on the share of the network's MACs (and integer ops) computed in int16
 DEFAULT_MAX_INT16 = 0.10
 
 
