@@ -23,7 +23,7 @@ from xrt.cli.run_cmd import backend_urls
 from xrt.errors import XrtError
 
 from .cluster import executor
-from .worker import eval_batch, release
+from .worker import ItemInputs, batch_items, eval_batch, release
 
 #: samples per batch sent to a worker (8-32: enough to amortise a round trip)
 BATCH = 16
@@ -153,15 +153,18 @@ def evaluate(model: str, data: str, *, reference: str | None = None,
              ) -> Rows:
     """Run `model` (a compiled json + raw, or a snapshot) on every sample of `data` and return
     one row per sample in sample order: sample, cosine / max_error / top1 vs `reference`
-    (when given), cycles, chip_ms, wall_ms, outputs (shapes), or error. With `out`, rows are
+    (when given), cycles, chip_ms, wall_ms, outputs (shapes), or error. A network compiled
+    for batch N runs N samples per forward (`batch` rounded up to whole groups of N); its rows
+    carry `batch_items: N` and 1/N of that forward's cycles and times. With `out`, rows are
     appended to that JSONL file as they arrive; `resume` skips samples already there."""
     from xcompile.quant.calibrate import list_samples
     from xir import XirError
 
     shipped, net, pairs = prepare_model(model, backends)
     ref = prepare_reference(reference)
+    n_items = batch_items(net)  # N samples per forward of a network compiled for batch N
     try:
-        samples = list_samples(data, net)
+        samples = list_samples(data, ItemInputs(net) if n_items > 1 else net)
     except XirError as exc:
         raise XrtError(f"--data {data}: {exc}") from exc
     if limit is not None:
@@ -180,7 +183,9 @@ def evaluate(model: str, data: str, *, reference: str | None = None,
     rows = dict(done)
     t0 = time.perf_counter()
     first = None
-    batches = (_load(b) for b in _batches(todo, max(1, min(batch, 256))))
+    size = max(1, min(batch, 256))
+    size = -(-size // n_items) * n_items  # whole groups of N per worker batch
+    batches = (_load(b) for b in _batches(todo, size))
     from xrt.console import progress_bar
 
     try:
