@@ -32,6 +32,11 @@ class UseAfterFreeError(XrtError, RuntimeError):
     """A freed chunk was read, written or otherwise used."""
 
 
+class ChunkInUseError(XrtError, RuntimeError):
+    """A chunk was freed while a deployment still uses it (a user segment shared between
+    sessions, `MemChunk.pin`): close those sessions first."""
+
+
 class AlignmentError(XrtError, ValueError):
     """An alignment is not a positive power of two, or an address is not aligned as required."""
 

@@ -11,6 +11,12 @@ real double free would, so bugs surface. `close()` is the idempotent variant for
 what the context manager calls on exit: `with region.malloc(n) as c: ...; c.free()` is fine.
 The allocator underneath independently refuses to free an address that is not allocated.
 
+In use. A runtime that deploys into a chunk the user allocated (an NPU backend's
+`userReuseSegment`) pins it (`pin(holder, what)`): `free()` / `close()` of a pinned chunk raise
+ChunkInUseError naming the holders, so no deployment is left pointing at memory the allocator may
+hand out again. A pin is held weakly: a holder that is dropped (garbage collected) lets go of it.
+Device close and region reset free pinned chunks too (the device is gone).
+
 Use after free. Any data access on a freed chunk raises UseAfterFreeError naming the chunk and why
 it was freed (explicit free, device close, region reset). Numpy views handed out earlier cannot be
 revoked: they keep pointing at the old bytes, like a dangling pointer, so drop them with the chunk.
@@ -18,12 +24,15 @@ revoked: they keep pointing at the old bytes, like a dangling pointer, so drop t
 
 from __future__ import annotations
 
+import threading
+import weakref
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from xrt.args import int_arg
 from xrt.errors import (
+    ChunkInUseError,
     DoubleFreeError,
     InvalidArgumentError,
     MemoryAccessError,
@@ -33,17 +42,19 @@ from xrt.errors import (
 from xrt.memory.ptr import MemPtr, as_uint8_view
 
 if TYPE_CHECKING:
-    import weakref
-
     from xrt.memory.manager import MemManager
     from xrt.memory.region import MemRegion
+
+
+#: guards the pin tables (sessions in several threads pin and unpin one shared chunk)
+_PIN_LOCK = threading.Lock()
 
 
 class _ChunkState:
     """One allocation; shared by every MemChunk handle to it. Holds no reference to handles."""
 
     __slots__ = ("region", "manager", "addr", "size", "begin", "auto_free", "freed", "why",
-                 "finalizer", "__weakref__")
+                 "finalizer", "pins", "__weakref__")
 
     def __init__(
         self,
@@ -63,6 +74,8 @@ class _ChunkState:
         self.freed = False
         self.why = ""
         self.finalizer: weakref.finalize | None = None
+        #: holder -> what it uses the chunk for (`MemChunk.pin`); weak: a dropped holder unpins
+        self.pins: weakref.WeakKeyDictionary | None = None
 
 
 class MemChunk:
@@ -263,13 +276,44 @@ class MemChunk:
 
     # --- lifetime -----------------------------------------------------------------------------
 
+    def pin(self, holder: object, what: str) -> None:
+        """Record that `holder` (any weak-referenceable object, e.g. a backend) uses the chunk
+        for `what`; until `unpin(holder)` or the holder is dropped, `free()` is refused."""
+        st = self._live()
+        with _PIN_LOCK:
+            if st.pins is None:
+                st.pins = weakref.WeakKeyDictionary()
+            st.pins[holder] = str(what)
+
+    def unpin(self, holder: object) -> None:
+        """`holder` no longer uses the chunk (a no-op when it held no pin)."""
+        st = self._state
+        if st is not None and st.pins is not None:
+            with _PIN_LOCK:
+                st.pins.pop(holder, None)
+
+    def users(self) -> list[str]:
+        """What the live pins use the chunk for (`pin`'s `what`), in no particular order."""
+        st = self._state
+        if st is None or st.pins is None:
+            return []
+        with _PIN_LOCK:
+            return list(st.pins.values())
+
     def free(self) -> None:
-        """Release the memory now. Freeing a chunk twice raises DoubleFreeError."""
+        """Release the memory now. Freeing a chunk twice raises DoubleFreeError; freeing one
+        a deployment still uses (pinned) raises ChunkInUseError."""
         st = self._st()
         if st.freed:
             raise DoubleFreeError(
                 f"{self!r} was already freed ({st.why}); free a chunk once, or use close() / "
                 "a with-block for idempotent release"
+            )
+        users = self.users()
+        if users:
+            raise ChunkInUseError(
+                f"{self!r} is still used by {len(users)} deployment(s): {'; '.join(users)}; "
+                "close those sessions (or deinit the backends) before freeing the chunk"
             )
         if st.manager is None:
             st.freed, st.why = True, "freed explicitly"

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import threading
 from typing import Any, ClassVar
 
 from xrt.backend import Backend
@@ -30,7 +31,7 @@ from xrt.errors import (
 from xrt.tensor import Tensor
 
 from . import apply as stage
-from . import deploy, report, snapshot
+from . import deploy, report, sharing, snapshot
 from .chip import Chip
 from .forward import ChipSteps, Forwarder
 from .layout import SEGMENT_ALIGN, Layout, build_layout, hardops
@@ -66,6 +67,10 @@ class NpuBackend(ChipSteps, Backend):
         self._forwarder: Forwarder | None = None
         self._fingerprint: str | None = None
         self._is_fork = False
+        #: the gate of a shared FTMP chunk (sharing.py), and whether this backend's forward
+        #: holds it now
+        self._gate: sharing.FtmpGate | None = None
+        self._gate_held = False
 
     def __getattr__(self, name: str) -> Any:
         hint = type(self).OTHER_CHIP_METHODS.get(name)
@@ -165,7 +170,11 @@ class NpuBackend(ChipSteps, Backend):
     def userReuseSegment(self, memchunk: Any, segment_type: SegmentType) -> None:
         """Deploy the WEIGHT, INSTR or FTMP segment into a chunk the user allocated
         (4096-aligned, at least the logic segment's byte_size). Backends of one network may
-        share all three; backends of different networks only FTMP (run them one at a time)."""
+        share all three; backends of different networks only FTMP. The runtime keeps it safe
+        (npu_runtime/sharing.py): forwards on a shared FTMP chunk are serialised (another
+        thread's waits; a second one in the thread of a paused forward is refused with
+        `SharedSegmentBusyError`), and the chunk is pinned until this backend is deinitialised
+        (`chunk.free()` raises `ChunkInUseError` meanwhile)."""
         self._config("userReuseSegment")
         try:
             st = SegmentType(segment_type)
@@ -178,7 +187,26 @@ class NpuBackend(ChipSteps, Backend):
         self._check_user_chunk(memchunk, self.layout.segments[st].byte_size,
                                f"the {st.name} segment")
         deploy.claim(memchunk, st, self.fingerprint())
-        self.settings.user_segments[st] = memchunk
+        self._use_user_chunk(self.settings.user_segments, st, memchunk, f"{st.name} segment")
+
+    def _use_user_chunk(self, table: dict[Any, Any], key: Any, chunk: Any, what: str) -> None:
+        """`table[key] = chunk`, pinned for this backend (a chunk it replaces is unpinned
+        unless this backend still uses it elsewhere)."""
+        old = table.get(key)
+        table[key] = chunk
+        chunk.pin(self, f"{self._pin_label()} ({what})")
+        if old is not None and old != chunk and all(c != old for c in self._user_chunks()):
+            old.unpin(self)
+
+    def _user_chunks(self) -> list[Any]:
+        s = self.settings
+        return [*s.user_segments.values(), *s.user_io.values(), *s.staged.values()]
+
+    def _pin_label(self) -> str:
+        view = getattr(self, "_view", None)
+        net = getattr(getattr(view, "network", None), "name", None)
+        return f"{type(self).__name__} #{self.backend_id}" + (f" of network {net!r}" if net
+                                                                else "")
 
     def userConnectNetwork(self, memchunk: Any, v_id: int) -> None:
         """Deploy the INPUT or OUTPUT buffer of value `v_id` into a user chunk (to connect the
@@ -196,10 +224,11 @@ class NpuBackend(ChipSteps, Backend):
         if int(v_id) == b.owner and t["c_off"] == 0 and t["pitch"] == t["c"] and \
                 vi.value.storageBytes() == b.byte_size:
             self._check_user_chunk(memchunk, b.byte_size, f"v_id {v_id}")
-            self.settings.user_io[b.owner] = memchunk  # in place: the MMU maps the buffer to it
+            # in place: the MMU maps the buffer to it
+            self._use_user_chunk(self.settings.user_io, b.owner, memchunk, f"v_id {v_id}")
         else:  # the value is a window of a wider buffer: staged through the user chunk
             self._check_user_chunk(memchunk, vi.value.storageBytes(), f"v_id {v_id}")
-            self.settings.staged[int(v_id)] = memchunk
+            self._use_user_chunk(self.settings.staged, int(v_id), memchunk, f"v_id {v_id}")
 
     def fingerprint(self) -> str:
         """md5 of the view's HardOps (ids, instructions, weights): 'the same network'."""
@@ -244,6 +273,9 @@ class NpuBackend(ChipSteps, Backend):
         """Take `dep` as this backend's deployment and get ready to forward it."""
         self.deployment = dep
         self._forwarder = Forwarder(dep.layout, self.settings, dep, self._device, self._is_fork)
+        ftmp = self.settings.user_segments.get(SegmentType.FTMP)
+        self._gate = sharing.gate_of(ftmp) if ftmp is not None else None
+        self._gate_held = False
 
     # --- steps a chip may change -----------------------------------------------------------------
     def run_key(self, op: Any) -> Any:
@@ -258,7 +290,22 @@ class NpuBackend(ChipSteps, Backend):
         if op.op_id not in self.layout.order:
             raise XrtError(f"HardOp {op.op_id} is not in this {type(self).__name__}'s network "
                            f"view")
-        return self._forwarder.forward_hardop(op, inputs, outputs, self)
+        gate = self._gate
+        if gate is None:
+            return self._forwarder.forward_hardop(op, inputs, outputs, self)
+        if not self._gate_held:  # the first HardOp of a forward on a shared FTMP chunk
+            gate.enter(self._pin_label())
+            self._gate_held = True
+        elif gate.thread != threading.get_ident():
+            raise sharing.SharedSegmentBusyError(
+                f"{self._pin_label()}: forwarded from two threads at once while its work "
+                f"memory is a shared FTMP chunk; give each thread its own session (or fork())")
+        try:
+            return self._forwarder.forward_hardop(op, inputs, outputs, self)
+        finally:
+            if not self._forwarder.holding:  # the forward ended (its last HardOp, or failed)
+                self._gate_held = False
+                gate.leave()
 
     def profileInfo(self) -> dict[int, dict[str, float]]:
         """{op_id: {cycles, macs, etm_bytes, ocm_bytes, utilisation}} of the last forward, from
@@ -284,6 +331,7 @@ class NpuBackend(ChipSteps, Backend):
         placed layout (shared: a deployment's MMU indices and addresses are its own)."""
         self.backend_id = next(_ids)
         self._is_fork = True
+        self._gate, self._gate_held = None, False
         self.settings = dataclasses.replace(parent.settings, user_segments={}, user_io={})
         src = parent.deployment
         placed = src.layout
@@ -354,8 +402,13 @@ class NpuBackend(ChipSteps, Backend):
         if self._forwarder is not None:
             self._forwarder.release()
             self._forwarder = None  # it holds the chunks it bound (user tensors among them)
+        if self._gate_held:
+            self._gate_held = False
+            self._gate.leave()
         if self.deployment is not None:
             self.deployment.free()
+        for chunk in self._user_chunks():
+            chunk.unpin(self)
 
     # --- the vendor's fields -------------------------------------------------------------------
     def _placed(self) -> Layout | None:
