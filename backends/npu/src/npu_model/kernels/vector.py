@@ -112,10 +112,10 @@ def maxpool(x, xrs, xpitch, xcoff, ih_n, iw_n, y, yrs, ypitch, ycoff, oh_n, ow_n
             kh, kw, sh, sw, dh, dw, pt, pl, lo, hi):
     """Max pool; padding never wins (it is -inf); an all-padding window gives `lo`."""
     best = np.empty(c_n, dtype=np.int64)
-    tmp = np.empty_like(y[:c_n])
     for oh in range(oh_n):
         for ow in range(ow_n):
-            best[:] = -(1 << 62)
+            for c in range(c_n):  # element loops, no slice stores: those cost seconds to compile
+                best[c] = -(1 << 62)
             for ky in range(kh):
                 ih = oh * sh - pt + ky * dh
                 if ih < 0 or ih >= ih_n:
@@ -126,14 +126,17 @@ def maxpool(x, xrs, xpitch, xcoff, ih_n, iw_n, y, yrs, ypitch, ycoff, oh_n, ow_n
                         continue
                     src = ih * xrs + iw * xpitch + xcoff
                     _max_run(x[src:src + c_n], best)
-            base = oh * yrs + ow * ypitch + ycoff
-            for c in range(c_n):
-                v = best[c]
-                v = lo if v < lo else v
-                v = hi if v > hi else v
-                tmp[c] = v
-            y[base:base + c_n] = tmp
+            _clip_run(best, lo, hi, y[oh * yrs + ow * ypitch + ycoff:][:c_n])
     return y
+
+
+@njit(cache=True)
+def _clip_run(best, lo, hi, ys):
+    """``ys[:] = clip(best, lo, hi)`` over a slice (vectorises)."""
+    for c in range(ys.shape[0]):
+        v = best[c]
+        v = lo if v < lo else v
+        ys[c] = hi if v > hi else v
 
 
 @njit(cache=True)
@@ -260,7 +263,9 @@ def upsample_zeros(x, xrs, xpitch, xcoff, y, yrs, ypitch, ycoff, oh_n, ow_n, c_n
                 src = (oh // sh) * xrs + (ow // sw) * xpitch + xcoff
                 _run_copy(x[src:src + c_n], y[dst:dst + c_n])
             else:
-                y[dst:dst + c_n] = 0
+                ys = y[dst:dst + c_n]
+                for c in range(c_n):
+                    ys[c] = 0
     return y
 
 

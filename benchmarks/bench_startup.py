@@ -1,0 +1,89 @@
+"""Start-up (issue 30, item 4): import, deploy and first forward with an empty Numba cache (a
+fresh install: ``NUMBA_CACHE_DIR`` pointed at an empty folder) against the same with the cache
+that run left behind, for tiny_cnn and yolov5s (zoo, compiled for zg330), each in a child
+process. The child also reports where the cold start's compile time went, per module of the
+kernels compiled (exclusive seconds, from Numba's compile events): the NPU model's kernels
+(``mpe``, ``vector``, ``igemm``, ``cycles``...), the deploy planners (``planners``), and
+Numba's own array implementations they pull in.
+
+Target: cold within 4x of warm.
+
+    python -m pytest benchmarks/bench_startup.py --benchmark-only -s
+"""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from helpers import load_average
+
+pytest.importorskip("zg330backend")
+
+CHILD = textwrap.dedent("""
+    import json, sys, time
+    t0 = time.perf_counter()
+    from numba.core import event
+    spent = {}
+
+    class Compiles(event.Listener):
+        def __init__(self):
+            self.stack = []
+
+        def on_start(self, e):
+            self.stack.append([time.perf_counter(), 0.0])
+
+        def on_end(self, e):
+            t, inner = self.stack.pop()
+            dt = time.perf_counter() - t
+            if self.stack:
+                self.stack[-1][1] += dt
+            mod = e.data["dispatcher"].py_func.__module__
+            key = ("planners" if ".planners." in mod else
+                   mod.split(".")[-1] if mod.startswith(("npu_model", "xir")) else "numba")
+            spent[key] = spent.get(key, 0.0) + dt - inner
+
+    event.register("numba:compile", Compiles())
+    import numpy as np
+    from xrt import Device, HostDevice, Session
+    from host_backend import HostBackend
+    from zg330backend import ZG330Backend
+    from xrt.cli.run_cmd import load_model
+    net = load_model({path!r}, None)
+    x = np.zeros(net.inputs()[0].shape, np.float32)
+    sess = Session.Create([ZG330Backend, HostBackend], net.view(0),
+                          [Device.Open("sim://zg330"), HostDevice.Default()])
+    sess.apply()
+    sess.forward([x])
+    first = time.perf_counter() - t0
+    t1 = time.perf_counter()
+    sess.forward([x])
+    print(json.dumps(dict(first=first, second=time.perf_counter() - t1, compiles=spent)))
+""")
+
+
+def _start(path: str, cache_dir: str) -> dict:
+    env = dict(os.environ, NUMBA_CACHE_DIR=cache_dir)
+    out = subprocess.run([sys.executable, "-c", CHILD.format(path=os.path.abspath(path))],
+                         env=env, capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("model", ["tiny_cnn", "yolov5s"])
+def test_cold_and_warm_start(benchmark, model, tmp_path):
+    from xcompile.cache import compiled_zoo
+
+    path = compiled_zoo(model, "zg330")
+    cold = _start(path, str(tmp_path))
+    warm = _start(path, str(tmp_path))
+    benchmark.pedantic(lambda: None, rounds=1)
+    comp = sorted(cold["compiles"].items(), key=lambda kv: -kv[1])
+    total = sum(v for _, v in comp)
+    print(f"\n{model}: import + deploy + first forward cold {cold['first']:.1f} s, warm "
+          f"{warm['first']:.2f} s ({cold['first'] / warm['first']:.1f}x; {load_average()}); "
+          f"cold compiles {total:.1f} s: "
+          + ", ".join(f"{k} {v:.1f}" for k, v in comp[:8]))
+    benchmark.extra_info.update(cold_s=cold["first"], warm_s=warm["first"],
+                                ratio=cold["first"] / warm["first"], compiles=cold["compiles"])
