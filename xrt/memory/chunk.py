@@ -292,6 +292,15 @@ class MemChunk:
             with _PIN_LOCK:
                 st.pins.pop(holder, None)
 
+    def holders(self) -> list[object]:
+        """The live objects that pinned the chunk (a runtime finds the other deployments
+        sharing it)."""
+        st = self._state
+        if st is None or st.pins is None:
+            return []
+        with _PIN_LOCK:
+            return list(st.pins.keys())
+
     def users(self) -> list[str]:
         """What the live pins use the chunk for (`pin`'s `what`), in no particular order."""
         st = self._state

@@ -31,7 +31,7 @@ from xrt.errors import (
 from xrt.tensor import Tensor
 
 from . import apply as stage
-from . import deploy, report, sharing, snapshot
+from . import deploy, refresh, report, sharing, snapshot
 from .chip import Chip
 from .forward import ChipSteps, Forwarder
 from .layout import SEGMENT_ALIGN, Layout, build_layout, hardops
@@ -306,6 +306,18 @@ class NpuBackend(ChipSteps, Backend):
             if not self._forwarder.holding:  # the forward ended (its last HardOp, or failed)
                 self._gate_held = False
                 gate.leave()
+
+    def refreshWeights(self, network: Any) -> dict[str, Any]:
+        """Rewrite the deployed WEIGHT segment with the HardOp weight blocks of `network` (the
+        same graph lowered for this chip with the same instructions, other weights), without
+        re-apply; all or nothing, atomic for forwards in other threads; the network this
+        backend was created from holds the new blocks afterwards. See npu_runtime/refresh.py.
+        Returns {"hardops": ids whose weights changed, "bytes": bytes written}."""
+        self._require_applied("refreshWeights")
+        return refresh.refresh_weights(self, network)
+
+    refresh_weights = refreshWeights
+    """Pythonic alias of `refreshWeights`."""
 
     def profileInfo(self) -> dict[int, dict[str, float]]:
         """{op_id: {cycles, macs, etm_bytes, ocm_bytes, utilisation}} of the last forward, from

@@ -187,6 +187,14 @@ def claim_layout(chunk: Any, segment: SegmentType, layout: str) -> None:
     c["layout"] = layout
 
 
+def reclaim(chunk: Any, network: str) -> None:
+    """The network in shared chunk `chunk` has new weights (refresh.py): record its new
+    fingerprint, so later backends of that network may share it and others may not."""
+    c = _CLAIMS.get(_state(chunk))
+    if c is not None:
+        c["network"] = network
+
+
 def digest(*arrays: Any) -> str:
     h = hashlib.md5()
     for a in arrays:
