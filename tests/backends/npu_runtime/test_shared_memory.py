@@ -246,3 +246,32 @@ def _expect_busy(s, x, errors):
         errors.append("refused" if "two threads at once" in str(exc) else repr(exc))
     except Exception as exc:
         errors.append(repr(exc))
+
+
+def test_a_fork_keeps_the_weights_it_borrows_alive(chip):
+    """The backend a fork was forked from, closed first, cannot free the WEIGHT / INSTR chunks
+    under the fork: the fork still forwards exactly after the freed space would have been handed
+    out again, and the chunks go once the fork lets go of them."""
+    q, z = chip.compiled("tiny_cnn")
+    x = x_of(q, 21)
+    ref = host_ref(q, x)
+    region = chip.dev.defaultMemRegion()
+    gc.collect()
+    before = region.used_bytes
+    s, zb = chip.session(z)
+    fork = zb.fork()
+    t = Session.CreateWithBackends(z.view(0), [fork, s.backends[1].fork()])
+    t.apply()
+    weights = zb.phy_segment_map[SegmentType.WEIGHT].single_chunk.memChunk
+    assert any("forked from" in u for u in weights.users())
+    s.close()  # the parent first
+    assert not weights.is_freed
+    junk = [region.malloc(1 << 16, True, 4096) for _ in range(8)]  # would reuse freed space
+    for c in junk:
+        c.fill(0xA5)
+    for u, v in zip(ref, t.forward([x])):
+        np.testing.assert_array_equal(u, np.asarray(v))
+    t.close()
+    del fork, t, s, zb, weights, junk, c
+    gc.collect()
+    assert region.used_bytes == before  # nothing leaked: the borrowed chunks went with the fork

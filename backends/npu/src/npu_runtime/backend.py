@@ -71,6 +71,9 @@ class NpuBackend(ChipSteps, Backend):
         #: holds it now
         self._gate: sharing.FtmpGate | None = None
         self._gate_held = False
+        #: a fork's WEIGHT / INSTR chunks, borrowed from the backend it was forked from and
+        #: pinned while it uses them
+        self._borrowed: list[Any] = []
 
     def __getattr__(self, name: str) -> Any:
         hint = type(self).OTHER_CHIP_METHODS.get(name)
@@ -330,7 +333,8 @@ class NpuBackend(ChipSteps, Backend):
         """A backend for another thread: shares this one's INSTR and WEIGHT chunks (and the
         deployment: plan, relocated instructions, logical layout), owns its FTMP, INPUT and
         OUTPUT chunks, profiler chunk and MMU table. Forwards on one device are serialised
-        (the device's lock). Close forks before the backend they were forked from."""
+        (the device's lock). The fork pins the chunks it borrows: closed first, the backend
+        it was forked from leaves them to the fork (freed when the fork lets go of them)."""
         self._require_applied("fork")
         if not self.settings.mmu_on:
             raise UnsupportedOpError(f"{type(self).__name__}.fork(): with the MMU off the "
@@ -344,6 +348,7 @@ class NpuBackend(ChipSteps, Backend):
         self.backend_id = next(_ids)
         self._is_fork = True
         self._gate, self._gate_held = None, False
+        self._borrowed = []
         self.settings = dataclasses.replace(parent.settings, user_segments={}, user_io={})
         src = parent.deployment
         placed = src.layout
@@ -353,6 +358,12 @@ class NpuBackend(ChipSteps, Backend):
             ps = src.segments[st]
             phy[st] = dataclasses.replace(ps, single_chunk=MemChunkInfo(
                 ps.single_chunk.memChunk, True))  # borrowed: the parent frees it
+            if ps.single_chunk.memChunk is not None:
+                # pinned: a parent closed first cannot free it under this fork (its free is
+                # refused and the chunk goes with its last handle)
+                ps.single_chunk.memChunk.pin(self, f"{self._pin_label()} ({st.name} segment "
+                                                   f"of the backend it was forked from)")
+                self._borrowed.append(ps.single_chunk.memChunk)
         f = src.segments[SegmentType.FTMP]
         ff = dataclasses.replace(f, single_chunk=MemChunkInfo())
         if f.single_chunk.memChunk is not None:
@@ -419,7 +430,7 @@ class NpuBackend(ChipSteps, Backend):
             self._gate.leave()
         if self.deployment is not None:
             self.deployment.free()
-        for chunk in self._user_chunks():
+        for chunk in [*self._user_chunks(), *self._borrowed]:
             chunk.unpin(self)
 
     # --- the vendor's fields -------------------------------------------------------------------
