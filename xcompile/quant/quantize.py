@@ -14,10 +14,11 @@ works on quantized element types:
   16 bits by default);
 - weight codes rounded by GPTQ against the calibration inputs (`weight_rounding="gptq"`);
 - **scale-sharing groups**: ops that must not rescale (Concat: inputs and output; Split,
-  Slice, Reshape, Transpose, Squeeze, Unsqueeze, Pad, MaxPool2d, nearest Resize/Upsample,
-  AlignAxis, PruneAxis: input and outputs) put their values in one group (union-find over the
-  whole network). A group takes the largest `amax` of its members, so no member saturates
-  earlier than its own calibration says; this rule is order-independent (deterministic);
+  Slice, Reshape, Transpose, Squeeze, Unsqueeze, Pad, MaxPool2d, Reduce max / min, nearest
+  Resize/Upsample, AlignAxis, PruneAxis: input and outputs) put their values in one group
+  (union-find over the whole network). A group takes the largest `amax` of its members, so no
+  member saturates earlier than its own calibration says; this rule is order-independent
+  (deterministic);
 - **Concat branches of far-apart ranges** (`_concat_plan`, docs/quantization.md section 11):
   at a network output the Concat joins floats at the host edge, each branch at its own scale
   (a detector's box pixels and class probabilities); inside the network a branch far below the
@@ -123,8 +124,14 @@ def _is_nearest(op: Operation) -> bool:
     return op.op_type in ("Resize", "Upsample") and op.attrs.get("mode", "nearest") == "nearest"
 
 
+def _picks_codes(op: Operation) -> bool:
+    """Reduce max / min: they pick one of their input's codes (a positive scale keeps the
+    order), so they share their input's scale as MaxPool2d does."""
+    return op.op_type == "Reduce" and op.attrs.get("func") in ("max", "min")
+
+
 def _shares_scale(op: Operation) -> bool:
-    return op.op_type in PASS_THROUGH_OPS or _is_nearest(op)
+    return op.op_type in PASS_THROUGH_OPS or _is_nearest(op) or _picks_codes(op)
 
 
 def integer_capable(op: Operation) -> bool:
@@ -154,6 +161,8 @@ def integer_capable(op: Operation) -> bool:
                                 else func in UNARY_LUT_FUNCS)
     if t in ROW_OPS:
         return _row_op_capable(op)
+    if t == "Reduce":  # docs/quantization.md, "Reductions"
+        return _picks_codes(op) and len(feats) == 1 and op.inputs[0] is feats[0]
     if t in PASS_THROUGH_OPS or t in LUT_OPS or t in ("AvgPool2d", "Resize", "Upsample"):
         if t == "Pad" and op.attrs.get("mode", "constant") != "constant":
             return len(feats) == len(op.inputs)

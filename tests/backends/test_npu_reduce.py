@@ -1,0 +1,93 @@
+"""Reductions on the chips (docs/zg330-lowering.md, docs/quantization.md "Reductions"): ReduceMax
+/ ReduceMin pick codes, so the quantizer makes them integer ops sharing their input's scale (as
+MaxPool2d); ReduceMax runs on the chip over channels (COPY PERMUTE + POOL MAX 1 x C) and over H
+or W (POOL MAX), bit-exact against the integer reference and close to onnxruntime's float
+result. Networks as torch.onnx writes them (opset 13: axes an attribute; opset 18: an input)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from exporter_nets import _G
+from npu_chip_lib import assert_bit_exact, compile_onnx, hard_kinds
+
+CHIPS = ["zg330", "buyi"]
+SHAPE = (1, 8, 12, 10)
+
+
+def _cosine(a, b):
+    a, b = np.ravel(a).astype(np.float64), np.ravel(b).astype(np.float64)
+    return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
+
+
+def _net(op: str, axes: list[int], keep: int, opset: int):
+    """conv 3x3 -> ReLU -> Reduce{op} over `axes` -> conv 1x1 where the result is still a map
+    (the reduced value feeds a chip op), else the network output."""
+    g = _G(np.random.default_rng(4))
+    y = g.op("Relu", [g.conv("x", 8, 16)])
+    if opset >= 18:
+        ax = g.name("axes")
+        from onnx import numpy_helper
+
+        g.inits.append(numpy_helper.from_array(np.array(axes, np.int64), ax))
+        r = g.op(op, [y, ax], keepdims=keep)
+    else:
+        r = g.op(op, [y], axes=axes, keepdims=keep)
+    if keep:
+        c = 1 if 1 in axes else 16
+        r = g.conv(r, c, 4, k=1)
+    return g.model(list(SHAPE), r, opset=opset)
+
+
+def _check(model, target):
+    import onnxruntime as ort
+
+    c = compile_onnx(model, SHAPE, target)
+    x = np.random.default_rng(9).normal(0, 1, SHAPE).astype(np.float32)
+    (got,) = assert_bit_exact(c, [x])
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    (want,) = sess.run(None, {"x": x})
+    assert got.shape == want.shape
+    assert _cosine(got, want) >= 0.99
+    return c
+
+
+def _reduce_op(c):
+    (red,) = [op for op in c.quantized.ops if op.op_type == "Reduce"]
+    return red
+
+
+def _scale(v):
+    el = v.dtype.element_dtype
+    assert not el.is_float(), v
+    return list(el.scale)
+
+
+@pytest.mark.parametrize("target", CHIPS)
+@pytest.mark.parametrize("axes,keep,opset,kinds", [
+    ([1], 1, 13, ["copy", "maxpool", "copy"]),  # over the channels, kept as one channel
+    ([1], 0, 18, ["copy", "maxpool"]),  # over the channels, dropped: written as the rows
+    ([2], 1, 13, ["maxpool"]),  # over H
+    ([3], 0, 18, ["maxpool"]),  # over W, dropped
+])
+def test_reduce_max_on_the_chip(target, axes, keep, opset, kinds):
+    c = _check(_net("ReduceMax", axes, keep, opset), target)
+    red = _reduce_op(c)
+    # an integer op at its input's scale: it only picks codes
+    (x,), (y,) = red.inputs, red.outputs
+    assert _scale(y) == _scale(x)
+    assert "Reduce" in c.on_chip() and "Reduce" not in c.host_types(), c.host_ops
+    got = [k for ks in hard_kinds(c.lowered, "Reduce", c.adapted) for k in ks]
+    assert got == kinds, got
+
+
+@pytest.mark.parametrize("target", CHIPS)
+def test_reduce_min_is_integer_on_the_host(target):
+    """ReduceMin has no POOL MIN on the chips: it stays on the host, but in integers at its
+    input's scale (no float round trip between the chip's ops), bit-exact all the same."""
+    c = _check(_net("ReduceMin", [1], 1, 13), target)
+    red = _reduce_op(c)
+    assert _scale(red.outputs[0]) == _scale(red.inputs[0])
+    reasons = {t: r for t, r in c.host_ops.values()}
+    assert "Reduce" in reasons and "min" in reasons["Reduce"]
+    assert "Conv2d" in c.on_chip()
