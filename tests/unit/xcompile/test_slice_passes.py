@@ -131,3 +131,40 @@ def test_vit_block_keeps_only_the_class_token_concat_on_the_host(tmp_path):
     assert {"Split", "Slice", "LayerNorm", "Transpose", "Matmul"} <= chip
     assert host == {"Concat"}, host
     assert "Gather" not in set(origin.values())
+
+
+def test_a_token_stream_stays_in_token_order():
+    """A ViT patch embedding as torch.onnx writes it (Conv, Reshape (N, C, T), Transpose to
+    (N, T, C)), a class token Concat, a position Add and a residual Add around a Linear: the
+    NHWC map is flattened straight to (N, T, C) and no Transpose is left but the input's."""
+    rng = np.random.default_rng(21)
+    d = 8
+    inits = [("w", rng.normal(0, 0.3, (d, 3, 4, 4)).astype(np.float32)),
+             ("s", np.array([1, d, 4], np.int64)),
+             ("cls", rng.normal(0, 0.1, (1, 1, d)).astype(np.float32)),
+             ("pos", rng.normal(0, 0.1, (1, 5, d)).astype(np.float32)),
+             ("lw", rng.normal(0, 0.3, (d, d)).astype(np.float32))]
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], kernel_shape=[4, 4], strides=[4, 4]),
+             helper.make_node("Reshape", ["c", "s"], ["r"]),
+             helper.make_node("Transpose", ["r"], ["t"], perm=[0, 2, 1]),
+             helper.make_node("Concat", ["cls", "t"], ["cat"], axis=1),
+             helper.make_node("Add", ["cat", "pos"], ["e"]),
+             helper.make_node("MatMul", ["e", "lw"], ["h"]),
+             helper.make_node("Relu", ["h"], ["a"]),
+             helper.make_node("Add", ["e", "a"], ["y"])]
+    net = check(model(nodes, [1, 3, 8, 8], ["y"], inits), (1, 3, 8, 8))
+    assert types(net).count("Transpose") == 1
+    cat = next(op for op in net.ops if op.op_type == "Concat")
+    assert cat.attrs["axis"] == 1 and tuple(cat.outputs[0].shape) == (1, 5, d)
+
+
+def test_a_flatten_of_an_nchw_map_keeps_its_transpose():
+    """Flatten (N, C*H*W) reads the NCHW order: C, H, W are not neighbours in NHWC order, so the
+    Transpose stays before the Reshape."""
+    rng = np.random.default_rng(22)
+    inits = [("w", rng.normal(0, 0.3, (4, 3, 1, 1)).astype(np.float32))]
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"]),
+             helper.make_node("Flatten", ["c"], ["y"], axis=1)]
+    net = check(model(nodes, [1, 3, 2, 2], ["y"], inits), (1, 3, 2, 2))
+    tr = [op for op in net.ops if op.op_type == "Transpose"]
+    assert len(tr) == 2 and tr[-1].outputs[0].consumers[0].op_type == "Reshape"

@@ -8,13 +8,15 @@ constants gain the unit axis): a 1-D Conv's result is the (N, 1, L, C) map resha
 (N, L, C), and the BatchNorm (a Multiply and an Add by per-channel constants) and the
 activation after it then act on the NHWC map itself, where the optimize stage folds them into
 the Conv2d; the Reshape meets the next 1-D op's Reshape back to (N, 1, L, C), and the two
-compose into nothing.
+compose into nothing. Transposes move down the same way until they meet their inverse
+(`sink_transposes`: a ViT's token stream stays (N, T, C) from its patch embedding on).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from xcompile.frontend.onnx_import.sink_transposes import sink_transposes
 from xir.network import Network
 from xir.ops.base import OP_REGISTRY, Operation
 from xir.values import Params, Value
@@ -28,6 +30,7 @@ def _optimize(net: Network) -> None:
         changed |= _fuse_silu(net)
         changed |= _compose_moves(net)
         changed |= _sink_unit_reshapes(net)
+        changed |= sink_transposes(net)
         changed |= _remove_dead(net)
         net.relink()
 
