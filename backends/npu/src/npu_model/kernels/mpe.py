@@ -223,11 +223,12 @@ def _im2col(x, xrs, xpitch, cbase, ih_n, iw_n, colbuf, p0, npix, ow_n, klen,
 
 
 @njit(cache=True)
-def _pad_compact(x, xrs, xpitch, cbase, ih_n, iw_n, ncc, pt, pl, hp, wp, xp):
+def _pad_compact(x, xrs, xpitch, cbase, ih_n, iw_n, ncc, pt, pl, h0, h1, wp, xp):
     """Channels ``cbase..cbase+ncc`` of the input, zero-padded (``pt`` rows / ``pl`` columns
-    before) to ``hp x wp`` pixels, as a dense float map ``xp[(h * wp + w) * ncc + c]``."""
+    before), as a dense map ``xp[(h * wp + w) * ncc + c]`` of `wp` pixels a row: rows
+    ``h0..h1`` of it (those a part of the output reads; the others are left as they are)."""
     rs = wp * ncc
-    for h in range(hp):
+    for h in range(h0, h1):
         ih = h - pt
         row = xp[h * rs:(h + 1) * rs]
         if ih < 0 or ih >= ih_n:
@@ -404,7 +405,7 @@ def conv_dense(x, xrs, xpitch, xcoff, ih_n, iw_n,
         if padk:
             wpad[:ktot] = wg
         if padded:
-            _pad_compact(x, xrs, xpitch, cin0, ih_n, iw_n, cin_g, pt, pl, hp, wp, xp)
+            _pad_compact(x, xrs, xpitch, cin0, ih_n, iw_n, cin_g, pt, pl, 0, hp, wp, xp)
         for p0 in range(0, npix_all, tile):
             npix = min(tile, npix_all - p0)
             part = partbuf[:npix]
@@ -480,7 +481,10 @@ def conv_dense_int(x, xrs, xpitch, xcoff, ih_n, iw_n,
     wp = (ow_n - 1) * sw + (kw - 1) * dw + 1
     xp = np.empty(hp * wp * cin_g if padded else 0, dtype=np.int16)
     if padded:
-        _pad_compact(x, xrs, xpitch, xcoff, ih_n, iw_n, cin_g, pt, pl, hp, wp, xp)
+        # only the padded rows this part's output pixels read
+        h0 = (p_lo // ow_n) * sh
+        h1 = min(hp, ((p_hi - 1) // ow_n) * sh + (kh - 1) * dh + 1)
+        _pad_compact(x, xrs, xpitch, xcoff, ih_n, iw_n, cin_g, pt, pl, h0, h1, wp, xp)
     colbuf = np.empty(tile_pad * ldc, dtype=np.int16)
     ctile = np.empty((tile_pad, width), dtype=np.int32)
     flat = ctile.reshape(tile_pad * width)
@@ -529,7 +533,10 @@ def conv_dense_int16(x, xrs, xpitch, xcoff, ih_n, iw_n,
     wp = (ow_n - 1) * sw + (kw - 1) * dw + 1
     xp = np.empty(hp * wp * cin_g if padded else 0, dtype=np.int16)
     if padded:
-        _pad_compact(x, xrs, xpitch, xcoff, ih_n, iw_n, cin_g, pt, pl, hp, wp, xp)
+        # only the padded rows this part's output pixels read
+        h0 = (p_lo // ow_n) * sh
+        h1 = min(hp, ((p_hi - 1) // ow_n) * sh + (kh - 1) * dh + 1)
+        _pad_compact(x, xrs, xpitch, xcoff, ih_n, iw_n, cin_g, pt, pl, h0, h1, wp, xp)
     colbuf = np.empty(tile_pad * ldc, dtype=np.int16)
     ctile = np.empty((tile_pad, width), dtype=np.int64)
     flat = ctile.reshape(tile_pad * width)
