@@ -91,3 +91,60 @@ def test_reduce_min_is_integer_on_the_host(target):
     reasons = {t: r for t, r in c.host_ops.values()}
     assert "Reduce" in reasons and "min" in reasons["Reduce"]
     assert "Conv2d" in c.on_chip()
+
+
+@pytest.mark.parametrize("target", CHIPS)
+@pytest.mark.parametrize("axes,keep,opset,kinds", [
+    ([1], 1, 13, ["copy", "avgpool", "copy"]),  # over the channels: COPY PERMUTE, POOL AVG 1 x C
+    ([1], 0, 18, ["copy", "avgpool"]),
+    ([2], 1, 13, ["avgpool"]),  # over H: POOL AVG H x 1
+    ([3], 0, 18, ["avgpool"]),  # over W, dropped
+])
+def test_reduce_mean_on_the_chip(target, axes, keep, opset, kinds):
+    """ReduceMean as an integer op (the exact sum of the n codes requantized with
+    requant_multiplier(s_in, 1 / n, s_out), as AvgPool2d): POOL AVG with a window of n codes."""
+    c = _check(_net("ReduceMean", axes, keep, opset), target)
+    red = _reduce_op(c)
+    assert red.attrs["func"] == "mean"
+    _scale(red.inputs[0]), _scale(red.outputs[0])  # both integer, each its own scale
+    assert "Reduce" in c.on_chip() and "Reduce" not in c.host_types(), c.host_ops
+    got = [k for ks in hard_kinds(c.lowered, "Reduce", c.adapted) for k in ks]
+    assert got == kinds, got
+
+
+@pytest.mark.parametrize("target", CHIPS)
+def test_reduce_mean_over_channels_and_space_stays_integer_on_the_host(target):
+    """A mean over the channels and space would round twice on the chip (two pools): it stays
+    on the host, in integers, with the reason."""
+    c = _check(_net("ReduceMean", [1, 2, 3], 1, 13), target)
+    red = _reduce_op(c)
+    _scale(red.outputs[0])
+    reasons = {t: r for t, r in c.host_ops.values()}
+    assert "two roundings" in reasons.get("Reduce", ""), reasons
+
+
+def test_reduce_mean_integer_kernel():
+    """The host reference: int64 sum of the codes, requantized by 1 / n (round half up), within
+    half an output code (and the multiplier's rounding) of the float mean of the dequantized
+    codes; int16 too."""
+    from host_backend.ops.reduce import INT_KERNELS
+    from xir.quant.fixed_point import requant_multiplier, requantize
+    from xir.types import INT8, INT16, QuantizedType, TensorType
+
+    rng = np.random.default_rng(2)
+    for el, np_dt in ((INT8, np.int8), (INT16, np.int16)):
+        info = np.iinfo(np_dt)
+        q = rng.integers(info.min, info.max + 1, (2, 5, 7, 3)).astype(np_dt)
+        t_in = TensorType(QuantizedType(el, 0.02), list(q.shape), None)
+        t_out = TensorType(QuantizedType(el, 0.013), [2, 1, 7, 1], None)
+        (y,) = INT_KERNELS["Reduce"]([q], {"func": "mean", "axes": [1, 3], "keepdims": True},
+                                     [t_in], [t_out])
+        assert y.dtype == np_dt and y.shape == (2, 1, 7, 1)
+        acc = q.astype(np.int64).sum(axis=(1, 3), keepdims=True)
+        m, s = requant_multiplier(0.02, 1.0 / 15, 0.013)
+        assert np.array_equal(y, requantize(acc, m, s, out_dtype=np_dt))
+        want = np.clip(q.astype(np.float64).mean(axis=(1, 3), keepdims=True) * 0.02 / 0.013,
+                       info.min, info.max)
+        # half a code, plus the multiplier's own rounding (QM keeps 15 bits: up to
+        # |want| * 2**-15 more, about 0.4 of a code at int16's 13,000)
+        assert np.all(np.abs(y - want) <= 0.5 + np.abs(want) * 2.0 ** -15 + 1e-9)

@@ -161,8 +161,14 @@ def integer_capable(op: Operation) -> bool:
                                 else func in UNARY_LUT_FUNCS)
     if t in ROW_OPS:
         return _row_op_capable(op)
-    if t == "Reduce":  # docs/quantization.md, "Reductions"
-        return _picks_codes(op) and len(feats) == 1 and op.inputs[0] is feats[0]
+    if t == "Reduce":  # docs/quantization.md, "Integer ops": max / min pick codes, mean
+        if len(feats) != 1 or op.inputs[0] is not feats[0]:  # requantizes a sum (AvgPool2d)
+            return False
+        if op.attrs.get("func") == "mean":
+            shape = feats[0].shape
+            axes = op.attrs.get("axes") or range(len(shape))
+            return 0 < int(np.prod([shape[int(a) % len(shape)] for a in axes])) < 1 << 16
+        return _picks_codes(op)
     if t in PASS_THROUGH_OPS or t in LUT_OPS or t in ("AvgPool2d", "Resize", "Upsample"):
         if t == "Pad" and op.attrs.get("mode", "constant") != "constant":
             return len(feats) == len(op.inputs)

@@ -3,8 +3,8 @@
 After onnx/reference: each result has the input's element type (ArgReduce and TopK's indices
 int64). Integer sums and products wrap in the input's type, as ONNX's do; float16 inputs
 accumulate in float32 and round once at the end (float32 and float64 stay themselves).
-Empty reductions give the function's identity. Integer (quantized) forms only where the op
-picks codes: Reduce max / min, ArgReduce, TopK.
+Empty reductions give the function's identity. Integer (quantized) forms where the op picks
+codes (Reduce max / min, ArgReduce, TopK) and for Reduce mean (the sum requantized by 1 / n).
 """
 
 from __future__ import annotations
@@ -234,9 +234,35 @@ def log_softmax(inputs: list[np.ndarray], attrs: dict) -> list[np.ndarray]:
 def _reduce_codes(inputs: list[np.ndarray], attrs: dict) -> list[np.ndarray]:
     func = str(attrs.get("func"))
     if func not in ("max", "min"):
-        raise ValueError(f"Reduce: func {func!r} has no integer form (only max / min move "
-                         f"codes)")
+        raise ValueError(f"Reduce: func {func!r} has no integer form (max / min move codes, "
+                         f"mean requantizes a sum)")
     return reduce(inputs, attrs)
+
+
+_reduce_moves = moves_codes(_reduce_codes, "reduce")
+
+
+def reduce_int(inputs, attrs, in_types, out_types, *, fake=False):
+    """Reduce on integer codes. max / min pick codes (the scale passes through, or one rescale
+    to the output's). mean, as AvgPool2d: the exact int64 sum of the `n` reduced codes, then
+    `requantize(sum, requant_multiplier(s_in, 1.0 / n, s_out))` (docs/quantization.md,
+    "Integer ops")."""
+    if str(attrs.get("func")) != "mean":
+        return _reduce_moves(inputs, attrs, in_types, out_types, fake=fake)
+    from xir.quant.fixed_point import requant_multiplier
+
+    from ._common import rq_any, scale1
+
+    x = np.asarray(inputs[0])
+    ax = _axes(attrs, x.ndim)
+    n = int(np.prod([x.shape[a] for a in ax]))
+    if n == 0:
+        raise ValueError("Reduce mean over an empty axis has no integer form (the float mean "
+                         "is NaN)")
+    acc = (x.astype(np.float64) if fake else x.astype(np.int64)).sum(
+        axis=ax, keepdims=bool(attrs.get("keepdims", True)))
+    m, s = requant_multiplier(scale1(in_types[0]), 1.0 / n, scale1(out_types[0]))
+    return [rq_any(acc, m, s, out_types[0].numpy_dtype, fake=fake)]
 
 
 FLOAT_KERNELS: dict = {
@@ -248,9 +274,10 @@ FLOAT_KERNELS: dict = {
     "Hardmax": hardmax,
     "LogSoftmax": log_softmax,
 }
-#: integer forms of the reductions that only pick codes (a positive scale keeps the order)
+#: integer forms of the reductions that only pick codes (a positive scale keeps the order),
+#: and of Reduce mean (a requantized sum, as AvgPool2d)
 INT_KERNELS: dict = {
-    "Reduce": moves_codes(_reduce_codes, "reduce"),
+    "Reduce": reduce_int,
     "ArgReduce": moves_codes(arg_reduce, "arg_reduce"),
     "TopK": moves_codes(topk, "topk"),
 }
