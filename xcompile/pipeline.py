@@ -38,7 +38,7 @@ log = logging.getLogger(__name__)
 DEFAULTS = {"target": None, "calib": None, "output": "out", "bits": 8, "method": "mse",
             "input_shape": None, "name": None, "calib_count": 8, "input_size": None,
             "input_bits": None, "op_bits": None, "min_cosine": 0.99,
-            "max_int16": DEFAULT_MAX_INT16}
+            "max_int16": DEFAULT_MAX_INT16, "equalize": None}
 
 
 def _shapes(spec: Any) -> dict[str, list[int]] | None:
@@ -70,15 +70,18 @@ def _op_bits(spec: Any) -> dict[str, int] | None:
 
 def _quantize(optimized: Any, samples: Any, opts: dict[str, Any], runner: Runner | None,
               name: str) -> Any:
-    """The quantize stage: `opts`' bits, method and op_bits, then automatic mixed precision
+    """The quantize stage: `opts`' bits, method and op_bits, convolution pairs equalised when
+    `equalize` says so (None: the quantizer's default, with per-tensor weights only; measured
+    in docs/quantization.md section 10), then automatic mixed precision
     (`xcompile.quant.mixed.choose_bits`) when an output part's cosine is below `min_cosine`:
     the fewest most sensitive layers raised to int16 that reach it, within `max_int16` (share
-    of MACs). What it measured and chose goes to `tags["quantization"]["mixed_precision"]`."""
+    of MACs and of integer ops). What it measured and chose goes to `tags["quantization"]["mixed_precision"]`."""
 
     def quantize(op_bits: Any) -> Any:
         return quantize_network(optimized, samples, bits=int(opts["bits"]),
                                 method=opts["method"], input_bits=opts.get("input_bits"),
-                                op_bits=op_bits, runner=runner)
+                                op_bits=op_bits, runner=runner,
+                                equalize=opts.get("equalize"))
 
     user_bits = _op_bits(opts.get("op_bits"))
     min_cos = float(opts.get("min_cosine") or 0.0)

@@ -275,3 +275,19 @@ def test_a_collapsed_score_part_decides_not_the_whole_output(tmp_path):
     assert set(parts) == {"y.box", "y.cls_sigmoid"}
     assert parts["y.box"] == pytest.approx(1.0) and parts["y.cls_sigmoid"] <= 0.0
     assert worst_part(parts)[0] == "y.cls_sigmoid"
+
+
+def test_compile_equalises_convolution_pairs_when_asked(tmp_path):
+    """conv_a -> relu -> conv_b -> relu -> conv_c: `equalize = true` in the compile options
+    equalises its two pairs with per-channel weights too; by default the quantizer's rule
+    (per-tensor weights only) holds."""
+    from corpus import load_stage
+
+    path, _, cal, _ = _setup(tmp_path, outlier=1.0)
+    calib = _cal_dir(tmp_path, cal)
+    opts = dict(DEFAULTS, model=str(path), calib=calib, method="minmax", min_cosine=0.0)
+    on = load_stage(compile_model(dict(opts, output=str(tmp_path / "on"),
+                                       equalize=True))["quantized"])
+    off = load_stage(compile_model(dict(opts, output=str(tmp_path / "off")))["quantized"])
+    assert on.tags["quantization"]["equalized_pairs"] == 2
+    assert off.tags["quantization"]["equalized_pairs"] == 0
