@@ -75,7 +75,8 @@ def _quantize(optimized: Any, samples: Any, opts: dict[str, Any], runner: Runner
     in docs/quantization.md section 10), then automatic mixed precision
     (`xcompile.quant.mixed.choose_bits`) when an output part's cosine is below `min_cosine`:
     the fewest most sensitive layers raised to int16 that reach it, within `max_int16` (share
-    of MACs and of integer ops). What it measured and chose goes to `tags["quantization"]["mixed_precision"]`."""
+    of MACs and of integer ops). What it measured and chose goes to
+    `tags["quantization"]["mixed_precision"]`."""
 
     def quantize(op_bits: Any) -> Any:
         return quantize_network(optimized, samples, bits=int(opts["bits"]),
