@@ -37,8 +37,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
                              "network) in 16 bits; repeatable")
     parser.add_argument("--min-cosine", type=float, metavar="C",
                         help="automatic mixed precision: when an output part's int8 cosine to "
-                             "float (lowest over the calibration samples and a mirrored "
-                             "variant of each) is below C (default 0.99), raise the fewest, "
+                             "float (lowest over a mirrored or half-rolled variant of each "
+                             "calibration sample) is below C (default 0.99), raise the fewest, "
                              "most sensitive layers to int16 that reach C; 0 turns it off")
     parser.add_argument("--max-int16", metavar="SHARE",
                         help="cap of automatic mixed precision: at most this share of the "
