@@ -40,7 +40,10 @@ def configure_eval(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--resume", action="store_true",
                         help="keep the samples already in --out and run only the rest")
     parser.add_argument("--limit", type=int, help="the first N samples only")
-    parser.add_argument("--batch", type=int, default=16, help="samples per batch (8-32)")
+    parser.add_argument("--batch", type=int, default=16,
+                        help="samples per worker batch (8-32); a network compiled for batch N "
+                             "runs N samples per forward, so this is rounded up to whole "
+                             "groups of N")
 
 
 def configure_sweep(parser: argparse.ArgumentParser) -> None:
