@@ -23,6 +23,8 @@ works on quantized element types:
   at a network output the Concat joins floats at the host edge, each branch at its own scale
   (a detector's box pixels and class probabilities); inside the network a branch far below the
   others keeps its own scale and is requantized by a Cast into the Concat, stored in 16 bits;
+- Reduce mean computes in integers as a global AvgPool2d does (the sum of its n codes
+  requantized by 1 / n, for n below 65536); Reduce max / min share their input's scale;
 - ReLU/ReLU6/LeakyReLU stay folded in the producing op's requantization; SiLU, Sigmoid, Tanh,
   Hardswish, GELU and Power keep their op type and run as tables (`xir.quant.lut`) derived from
   their scales;
