@@ -169,6 +169,14 @@ def test_enabled_int16_follows_the_environment(monkeypatch):
     assert igemm.enabled_int16() is True
 
 
+def test_cpus_without_avx2_keep_the_float64_path(monkeypatch):
+    monkeypatch.delenv("NPU_GEMM", raising=False)
+    monkeypatch.setattr(igemm.ll, "get_host_cpu_features", lambda: {"sse2": True})
+    assert igemm.enabled_int16() is False
+    monkeypatch.setattr(igemm.ll, "get_host_cpu_features", lambda: {"avx2": True})
+    assert igemm.enabled_int16() is True
+
+
 def test_wide_gemm_is_integer_simd():
     """The int16 digit GEMM runs on the same micro-kernel: vpdpwssd where the CPU has VNNI
     (or vpmaddwd + vpaddd, which LLVM may pick on some VNNI CPUs), no float multiply."""
