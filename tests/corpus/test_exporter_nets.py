@@ -73,7 +73,8 @@ def test_automatic_mixed_precision_raises_layers_until_the_target(tmp_path):
     opts = dict(DEFAULTS, model=str(path), target="zg330", calib=str(cal), name="attn",
                 input_shape={"x": list(shape)})
     plain = compile_model(dict(opts, output=str(tmp_path / "plain"), min_cosine=0.0))
-    mixed = compile_model(dict(opts, output=str(tmp_path / "mixed"), min_cosine=0.99999))
+    mixed = compile_model(dict(opts, output=str(tmp_path / "mixed"), min_cosine=0.99999,
+                               max_int16=1.0))  # the user asks for more than the 10% cap
     assert "mixed_precision" not in load_stage(plain["quantized"]).tags["quantization"]
     mp = load_stage(mixed["quantized"]).tags["quantization"]["mixed_precision"]
     assert len(mp["cosines"]) > 1 and mp["op_bits"]

@@ -25,8 +25,8 @@ pytest.importorskip("onnxruntime")
 WHEEL = "rapidocr_onnxruntime==1.4.4"
 IMAGENET = dict(mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225))
 #: model file -> (input shape, PaddleOCR's input normalisation). All int8 the recognizer
-#: measured 0.853 (onnxruntime's int8 0.808); automatic mixed precision raises what it needs
-#: (docs/quantization.md section 10).
+#: measured 0.853 (onnxruntime's int8 0.808); it needs int16 throughout (docs/quantization.md
+#: section 10), beyond the default 10% cap, so its compile asks for it (MAX_INT16).
 MODELS = {
     "ch_ppocr_mobile_v2.0_cls_infer.onnx": ((1, 3, 48, 192), {}),
     "ch_PP-OCRv4_det_infer.onnx": ((1, 3, 128, 256), IMAGENET),
@@ -34,6 +34,8 @@ MODELS = {
 }
 #: held-out images (seeds the calibration images do not use): cosine >= 0.99 on every one
 HELD_OUT = (11, 12, 13, 14)
+#: the int16 share a user of the recognizer asks for (the default cap keeps it int8 and warns)
+MAX_INT16 = {"ch_PP-OCRv4_rec_infer.onnx": 1.0}
 CHIPS = {"zg330": ("ZG330", "ZG"), "buyi": ("Buyi", "BY")}
 
 
@@ -72,7 +74,9 @@ def test_trained_model_runs_on_the_chip(ocr_models, model, target, tmp_path):
     name = sess.get_inputs()[0].name
     written = compile_model(dict(DEFAULTS, model=str(path), target=target, calib=str(cal),
                                  output=str(tmp_path / "out"), name="m",
-                                 input_shape={name: list(shape)}))
+                                 input_shape={name: list(shape)},
+                                 **({"max_int16": MAX_INT16[model]} if model in MAX_INT16
+                                    else {})))
     backend_name, suffix = CHIPS[target]
     net = load_stage(written[suffix])
     host = {op.op_type for op in net.ops if op.op_type not in ("HardOp", "Input", "Output")}
