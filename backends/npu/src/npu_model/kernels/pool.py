@@ -110,6 +110,12 @@ class Split:
 
     def __call__(self, *args: Any) -> None:
         """Run the kernel over its whole range (it writes its outputs; nothing is returned)."""
+        if (_threads or threads()) == 1:  # one thread: no sizing, a plain call
+            total = 1
+            for i in self._extent:
+                total *= args[i]
+            self.kernel(*args, 0, total)
+            return
         b = self.parts(args)
         n = len(b) - 1
         if n == 1:
