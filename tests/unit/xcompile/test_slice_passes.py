@@ -168,3 +168,19 @@ def test_a_flatten_of_an_nchw_map_keeps_its_transpose():
     net = check(model(nodes, [1, 3, 2, 2], ["y"], inits), (1, 3, 2, 2))
     tr = [op for op in net.ops if op.op_type == "Transpose"]
     assert len(tr) == 2 and tr[-1].outputs[0].consumers[0].op_type == "Reshape"
+
+
+def test_a_crnn_squeeze_and_permute_is_one_reshape():
+    """A CRNN's conv output (N, C, 1, T) squeezed and permuted to (T, N, C) for the LSTM: with
+    N = 1 the elements are already in that order in the NHWC map, so the Transpose to NCHW,
+    the Squeeze and the Permute become one Reshape."""
+    rng = np.random.default_rng(23)
+    inits = [("w", rng.normal(0, 0.3, (6, 3, 2, 1)).astype(np.float32)),
+             ("ax", np.array([2], np.int64))]
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"]),
+             helper.make_node("Squeeze", ["c", "ax"], ["s"]),
+             helper.make_node("Transpose", ["s"], ["y"], perm=[2, 0, 1])]
+    net = check(model(nodes, [1, 3, 2, 7], ["y"], inits), (1, 3, 2, 7))
+    assert "Transpose" not in types(net)[2:], types(net)
+    last = [op for op in net.ops if op.op_type not in ("Output",)][-1]
+    assert last.op_type == "Reshape" and last.inputs[0].producer.op_type == "Conv2d"

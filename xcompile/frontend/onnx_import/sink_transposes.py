@@ -9,8 +9,10 @@ Two rewrites remove them:
 
 - ``Reshape(Transpose(x))`` -> ``Transpose(Reshape(x))`` when the Reshape merges runs of
   axes that are neighbours, in order, in x too (a flatten: the Reshape then needs no data
-  movement in x's order); a Reshape that splits an axis (a channel shuffle's first step,
-  which `xcompile.passes` recognises as it is) or only adds or drops unit axes stays;
+  movement in x's order), or only drops / adds unit axes and a Transpose reads it (the two
+  Transposes then compose); a Reshape that splits an axis (a channel shuffle's first step,
+  which `xcompile.passes` recognises as it is) stays;
+- a Transpose that moves only unit axes and keeps the last one is a Reshape (an alias);
 - ``E(Transpose_p(a), Transpose_p(b), k)`` -> ``Transpose_p(E(a, b, k'))`` for an element-wise E
   or a Concat (axis remapped), every computed input such a Transpose read by E alone, the
   constants transposed by the inverse permutation.
@@ -35,7 +37,7 @@ SINKABLE = frozenset({"Add", "Sub", "Multiply", "Div", "Relu", "Sigmoid", "Tanh"
 
 
 def sink_transposes(net: Network) -> bool:
-    """One sweep of both rewrites; True when the network changed."""
+    """One sweep of the rewrites; True when the network changed."""
     changed = False
     for op in list(net.ops):
         if op not in net.ops:
@@ -44,7 +46,25 @@ def sink_transposes(net: Network) -> bool:
             changed |= _reshape_first(net, op)
         elif op.op_type in SINKABLE:
             changed |= _sink_below(net, op)
+        elif op.op_type == "Transpose":
+            changed |= _unit_move_as_reshape(net, op)
     return changed
+
+
+def _unit_move_as_reshape(net: Network, t: Operation) -> bool:
+    """A Transpose that moves only unit axes (the others keep their order) and keeps the last
+    axis is a Reshape: the same bytes in the same order, an alias on the chips."""
+    x, y = t.inputs[0], t.outputs[0]
+    p = [int(a) % len(x.shape) for a in t.attrs["perm"]]
+    big = [a for a in p if x.shape[a] > 1]
+    if not p or big != sorted(big) or x.shape[-1] != y.shape[-1] or \
+            (x.shape[-1] == 1 and p[-1] != len(p) - 1):
+        return False
+    r = OP_REGISTRY["Reshape"]([x], [y], op_id=t.op_id, name=t.name, shape=list(y.shape))
+    r.tags = dict(t.tags)
+    net.ops[net.ops.index(t)] = r
+    net.relink()
+    return True
 
 
 def _groups(ys: tuple[int, ...], zs: tuple[int, ...]) -> list[tuple[list[int], list[int]]] | None:
@@ -82,9 +102,12 @@ def _reshape_first(net: Network, r: Operation) -> bool:
     x, z = t.inputs[0], r.outputs[0]
     p = [int(a) % len(x.shape) for a in t.attrs["perm"]]
     groups = _groups(tuple(y.shape), tuple(z.shape))
-    if groups is None or any(sum(z.shape[k] > 1 for k in gz) > 1 for _, gz in groups) or \
-            all(sum(y.shape[j] > 1 for j in gy) < 2 for gy, _ in groups):
+    then = z.consumers[0] if len(z.consumers) == 1 else None
+    if groups is None or any(sum(z.shape[k] > 1 for k in gz) > 1 for _, gz in groups) or (
+            all(sum(y.shape[j] > 1 for j in gy) < 2 for gy, _ in groups) and
+            (then is None or then.op_type != "Transpose")):
         return False  # a split (a channel shuffle's first step), or only unit axes moved
+        # with no Transpose after it to compose with
     for gy, _ in groups:  # each run of y's axes is a run of x's, in order
         src = [p[j] for j in gy]
         if src != list(range(src[0], src[0] + len(src))):
