@@ -18,6 +18,8 @@ import shutil
 import tempfile
 from typing import Any
 
+import numpy as np
+
 from xcompile import zoo
 from xcompile.passes import optimize
 from xcompile.quant.calibrate import load_calibration
@@ -36,7 +38,8 @@ log = logging.getLogger(__name__)
 
 #: every option of a compile and its default ("model" has none)
 DEFAULTS = {"target": None, "calib": None, "output": "out", "bits": 8, "method": "mse",
-            "input_shape": None, "name": None, "calib_count": 8, "input_size": None,
+            "input_shape": None, "input_value": None, "name": None, "calib_count": 8,
+            "input_size": None,
             "input_bits": None, "op_bits": None, "min_cosine": 0.99,
             "max_int16": DEFAULT_MAX_INT16, "equalize": None}
 
@@ -50,6 +53,29 @@ def _shapes(spec: Any) -> dict[str, list[int]] | None:
     for item in spec:
         name, _, dims = item.partition("=")
         out[name] = [int(d) for d in dims.split(",") if d]
+    return out
+
+
+def _values(spec: Any) -> dict[str, Any] | None:
+    """`--input-value NAME=V[,V...]` flags, or the TOML table `input_value = {NAME = V}`: graph
+    inputs fixed to constants at import (a sample rate that decides an If). One number is a
+    scalar, a comma list a 1-D array; the importer converts to the input's element type."""
+    if not spec:
+        return None
+    pairs = list(spec.items()) if isinstance(spec, dict) else \
+        [tuple(item.partition("=")[::2]) for item in spec]
+    out: dict[str, Any] = {}
+    for name, value in pairs:
+        text = value if isinstance(value, str) else None
+        try:
+            nums = [float(v) for v in text.split(",")] if text is not None else value
+            arr = np.asarray(nums, np.float64)
+        except (TypeError, ValueError) as exc:
+            raise XrtError(f"--input-value {name}={value!r}: not a number or a list of "
+                           f"numbers") from exc
+        if not name or arr.size == 0:
+            raise XrtError(f"--input-value {name}={value!r} is not NAME=V[,V...]")
+        out[str(name)] = arr.reshape(()) if text is not None and "," not in text else arr
     return out
 
 
@@ -136,7 +162,8 @@ def compile_model(opts: dict[str, Any], report: bool = False, runner: Runner | N
             net = _float_network(model)
         elif model.endswith(".onnx") or os.path.exists(model):
             # a QDQ model imports as its float model, its pairs' scales kept (quant.qdq)
-            net = import_qdq(model, _shapes(opts.get("input_shape")), name=opts.get("name"))
+            net = import_qdq(model, _shapes(opts.get("input_shape")), name=opts.get("name"),
+                             input_values=_values(opts.get("input_value")))
         else:
             size = opts.get("input_size")
             net = zoo.build(model, input_size=int(size)) if size else zoo.build(model)

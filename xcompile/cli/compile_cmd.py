@@ -48,6 +48,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
                              "cap above 10%% keeps the raise that came closest)")
     parser.add_argument("--input-shape", action="append", metavar="NAME=D0,D1,...",
                         help="shape of a dynamic ONNX input")
+    parser.add_argument("--input-value", action="append", metavar="NAME=V[,V...]",
+                        help="fix an ONNX graph input to a constant (e.g. a VAD's sample "
+                             "rate sr=16000): what it decides folds, an If on it keeps one "
+                             "branch")
     parser.add_argument("--name", help="network name (default: the model's)")
     parser.add_argument("--input-size", type=int, help="input size of a zoo network")
     parser.add_argument("--report", action="store_true", help="print the accuracy report")

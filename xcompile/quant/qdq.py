@@ -364,7 +364,7 @@ def tag_scales(net: Network, pairs: dict[str, QdqScale]) -> dict[int, QdqScale]:
 
 
 def import_qdq(model, input_shapes: dict[str, list[int]] | None = None,
-               name: str | None = None) -> Network:
+               name: str | None = None, input_values: dict | None = None) -> Network:
     """`import_onnx` for any model, QDQ or not: a model with QuantizeLinear nodes is imported
     as the float model its pairs stand for (`strip_qdq_model`, so the importer's layouts and
     fusions are the float model's), the pairs' scales tagged on its values (`tag_scales`);
@@ -373,19 +373,19 @@ def import_qdq(model, input_shapes: dict[str, list[int]] | None = None,
     second copy of a large model in memory)."""
     onnx, _ = _onnx()
     if not isinstance(model, onnx.ModelProto) and not _mentions_qdq(model):
-        return import_onnx(model, input_shapes, name=name)
+        return import_onnx(model, input_shapes, name=name, input_values=input_values)
     try:
         proto = model if isinstance(model, onnx.ModelProto) else \
             onnx.load_from_string(bytes(model)) if isinstance(model, (bytes, bytearray)) \
             else onnx.load(str(model))
     except Exception:  # noqa: BLE001 - import_onnx names what is wrong with the file
-        return import_onnx(model, input_shapes, name=name)
+        return import_onnx(model, input_shapes, name=name, input_values=input_values)
     if not any(n.op_type in ("QuantizeLinear", "DequantizeLinear") for n in proto.graph.node):
         del proto  # the plain path: import_onnx reads the model itself (and names the file)
-        return import_onnx(model, input_shapes, name=name)
+        return import_onnx(model, input_shapes, name=name, input_values=input_values)
     stripped, pairs, weights = strip_qdq_model(proto)
     del proto
-    net = import_onnx(stripped, input_shapes, name=name)
+    net = import_onnx(stripped, input_shapes, name=name, input_values=input_values)
     tagged = tag_scales(net, pairs)
     remove_qdq(net)
     log.info("QDQ model: %d activation scales on %d values, %d dequantized weights",
