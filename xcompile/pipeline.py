@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from xcompile import zoo
+from xcompile.cycles import CyclesUnavailable, cycles_device_url, forward_cycles
 from xcompile.passes import optimize
 from xcompile.quant.calibrate import load_calibration
 from xcompile.quant.mixed import DEFAULT_MAX_INT16, choose_bits, parse_share, worst_part
@@ -94,6 +95,19 @@ def _op_bits(spec: Any) -> dict[str, int] | None:
     return out
 
 
+def _quantizer(optimized: Any, samples: Any, opts: dict[str, Any], runner: Runner | None
+               ) -> Any:
+    """`op_bits -> quantized network` with `opts`' bits, method, input bits and equalisation."""
+
+    def quantize(op_bits: Any) -> Any:
+        return quantize_network(optimized, samples, bits=int(opts["bits"]),
+                                method=opts["method"], input_bits=opts.get("input_bits"),
+                                op_bits=op_bits, runner=runner,
+                                equalize=opts.get("equalize"))
+
+    return quantize
+
+
 def _quantize(optimized: Any, samples: Any, opts: dict[str, Any], runner: Runner | None,
               name: str) -> Any:
     """The quantize stage: `opts`' bits, method and op_bits, convolution pairs equalised when
@@ -104,12 +118,7 @@ def _quantize(optimized: Any, samples: Any, opts: dict[str, Any], runner: Runner
     of MACs and of integer ops). What it measured and chose goes to
     `tags["quantization"]["mixed_precision"]`."""
 
-    def quantize(op_bits: Any) -> Any:
-        return quantize_network(optimized, samples, bits=int(opts["bits"]),
-                                method=opts["method"], input_bits=opts.get("input_bits"),
-                                op_bits=op_bits, runner=runner,
-                                equalize=opts.get("equalize"))
-
+    quantize = _quantizer(optimized, samples, opts, runner)
     user_bits = _op_bits(opts.get("op_bits"))
     min_cos = float(opts.get("min_cosine") or 0.0)
     max_int16 = parse_share(opts.get("max_int16", DEFAULTS["max_int16"]))
@@ -125,6 +134,50 @@ def _quantize(optimized: Any, samples: Any, opts: dict[str, Any], runner: Runner
                  len(mixed.op_bits), ", ".join(mixed.names), worst_part(mixed.before)[0],
                  worst_part(mixed.before)[1], worst_part(mixed.after)[1])
     return quantized
+
+
+def _lower(lower: Any, quantized: Any, opts: dict[str, Any]) -> Any:
+    adapted = lower.adapt(quantized, opts) if hasattr(lower, "adapt") else quantized
+    return lower(adapted, opts)
+
+
+def _int8_cycles(optimized: Any, samples: Any, opts: dict[str, Any], runner: Runner | None,
+                 lower: Any, name: str) -> int | str:
+    """What the int16 raise is compared with: the all-int8 network (the user's op_bits only,
+    as `choose_bits` first quantized it; re-quantized here, since the search drops it to keep
+    two networks alive at most) lowered for the target and run once on its cycles-only
+    device. Its chip cycles, or why they could not be counted (a target without
+    `sim://<target>?mode=cycles`)."""
+    target = str(opts["target"])
+    int8 = _quantizer(optimized, samples, opts, runner)(_op_bits(opts.get("op_bits")))
+    generated = _lower(lower, int8, opts)
+    del int8
+    try:
+        return forward_cycles(generated, target)
+    except CyclesUnavailable as exc:
+        log.info("%s: cost of the int16 raise not counted: %s", name, exc)
+        return str(exc)
+
+
+def _record_cycles(network: Any, int8: int | str, target: str, name: str) -> None:
+    """`cycles_int8`, `cycles_mixed` (the lowered network with its raises, one cycles-only
+    forward) in `network`'s `tags["quantization"]["mixed_precision"]`, or `cycles_skipped`
+    saying why they are absent."""
+    mp = network.tags.setdefault("quantization", {}).get("mixed_precision")
+    if mp is None:
+        return
+    mp = network.tags["quantization"]["mixed_precision"] = dict(mp)
+    if isinstance(int8, str):
+        mp["cycles_skipped"] = int8
+        return
+    try:
+        mixed = forward_cycles(network, target)
+    except CyclesUnavailable as exc:
+        mp["cycles_skipped"] = str(exc)
+        return
+    mp["cycles_int8"], mp["cycles_mixed"] = int(int8), int(mixed)
+    log.info("%s: int16 raise: %d layers, cycles %d -> %d", name, len(mp.get("raised", [])),
+             int8, mixed)
 
 
 def file_stem(name: str) -> str:
@@ -197,6 +250,12 @@ def compile_model(opts: dict[str, Any], report: bool = False, runner: Runner | N
             done("optimized", optimized)
         with stage(f"quantize {name}: int{opts['bits']}, {opts['method']} scales"):
             quantized = _quantize(optimized, samples, opts, runner, name)
+        mp = quantized.tags["quantization"].get("mixed_precision") or {}
+        int8_cycles: int | str | None = None
+        if lower is not None and mp.get("raised"):
+            with stage(f"cost of the int16 raise: the int8 network on "
+                       f"{cycles_device_url(str(opts['target']))}"):
+                int8_cycles = _int8_cycles(optimized, samples, opts, runner, lower, name)
         if report:
             accuracy_report(optimized, quantized, samples, runner).print()
         del optimized
@@ -211,6 +270,8 @@ def compile_model(opts: dict[str, Any], report: bool = False, runner: Runner | N
             with stage(f"lower {name} for {target}: instructions, ETM layout"):
                 generated = lower(adapted, opts)
                 del adapted
+                if int8_cycles is not None:  # the mixed network's cycles beside the int8's
+                    _record_cycles(generated, int8_cycles, str(target), name)
                 done(getattr(lower, "suffix", str(target).upper()), generated)
                 del generated
         else:

@@ -88,7 +88,8 @@ def options(args: argparse.Namespace) -> dict[str, Any]:
 def mixed_precision_lines(mp: dict[str, Any]) -> list[str]:
     """What automatic mixed precision measured and chose (`tags["quantization"]
     ["mixed_precision"]`), as the compile prints it: the cosine per output part before and
-    after, the ops raised to int16 (names) and the int16 share of MACs they cost."""
+    after, the ops raised to int16 (names), the int16 share of MACs and the chip cycles they
+    cost (`raise_cycles_line`)."""
     if not mp:
         return []
     before, after = mp.get("cosine_before", {}), mp.get("cosine_after", {})
@@ -109,10 +110,24 @@ def mixed_precision_lines(mp: dict[str, Any]) -> list[str]:
     if raised:
         lines.append(f"  int16 layers: {', '.join(raised)}")
     lines.append(f"  int16 cost: {mp['int16_mac_share']:.1%} of MACs (int8 network "
-                 f"{mp['int16_mac_share_before']:.1%}; the MAC share stands in for the cycles "
-                 f"the raise costs), {mp['int16_ops']} of {mp['integer_ops']} integer ops in "
-                 f"int16")
+                 f"{mp['int16_mac_share_before']:.1%}), {mp['int16_ops']} of "
+                 f"{mp['integer_ops']} integer ops in int16")
+    if raised:
+        lines.append(raise_cycles_line(mp))
     return lines  # the warning, when the cap missed the target, the pipeline logs itself
+
+
+def raise_cycles_line(mp: dict[str, Any]) -> str:
+    """`int16 raise: N layers, cycles X -> Y (+Z%)`: the chip cycles of one cycles-only forward
+    of the all-int8 and of the mixed network (`cycles_int8`, `cycles_mixed`), or why they were
+    not counted (no --target, or a target without a cycles-only simulator)."""
+    n = len(mp.get("raised", []))
+    head = f"int16 raise: {n} layer{'s' if n != 1 else ''}"
+    if "cycles_int8" in mp and "cycles_mixed" in mp:
+        x, y = int(mp["cycles_int8"]), int(mp["cycles_mixed"])
+        return f"{head}, cycles {x} -> {y} ({(y - x) / max(x, 1):+.1%})"
+    why = mp.get("cycles_skipped") or "no --target to count them on"
+    return f"{head}, cycles not counted ({why})"
 
 
 def run(args: argparse.Namespace) -> int:

@@ -250,8 +250,9 @@ class MixedPrecision:
                 "int16_mac_share_before": round(self.share_before, 6),
                 "int16_mac_share": round(self.share_after, 6),
                 "int16_ops": self.int16_ops, "integer_ops": self.integer_ops,
-                "cost": "int16 share of MACs (convolutions and matmuls), a proxy for the "
-                        "cycles the raise costs",
+                "cost": "int16 share of MACs (convolutions and matmuls); with a target, "
+                        "the compile adds cycles_int8 and cycles_mixed (chip cycles of one "
+                        "cycles-only forward of each)",
                 "attempts": [{"raised": a.raised, "int16_mac_share": round(a.share, 6),
                               "worst": round(a.worst, 6)} for a in self.attempts],
                 "warning": self.warning}

@@ -36,16 +36,17 @@ from xrt.cli import main
 SHAPE = (1, 3, 16, 16)
 
 
-def _three_convs(rng: np.random.Generator, outlier: float, name: str = "three convs"
-                 ) -> onnx.ModelProto:
+def _three_convs(rng: np.random.Generator, outlier: float, name: str = "three convs",
+                 c_out: int = 4, c_kernel: int = 1) -> onnx.ModelProto:
     """conv_a -> relu -> conv_b -> relu -> conv_c (1x1). With `outlier` > 1, conv_b writes one
     channel `outlier` times larger than the rest, a channel conv_c does not read: one int8
     scale for conv_b's output rounds the channels conv_c reads to nothing, so conv_c (3.9% of
-    the MACs) is the one sensitive layer, and raising it (its input in int16) repairs it."""
+    the MACs) is the one sensitive layer, and raising it (its input in int16) repairs it.
+    `c_out`, `c_kernel`: conv_c's output channels and kernel size (a MAC-heavy conv_c)."""
     wa = rng.normal(0, 0.3, (8, 3, 3, 3)).astype(np.float32)
     wb = rng.normal(0, 0.3, (8, 8, 3, 3)).astype(np.float32)
     wb[0] *= outlier
-    wc = rng.normal(0, 0.3, (4, 8, 1, 1)).astype(np.float32)
+    wc = rng.normal(0, 0.3, (c_out, 8, c_kernel, c_kernel)).astype(np.float32)
     if outlier > 1:
         wc[:, 0] = 0.0
     inits = [numpy_helper.from_array(a, n) for a, n in ((wa, "wa"), (wb, "wb"), (wc, "wc"))]
@@ -53,17 +54,18 @@ def _three_convs(rng: np.random.Generator, outlier: float, name: str = "three co
              helper.make_node("Relu", ["a"], ["ar"], name="relu_a"),
              helper.make_node("Conv", ["ar", "wb"], ["b"], pads=[1] * 4, name="conv_b"),
              helper.make_node("Relu", ["b"], ["br"], name="relu_b"),
-             helper.make_node("Conv", ["br", "wc"], ["y"], name="conv_c")]
+             helper.make_node("Conv", ["br", "wc"], ["y"], pads=[c_kernel // 2] * 4,
+                              name="conv_c")]
     graph = helper.make_graph(
         nodes, name, [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(SHAPE))],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 16, 16])], inits)
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, c_out, 16, 16])], inits)
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
-def _setup(tmp_path, outlier: float, name: str = "three convs"):
+def _setup(tmp_path, outlier: float, name: str = "three convs", **conv_c):
     rng = np.random.default_rng(0)
     path = tmp_path / "net.onnx"
-    onnx.save(_three_convs(rng, outlier, name), str(path))
+    onnx.save(_three_convs(rng, outlier, name, **conv_c), str(path))
     opt = optimize(import_onnx(str(path)))
     cal = [[rng.normal(0, 1, SHAPE).astype(np.float32)] for _ in range(3)]
 
@@ -291,3 +293,40 @@ def test_compile_equalises_convolution_pairs_when_asked(tmp_path):
     off = load_stage(compile_model(dict(opts, output=str(tmp_path / "off")))["quantized"])
     assert on.tags["quantization"]["equalized_pairs"] == 2
     assert off.tags["quantization"]["equalized_pairs"] == 0
+
+
+def test_compile_for_a_chip_counts_the_cycles_the_raise_costs(tmp_path, capsys):
+    """With a target, the compile lowers the all-int8 network too and runs one forward of each
+    on sim://zg330?mode=cycles: the int16 layer costs chip cycles, printed and recorded."""
+    import xir
+
+    path, _, cal, _ = _setup(tmp_path, outlier=1000.0, c_out=64, c_kernel=3)
+    calib = _cal_dir(tmp_path, cal)
+    assert main(["compile", str(path), "--calib", calib, "-o", str(tmp_path / "o"),
+                 "--method", "minmax", "--target", "zg330", "--max-int16", "100%"]) == 0
+    out = capsys.readouterr().out
+    last = xir.Network.CreateFromJsonFile(str(tmp_path / "o" / "three_convs_ZG.json"))
+    assert any(op.op_type == "HardOp" for op in last.ops)  # the convs were lowered
+    mp = last.tags["quantization"]["mixed_precision"]
+    assert mp["raised"] == ["conv_c"]
+    x, y = mp["cycles_int8"], mp["cycles_mixed"]
+    assert 0 < x < y  # the int16 conv_c takes more cycles than its int8 self
+    assert f"int16 raise: 1 layer, cycles {x} -> {y} (+{(y - x) / x:.1%})" in out
+    # without a target nothing is lowered: the line says the cycles were not counted
+    assert main(["compile", str(path), "--calib", calib, "-o", str(tmp_path / "p"),
+                 "--method", "minmax", "--max-int16", "100%"]) == 0
+    assert "int16 raise: 1 layer, cycles not counted (no --target" in capsys.readouterr().out
+
+
+def test_a_target_without_a_cycles_device_is_said_not_counted():
+    from xcompile.cli.compile_cmd import raise_cycles_line
+    from xcompile.cycles import CyclesUnavailable, forward_cycles
+    from xrt.errors import XrtError
+
+    with pytest.raises(CyclesUnavailable, match="no compile target 'nosuch'"):
+        forward_cycles(SimpleNamespace(), "nosuch")
+    assert issubclass(CyclesUnavailable, XrtError)
+    line = raise_cycles_line({"raised": ["a", "b"], "cycles_skipped": "sim://x: no device"})
+    assert line == "int16 raise: 2 layers, cycles not counted (sim://x: no device)"
+    line = raise_cycles_line({"raised": ["a"], "cycles_int8": 200, "cycles_mixed": 250})
+    assert line == "int16 raise: 1 layer, cycles 200 -> 250 (+25.0%)"
