@@ -23,6 +23,7 @@ works on quantized element types:
   at a network output the Concat joins floats at the host edge, each branch at its own scale
   (a detector's box pixels and class probabilities); inside the network a branch far below the
   others keeps its own scale and is requantized by a Cast into the Concat, stored in 16 bits;
+  a constant input (a ViT's class token) is quantized at the Concat's output scale (`_params_at`);
 - Reduce mean computes in integers as a global AvgPool2d does (the sum of its n codes
   requantized by 1 / n, for n below 65536); Reduce max / min share their input's scale;
 - ReLU/ReLU6/LeakyReLU stay folded in the producing op's requantization; SiLU, Sigmoid, Tanh,
@@ -163,6 +164,8 @@ def integer_capable(op: Operation) -> bool:
                                 else func in UNARY_LUT_FUNCS)
     if t in ROW_OPS:
         return _row_op_capable(op)
+    if t == "Concat":  # constant inputs (a ViT's class token): codes at the Concat's scale
+        return len(feats) >= 1
     if t == "Reduce":  # docs/quantization.md, "Integer ops": max / min pick codes, mean
         if len(feats) != 1 or op.inputs[0] is not feats[0]:  # requantizes a sum (AvgPool2d)
             return False
@@ -285,13 +288,14 @@ def _concat_plan(net: Network, int_ops: set[int], amax: dict[int, float],
         ranges = [gmax.get(uf.find(v.v_id), 0.0) for v in feats]
         top = max(ranges + [gmax.get(uf.find(y.v_id), 0.0)])
         spread = [top / a if a > 0 else (1.0 if top == 0 else float("inf")) for a in ranges]
+        at = [i for i, v in enumerate(op.inputs) if not v.is_params]  # inputs' own indices
         tail = _output_tail(op)
         form = "shared"
         if tail is not None and max(spread, default=1.0) > OUTPUT_SPREAD:
             form = "float"
             floats.update([op.op_id] + [t.op_id for t in tail])
         else:
-            for i, (v, sp) in enumerate(zip(feats, spread)):
+            for i, v, sp in zip(at, feats, spread):
                 if ((op.op_id, i) in far) if far is not None else sp > BRANCH_SPREAD:
                     requant.add((op.op_id, i))
                     if bits_of(y.v_id) >= 16:
@@ -629,7 +633,9 @@ def quantize_network(net: Network, samples: Any, *, bits: int = 8, method: str =
         ins = _integer_inputs(op, get_q, act_el, bias_el, per_channel, codes.get(op.op_id))
         if t == "Concat":  # branches that keep their own scale, requantized into the Concat's
             for i, v in enumerate(op.inputs):
-                if (op.op_id, i) in requant:
+                if v.is_params:  # a constant: its codes at the Concat's (shared) scale
+                    ins[i] = _params_at(v, qtype(op.outputs[0]))
+                elif (op.op_id, i) in requant:
                     ins[i] = get_requant(v, qtype(op.outputs[0]))
         outs = []
         for v in op.outputs:
@@ -647,6 +653,15 @@ def quantize_network(net: Network, samples: Any, *, bits: int = 8, method: str =
              len(int_ops), len(q.tags["quantization"]["op_bits"]),
              len(q.tags["quantization"]["float_ops"]), bits, method)
     return q
+
+
+def _params_at(v: Params, t: TensorType) -> Params:
+    """Constant `v` quantized to `t`'s per-tensor element type (round half away, saturated):
+    a Concat's constant input moves unchanged at the output's scale, as its branches do."""
+    el = t.element_dtype
+    data = quantize(np.asarray(v.data, np.float64), float(el.scale[0]), el.numpy_dtype)
+    return Params(v.v_id, TensorType(el, v.shape, v.dtype.layout), data, v.name, v.mtype,
+                  dict(v.tags))
 
 
 def _weight_axis(op: Operation, ndim: int) -> int | None:

@@ -52,13 +52,24 @@ def window(f: asm.FMap, axis: int, start: int, length: int, step: int = 1) -> as
     return replace(f, c=length, c_off=f.c_off + start, row_stride=rs)
 
 
-def _same_scale(op) -> None:
+def _same_scale(op, consts: bool = False) -> None:
+    """Every map of `op` one NPU dtype at one scale; constant inputs only where `consts`
+    (Concat: they become data of the weight blob, `_const_source`), at that dtype and scale."""
     _feature_dtypes(op)
     vals = op.feature_inputs() + list(op.outputs)
     if any(scale_of(v) != scale_of(vals[0]) for v in vals):
         raise NotLowerable(f"{op.op_type} with a rescale")
-    if any(v.is_params for v in op.inputs):
-        raise NotLowerable(f"{op.op_type} of a constant")
+    for v in op.inputs:
+        if not v.is_params:
+            continue
+        if not consts:
+            raise NotLowerable(f"{op.op_type} of a constant")
+        if v.data is None or npu_dtype(v) != npu_dtype(vals[0]) or \
+                scale_of(v) != scale_of(vals[0]) or map3(v.shape) is None:
+            raise NotLowerable(f"{op.op_type} of a constant not quantized at its output's "
+                               f"per-tensor int8 / int16 type")
+        if items(v.shape) != items(op.outputs[0].shape):
+            raise NotLowerable(f"{op.op_type} of a constant with {items(v.shape)} batch items")
 
 
 def _check_pitch(f: asm.FMap) -> asm.FMap:
@@ -134,21 +145,40 @@ def _axis(op) -> int:
 
 
 def lower_concat(op, cfg) -> OpLowering:
-    """Concat along h or w: one COPY per input into its window of the output."""
-    _same_scale(op)
+    """Concat along h or w: one COPY per input into its window of the output. A constant
+    input (a ViT's class token, quantized at the output's scale) is a dense map of the weight
+    blob (one map per batch item, in order as a buffer holds them), COPYed into its window
+    like any other input."""
+    _same_scale(op, consts=True)
     m = _axis(op)
     y = op.outputs[0]
-    spans, off = [], 0
+    dt = npu_dtype(y)
+    spans, consts, off = [], [], 0
     for x in op.inputs:
         n = map3(x.shape)[m]
-        spans.append((x, off, n))
+        k = None
+        if x.is_params:
+            k = len(consts)
+            consts.append(np.asarray(x.data).astype(np.dtype(dt).newbyteorder("<"))
+                          .reshape(-1).view(np.uint8))
+        spans.append((x, k, off, n))
         off += n
 
-    def make(R: Resolver) -> list[asm.Layer]:
-        return [asm.Copy(R.fmap(x), window(R.fmap(y), m, o, n), tag=op.op_id)
-                for x, o, n in spans]
+    esz = 2 if dt == "int16" else 1
 
-    return OpLowering("+".join(["copy"] * len(spans)), [], make, fold=m != 0)
+    def src(R: Resolver, x: Value, k: int | None) -> asm.FMap:
+        if k is None:
+            return R.fmap(x)
+        h, w, c = map3(x.shape)
+        if R.item is None:  # folded (or one item): every item's rows at once
+            return asm.FMap(R.const(k), items(x.shape) * h, w, c, pitch=c, dtype=dt)
+        return asm.FMap(R.const(k) + R.item * h * w * c * esz, h, w, c, pitch=c, dtype=dt)
+
+    def make(R: Resolver) -> list[asm.Layer]:
+        return [asm.Copy(src(R, x, k), window(R.fmap(y), m, o, n), tag=op.op_id)
+                for x, k, o, n in spans]
+
+    return OpLowering("+".join(["copy"] * len(spans)), consts, make, fold=m != 0)
 
 
 def lower_split(op, cfg) -> OpLowering:
