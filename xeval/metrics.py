@@ -23,12 +23,9 @@ def _flat(arrays: Sequence[Any]) -> np.ndarray:
 
 def cosine(a: np.ndarray, b: np.ndarray) -> float:
     """Cosine similarity of two flat vectors; 1.0 when both are zero, 0.0 when one is."""
-    na, nb = float(np.linalg.norm(a)), float(np.linalg.norm(b))
-    if na == 0.0 and nb == 0.0:
-        return 1.0
-    if na == 0.0 or nb == 0.0:
-        return 0.0
-    return float(np.dot(a, b) / (na * nb))
+    from xcompile.quant.parts import cosine as _cosine
+
+    return _cosine(a, b)
 
 
 def is_class_vector(arr: Any) -> bool:

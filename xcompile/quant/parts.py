@@ -370,9 +370,11 @@ def output_parts(net: Network, *, channel_groups: int | None = 0,
 
 # --- comparing ----------------------------------------------------------------------------------
 
-def _cosine(a: np.ndarray, b: np.ndarray) -> float:
-    a = a.ravel().astype(np.float64)
-    b = b.ravel().astype(np.float64)
+def cosine(a: np.ndarray, b: np.ndarray) -> float:
+    """Cosine similarity of two arrays (flattened, float64); 1.0 when both are zero, 0.0 when
+    one is. The one definition the report, the parts check and xrt eval share."""
+    a = np.asarray(a, np.float64).ravel()
+    b = np.asarray(b, np.float64).ravel()
     na, nb = float(np.linalg.norm(a)), float(np.linalg.norm(b))
     if na == 0.0 and nb == 0.0:
         return 1.0
@@ -411,7 +413,7 @@ def _compare(part: Part, ref: np.ndarray, got: np.ndarray, threshold: float,
         bad = "reference" if not np.isfinite(r).all() else "result"
         return PartResult(part, float("nan"), float("inf"), float("inf"), collapsed=True,
                           reason=f"the {bad} holds NaN or inf")
-    cos = _cosine(r, g)
+    cos = cosine(r, g)
     max_abs = float(np.abs(r - g).max(initial=0.0))
     r_rng = float(r.max(initial=0.0) - r.min(initial=0.0))
     g_rng = float(g.max(initial=0.0) - g.min(initial=0.0))
@@ -427,7 +429,7 @@ def _compare(part: Part, ref: np.ndarray, got: np.ndarray, threshold: float,
         # probabilities below SCORE_FLOOR decide nothing (an image without objects: every
         # score near 0 either way): the part's figure is the cosine of what lies above it
         rf, gf = np.maximum(r - SCORE_FLOOR, 0.0), np.maximum(g - SCORE_FLOOR, 0.0)
-        res.score_cosine = _cosine(rf, gf)
+        res.score_cosine = cosine(rf, gf)
         if rf.any() and not gf.any():
             reasons.append(f"no score above {SCORE_FLOOR:g} where the reference reaches "
                            f"{float(r.max()):.4g}")

@@ -36,21 +36,16 @@ from typing import Any
 import numpy as np
 
 from xcompile.quant.calibrate import load_calibration, run_float
-from xcompile.quant.parts import PartResult, compare_parts, compare_samples, output_parts
+from xcompile.quant.parts import (  # noqa: F401 - cosine is part of this module's API
+    PartResult,
+    compare_parts,
+    compare_samples,
+    cosine,
+    output_parts,
+)
 from xcompile.runner import Runner, default_runner
 
 __all__ = ["LayerRow", "Report", "accuracy_report", "cosine"]
-
-
-def cosine(a: np.ndarray, b: np.ndarray) -> float:
-    a = np.asarray(a, np.float64).ravel()
-    b = np.asarray(b, np.float64).ravel()
-    na, nb = np.linalg.norm(a), np.linalg.norm(b)
-    if na == 0.0 and nb == 0.0:
-        return 1.0
-    if na == 0.0 or nb == 0.0:
-        return 0.0
-    return float(np.dot(a, b) / (na * nb))
 
 
 @dataclass
