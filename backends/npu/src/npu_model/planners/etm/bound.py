@@ -6,33 +6,23 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from numba import njit
 
 from .instance import DEFAULT_ALIGNMENT, _check, _roots
 
 
-@njit(cache=True)
 def _peak(size, start, end):
-    """Peak of the summed sizes of the intervals live at once (inclusive ends)."""
+    """Peak of the summed sizes of the intervals live at once (inclusive ends).
+
+    Plain numpy (runs once per plan): a sweep over the +size events at the starts and the
+    -size events one past the ends, removals first where the two meet."""
     m = size.shape[0]
     if m == 0:
         return 0
-    by_start = np.argsort(start, kind="mergesort")
-    by_end = np.argsort(end, kind="mergesort")
-    live = 0
-    best = 0
-    a = 0
-    r = 0
-    while a < m:
-        if end[by_end[r]] < start[by_start[a]]:
-            live -= size[by_end[r]]
-            r += 1
-        else:
-            live += size[by_start[a]]
-            a += 1
-            if live > best:
-                best = live
-    return best
+    pos = np.concatenate((end + 1, start))
+    delta = np.concatenate((-size, size))
+    adds_last = np.concatenate((np.zeros(m, np.int8), np.ones(m, np.int8)))
+    live = np.cumsum(delta[np.lexsort((adds_last, pos))])
+    return max(0, int(live.max()))
 
 
 def lower_bound(sizes: Any, starts: Any, ends: Any, alias_owner: Any = None,

@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from numba import njit
 
 from .errors import AliasError, BufferSpecError
 
@@ -19,59 +18,40 @@ DEFAULT_ALIGNMENT = 64
 _MAX_POSITION = 1 << 62
 
 
-@njit(cache=True)
 def _resolve_roots(owner, offset):
     """Root of every buffer and its offset inside the root; third result: a buffer on an alias
-    cycle, or -1."""
+    cycle, or -1. Plain numpy (runs once per plan): pointer jumping, each round doubling the
+    distance walked up the owner chains."""
     n = owner.shape[0]
-    root = np.arange(n)
-    roff = np.zeros(n, dtype=np.int64)
-    state = np.zeros(n, dtype=np.int8)  # 0 new, 1 on the current walk, 2 resolved
-    stack = np.empty(n, dtype=np.int64)
-    for i in range(n):
-        if state[i] == 2:
-            continue
-        depth = 0
-        j = i
-        while j >= 0 and state[j] != 2:
-            if state[j] == 1:
-                return root, roff, j
-            state[j] = 1
-            stack[depth] = j
-            depth += 1
-            j = owner[j]
-        if j < 0:  # the walk ended at a root
-            depth -= 1
-            top = stack[depth]
-            root[top] = top
-            roff[top] = 0
-            state[top] = 2
-        for k in range(depth - 1, -1, -1):
-            v = stack[k]
-            o = owner[v]
-            root[v] = root[o]
-            roff[v] = roff[o] + offset[v]
-            state[v] = 2
-    return root, roff, -1
+    idx = np.arange(n)
+    par = np.where(owner >= 0, owner, idx)
+    roff = np.where(owner >= 0, offset, 0).astype(np.int64)
+    for _ in range(n.bit_length() + 1):
+        up = par[par]
+        if np.array_equal(up, par):
+            break
+        roff = roff + roff[par]
+        par = up
+    stuck = np.flatnonzero(owner[par] >= 0) if n else idx
+    if stuck.size:  # the first buffer whose owner chain loops: report where the walk repeats
+        seen = set()
+        j = int(stuck[0])
+        while j not in seen:
+            seen.add(j)
+            j = int(owner[j])
+        return par, roff, j
+    return par, roff, -1
 
 
-@njit(cache=True)
 def _group_lifetimes(sizes, starts, ends, root, alignment):
     """Aligned size (0 for members) and union lifetime of every alias group, at its root."""
     n = sizes.shape[0]
-    gsize = np.zeros(n, dtype=np.int64)
+    gsize = np.where(root == np.arange(n), (sizes + alignment - 1) // alignment * alignment, 0)
     gstart = starts.copy()
     gend = ends.copy()
-    for i in range(n):
-        r = root[i]
-        if r == i:
-            gsize[i] = (sizes[i] + alignment - 1) // alignment * alignment
-        else:
-            if starts[i] < gstart[r]:
-                gstart[r] = starts[i]
-            if ends[i] > gend[r]:
-                gend[r] = ends[i]
-    return gsize, gstart, gend
+    np.minimum.at(gstart, root, starts)
+    np.maximum.at(gend, root, ends)
+    return gsize.astype(np.int64), gstart, gend
 
 
 def _name(i: int, v_ids: np.ndarray | None) -> str:

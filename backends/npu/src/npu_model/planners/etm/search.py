@@ -17,35 +17,23 @@ import numpy as np
 from numba import njit
 
 
-@njit(cache=True)
 def _overlap_graph(start, end):
-    """CSR adjacency (indptr, indices) of the interval overlap graph."""
+    """CSR adjacency (indptr, indices) of the interval overlap graph, each buffer's neighbours
+    in (stable) start order. Plain numpy: it runs once per plan."""
     m = start.shape[0]
     srt = np.argsort(start, kind="mergesort")
-    deg = np.zeros(m, dtype=np.int64)
-    for p in range(m):
-        i = srt[p]
-        q = p + 1
-        while q < m and start[srt[q]] <= end[i]:
-            deg[i] += 1
-            deg[srt[q]] += 1
-            q += 1
+    rank = np.arange(m)
+    # the buffers after rank p in start order that start by its end: ranks p+1 .. last[p]-1
+    last = np.searchsorted(start[srt], end[srt], side="right")
+    cnt = np.maximum(last - rank - 1, 0)
+    p = np.repeat(rank, cnt)
+    q = p + 1 + np.arange(p.shape[0]) - np.repeat(np.cumsum(cnt) - cnt, cnt)
+    src = srt[np.concatenate((p, q))]
+    dst = np.concatenate((q, p))
+    by = np.lexsort((dst, src))
     indptr = np.zeros(m + 1, dtype=np.int64)
-    for i in range(m):
-        indptr[i + 1] = indptr[i] + deg[i]
-    fill = indptr[:-1].copy()
-    nbr = np.empty(indptr[m], dtype=np.int64)
-    for p in range(m):
-        i = srt[p]
-        q = p + 1
-        while q < m and start[srt[q]] <= end[i]:
-            j = srt[q]
-            nbr[fill[i]] = j
-            fill[i] += 1
-            nbr[fill[j]] = i
-            fill[j] += 1
-            q += 1
-    return indptr, nbr
+    np.cumsum(np.bincount(src, minlength=m), out=indptr[1:])
+    return indptr, srt[dst[by]].astype(np.int64)
 
 
 @njit(cache=True)

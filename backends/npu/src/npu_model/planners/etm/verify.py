@@ -13,11 +13,10 @@ from .instance import DEFAULT_ALIGNMENT, _check, _int_array, _name
 
 
 @njit(cache=True)
-def _conflicts(offsets, sizes, starts, ends, root):
+def _conflicts(offsets, sizes, starts, ends, root, srt):
     """First pair (i, j) of buffers from different alias groups that overlap in time and in
-    bytes, or (-1, -1)."""
+    bytes, or (-1, -1); `srt` orders the buffers by start (stable)."""
     n = sizes.shape[0]
-    srt = np.argsort(starts, kind="mergesort")
     for p in range(n):
         i = srt[p]
         if sizes[i] == 0:
@@ -63,7 +62,8 @@ def verify_plan(offsets: Any, sizes: Any, starts: Any, ends: Any, alias_owner: A
         if bad.size:
             raise PlanError(f"{_name(int(bad[0]), ids)} ends beyond the {total}-byte segment")
     # Groups are checked as blocks: a root covers its aligned size over the union lifetime.
-    i, j = _conflicts(off, inst.gsize, inst.gstart, inst.gend, inst.root)
+    i, j = _conflicts(off, inst.gsize, inst.gstart, inst.gend, inst.root,
+                      np.argsort(inst.gstart, kind="mergesort"))
     if i >= 0:
         raise PlanError(f"{_name(int(i), ids)} and {_name(int(j), ids)} are live at the same "
                         f"time and share bytes")

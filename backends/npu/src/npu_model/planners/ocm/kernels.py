@@ -1,4 +1,4 @@
-"""The Numba kernels of the OCM options and the walk order they build on: lifetime conflict lists,
+"""The kernels of the OCM options and the walk order they build on: lifetime conflict lists (numpy),
 the offset search, the refill pass and the score total; OPTION1's improvement passes (eject
 search, repack repair, iterated local search), OPTION2's beam and OPTION3's evicting walk.
 
@@ -15,25 +15,74 @@ import numpy as np
 from numba import njit
 
 
-@njit(cache=True)
 def _conflicts(starts, ends):
-    """CSR lists of lifetime-intersecting pairs (i != j)."""
+    """CSR lists of lifetime-intersecting pairs (i != j), each list in index order.
+
+    Plain numpy (runs once per plan), in blocks of rows so memory stays O(block * n)."""
     n = starts.shape[0]
     cnt = np.zeros(n + 1, np.int64)
-    for i in range(n):
-        for j in range(n):
-            if i != j and starts[i] <= ends[j] and starts[j] <= ends[i]:
-                cnt[i + 1] += 1
-    for i in range(n):
-        cnt[i + 1] += cnt[i]
-    idx = np.empty(cnt[n], np.int64)
-    k = 0
-    for i in range(n):
-        for j in range(n):
-            if i != j and starts[i] <= ends[j] and starts[j] <= ends[i]:
-                idx[k] = j
-                k += 1
+    parts = []
+    for r0 in range(0, n, _CONFLICT_ROWS):
+        r1 = min(n, r0 + _CONFLICT_ROWS)
+        hit = (starts[r0:r1, None] <= ends[None, :]) & (starts[None, :] <= ends[r0:r1, None])
+        hit[np.arange(r1 - r0), np.arange(r0, r1)] = False
+        cnt[r0 + 1:r1 + 1] = hit.sum(axis=1)
+        parts.append(np.nonzero(hit)[1].astype(np.int64))
+    np.cumsum(cnt, out=cnt)
+    idx = np.concatenate(parts) if parts else np.empty(0, np.int64)
     return cnt, idx
+
+
+_CONFLICT_ROWS = 1024
+
+
+@njit(cache=True)
+def _argsort2(k1, k2, n):
+    """Stable ascending order of entries 0..n-1 by (k1 float64, k2 int64): what two stable
+    ``np.argsort`` passes give, without compiling Numba's generic mergesort (seconds of a cold
+    start). Insertion sort of runs of 16, then bottom-up merges. Callers pass `n` as
+    ``np.int64`` so that no literal-typed specialisation is compiled besides."""
+    src = np.arange(n)
+    dst = np.empty(n, np.int64)
+    for s in range(0, n, 16):
+        e = min(s + 16, n)
+        for i in range(s + 1, e):
+            v = src[i]
+            j = i
+            while j > s and (k1[src[j - 1]] > k1[v] or
+                             (k1[src[j - 1]] == k1[v] and k2[src[j - 1]] > k2[v])):
+                src[j] = src[j - 1]
+                j -= 1
+            src[j] = v
+    width = 16
+    while width < n:
+        for s in range(0, n, 2 * width):
+            mid = min(s + width, n)
+            e = min(s + 2 * width, n)
+            i = s
+            j = mid
+            k = s
+            while i < mid and j < e:
+                a = src[i]
+                b = src[j]
+                if k1[b] < k1[a] or (k1[b] == k1[a] and k2[b] < k2[a]):
+                    dst[k] = b
+                    j += 1
+                else:
+                    dst[k] = a
+                    i += 1
+                k += 1
+            while i < mid:
+                dst[k] = src[i]
+                i += 1
+                k += 1
+            while j < e:
+                dst[k] = src[j]
+                j += 1
+                k += 1
+        src, dst = dst, src
+        width *= 2
+    return src
 
 
 @njit(cache=True)
@@ -41,7 +90,8 @@ def _fit(u, sizes, offsets, adj_ptr, adj_idx, capacity, mode):
     """An offset for buffer `u` among the placed buffers that are live with it, or -1.
 
     mode 0: best fit (the smallest gap that holds it, lowest address on ties; TFLite's arena
-    planner rule); mode 1: the highest address that holds it (packs from the top)."""
+    planner rule); mode 1: the highest address that holds it (packs from the top). Callers pass
+    the mode as ``np.int64``: a bare constant would compile one literal specialisation each."""
     a, b = adj_ptr[u], adj_ptr[u + 1]
     lo = np.empty(b - a, np.int64)
     hi = np.empty(b - a, np.int64)
@@ -49,17 +99,23 @@ def _fit(u, sizes, offsets, adj_ptr, adj_idx, capacity, mode):
     for t in range(a, b):
         j = adj_idx[t]
         if offsets[j] >= 0:
-            lo[k] = offsets[j]
-            hi[k] = offsets[j] + sizes[j]
+            x = offsets[j]
+            y = x + sizes[j]
+            q = k  # insertion by offset, after equal ones (a stable sort)
+            while q > 0 and lo[q - 1] > x:
+                lo[q] = lo[q - 1]
+                hi[q] = hi[q - 1]
+                q -= 1
+            lo[q] = x
+            hi[q] = y
             k += 1
-    order = np.argsort(lo[:k], kind="mergesort")
     s = sizes[u]
     best = -1
     best_gap = capacity + 1
     cur = 0
     for t in range(k + 1):
         if t < k:
-            nxt = lo[order[t]]
+            nxt = lo[t]
         else:
             nxt = capacity
         if nxt > cur:
@@ -71,8 +127,8 @@ def _fit(u, sizes, offsets, adj_ptr, adj_idx, capacity, mode):
                         best = cur
                 else:
                     best = nxt - s
-        if t < k and hi[order[t]] > cur:
-            cur = hi[order[t]]
+        if t < k and hi[t] > cur:
+            cur = hi[t]
     return best
 
 
@@ -84,7 +140,7 @@ def _refill(order, sizes, eligible, offsets, adj_ptr, adj_idx, capacity):
     for t in range(order.shape[0]):
         u = order[t]
         if offsets[u] < 0 and eligible[u]:
-            o = _fit(u, sizes, offsets, adj_ptr, adj_idx, capacity, 0)
+            o = _fit(u, sizes, offsets, adj_ptr, adj_idx, capacity, np.int64(0))
             if o >= 0:
                 offsets[u] = o
                 added += 1
@@ -185,8 +241,8 @@ def _repack_search(order, pack_orders, sizes, scores, eligible, offsets, adj_ptr
         u = order[t]
         if offsets[u] >= 0 or not eligible[u]:
             continue
-        if _fit(u, sizes, offsets, adj_ptr, adj_idx, capacity, 0) >= 0:
-            offsets[u] = _fit(u, sizes, offsets, adj_ptr, adj_idx, capacity, 0)
+        if _fit(u, sizes, offsets, adj_ptr, adj_idx, capacity, np.int64(0)) >= 0:
+            offsets[u] = _fit(u, sizes, offsets, adj_ptr, adj_idx, capacity, np.int64(0))
             added += 1
             continue
         for r in range(pack_orders.shape[0]):
@@ -196,7 +252,7 @@ def _repack_search(order, pack_orders, sizes, scores, eligible, offsets, adj_ptr
             for q in range(n):
                 i = pack_orders[r, q]
                 if offsets[i] >= 0 or i == u:
-                    o = _fit(i, sizes, tmp, adj_ptr, adj_idx, capacity, 0)
+                    o = _fit(i, sizes, tmp, adj_ptr, adj_idx, capacity, np.int64(0))
                     if o < 0:
                         ok = False
                         break
@@ -266,7 +322,7 @@ def _perturb_search(order, sizes, scores, starts, ends, eligible, offsets, adj_p
                 perm[i] = perm[k]
                 perm[k] = tmp
         # the pivot first: the point of the move is to try it with a different neighbourhood
-        offs_p = _fit(p, sizes, trial, adj_ptr, adj_idx, capacity, 0)
+        offs_p = _fit(p, sizes, trial, adj_ptr, adj_idx, capacity, np.int64(0))
         if offs_p >= 0:
             trial[p] = offs_p
         _refill(perm, sizes, eligible, trial, adj_ptr, adj_idx, capacity)
@@ -326,14 +382,14 @@ def _beam(order, sizes, scores, starts, ends, eligible, adj_ptr, adj_idx, capaci
             ch_score[nch] = cur_score[p]
             ch_peak[nch] = peak
             nch += 1
-            o0 = _fit(u, sizes, cur[p], adj_ptr, adj_idx, capacity, 0)
+            o0 = _fit(u, sizes, cur[p], adj_ptr, adj_idx, capacity, np.int64(0))
             if o0 >= 0:
                 ch_parent[nch] = p
                 ch_off[nch] = o0
                 ch_score[nch] = cur_score[p] + scores[u]
                 ch_peak[nch] = max(peak, o0 + sizes[u])
                 nch += 1
-                o1 = _fit(u, sizes, cur[p], adj_ptr, adj_idx, capacity, 1)
+                o1 = _fit(u, sizes, cur[p], adj_ptr, adj_idx, capacity, np.int64(1))
                 if o1 >= 0 and o1 != o0:
                     ch_parent[nch] = p
                     ch_off[nch] = o1
@@ -341,11 +397,10 @@ def _beam(order, sizes, scores, starts, ends, eligible, adj_ptr, adj_idx, capaci
                     ch_peak[nch] = max(peak, o1 + sizes[u])
                     nch += 1
         # rank: score descending, then peak ascending (stable two-pass sort)
-        o_peak = np.argsort(ch_peak[:nch], kind="mergesort")
         neg = np.empty(nch)
         for q in range(nch):
-            neg[q] = -ch_score[o_peak[q]]
-        rank = o_peak[np.argsort(neg, kind="mergesort")]
+            neg[q] = -ch_score[q]
+        rank = _argsort2(neg, ch_peak, np.int64(nch))
         nn = 0
         for q in range(nch):
             c = rank[q]
@@ -396,7 +451,7 @@ def _evict_walk(order, sizes, scores, eligible, offsets, adj_ptr, adj_idx, capac
         u = order[t]
         if not eligible[u]:
             continue
-        o = _fit(u, sizes, offsets, adj_ptr, adj_idx, capacity, 0)
+        o = _fit(u, sizes, offsets, adj_ptr, adj_idx, capacity, np.int64(0))
         if o >= 0:
             offsets[u] = o
             continue
@@ -410,7 +465,7 @@ def _evict_walk(order, sizes, scores, eligible, offsets, adj_ptr, adj_idx, capac
         if m == 0:
             continue
         victims = np.empty(m, np.int64)
-        keys = np.empty(m, np.int64)
+        keys = np.empty(m)  # walk ranks (exact in float64: one _argsort2 specialisation)
         m = 0
         for q in range(a, b):
             j = adj_idx[q]
@@ -418,7 +473,11 @@ def _evict_walk(order, sizes, scores, eligible, offsets, adj_ptr, adj_idx, capac
                 victims[m] = j
                 keys[m] = rank[j]
                 m += 1
-        victims = victims[np.argsort(keys, kind="mergesort")]
+        by_rank = _argsort2(keys, victims, np.int64(m))
+        in_walk_order = np.empty(m, np.int64)
+        for q in range(m):
+            in_walk_order[q] = victims[by_rank[q]]
+        victims = in_walk_order
         saved = np.empty(m, np.int64)
         lost = 0.0
         placed = -1
@@ -431,7 +490,7 @@ def _evict_walk(order, sizes, scores, eligible, offsets, adj_ptr, adj_idx, capac
             k += 1
             if lost >= scores[u]:
                 break
-            o = _fit(u, sizes, offsets, adj_ptr, adj_idx, capacity, 0)
+            o = _fit(u, sizes, offsets, adj_ptr, adj_idx, capacity, np.int64(0))
             if o >= 0:
                 placed = o
                 break
