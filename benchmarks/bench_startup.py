@@ -26,7 +26,7 @@ CHILD = textwrap.dedent("""
     import json, sys, time
     t0 = time.perf_counter()
     from numba.core import event
-    spent = {}
+    spent = {{}}
 
     class Compiles(event.Listener):
         def __init__(self):
