@@ -361,6 +361,22 @@ def _fold_gelu_tanh(net: Network, tanh: Operation, outputs: set[int]) -> bool:
     return False
 
 
+def _sqrt_as_table(net: Network, root: Operation) -> bool:
+    """A float32 Sqrt left after the patterns that read it (LayerNorm, ``sqrt(x * x)``) as
+    ``Unary(func="sqrt")``: the same float result, and once quantized a lookup table the chips
+    run like Exp or Log (the Sqrt op itself has no integer form)."""
+    from xir.ops.pointwise import Unary
+
+    x = root.inputs[0]
+    if x.is_params or x.dtype.numpy_dtype != np.float32:
+        return False
+    op = Unary([x], list(root.outputs), op_id=root.op_id, name=root.name, func="sqrt")
+    op.tags = dict(root.tags)
+    net.ops[net.ops.index(root)] = op
+    net.relink()
+    return True
+
+
 def _fold_sqrt_of_square(net: Network, root: Operation, outputs: set[int]) -> bool:
     """``sqrt(x * x)`` -> ``|x|`` and ``sqrt(max(x * x, c))`` with a constant c >= 0 ->
     ``max(|x|, sqrt c)``, around `root` (the Sqrt; its output value and op_id kept). An exact
@@ -635,6 +651,9 @@ def optimize(net: Network) -> Network:
         elif op in out.ops and op.op_type == "LRN" and _lrn_as_chip_ops(out, op):
             n_act += 1
         elif op in out.ops and op.op_type == "Sqrt" and _fold_sqrt_of_square(out, op, outputs):
+            n_act += 1
+    for op in list(out.ops):  # the Sqrts no pattern took: tables once quantized
+        if op.op_type == "Sqrt" and _sqrt_as_table(out, op):
             n_act += 1
     for op in list(out.ops):  # channel shuffles written as Reshape -> Transpose -> Reshape
         if op in out.ops and op.op_type == "Reshape" and _fold_channel_shuffle(out, op, outputs):

@@ -36,7 +36,7 @@ BOOL = ScalarType("bool", 8)
 UNARY_FUNCS = (
     "abs", "neg", "exp", "log", "reciprocal", "floor", "ceil", "round", "sign",
     "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh",
-    "isnan", "isinf", "not", "bitwise_not",
+    "sqrt", "isnan", "isinf", "not", "bitwise_not",
     "elu", "selu", "celu", "thresholded_relu", "softplus", "softsign", "mish", "shrink",
     "swish",
 )
@@ -212,6 +212,7 @@ UNARY_LUT_FUNCS: dict[str, Callable] = {name: _finite(fn) for name, fn in {
     "exp": lambda x, a, b, g: np.exp(np.minimum(x, 709.0)),
     "log": lambda x, a, b, g: np.log(x),
     "reciprocal": lambda x, a, b, g: 1.0 / x,
+    "sqrt": lambda x, a, b, g: np.sqrt(x),
     "sin": lambda x, a, b, g: np.sin(x),
     "cos": lambda x, a, b, g: np.cos(x),
     "tan": lambda x, a, b, g: np.tan(x),

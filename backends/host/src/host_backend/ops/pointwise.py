@@ -92,6 +92,7 @@ _UNARY: dict[str, Callable[[np.ndarray, dict], np.ndarray]] = {
     "exp": lambda x, at: np.exp(x),
     "log": lambda x, at: np.log(x),
     "reciprocal": _reciprocal,
+    "sqrt": lambda x, at: np.sqrt(x),
     "floor": lambda x, at: np.floor(x) if not _is_int(x) else x.copy(),
     "ceil": lambda x, at: np.ceil(x) if not _is_int(x) else x.copy(),
     "round": lambda x, at: np.round(x) if not _is_int(x) else x.copy(),  # half to even
