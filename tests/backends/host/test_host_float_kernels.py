@@ -605,9 +605,10 @@ def test_transpose(rng, perm) -> None:
 
 
 @pytest.mark.parametrize("shape", [(1, 3, 5, 7), (2, 3, 4, 4), (2, 5, 3, 2), (1, 1, 2, 3)])
-@pytest.mark.parametrize("dtype", [np.float32, np.int8])
+@pytest.mark.parametrize("dtype", [np.float32, np.int8, np.float16, np.float64, np.bool_])
 def test_transpose_nchw_to_nhwc(rng, shape, dtype) -> None:
-    """The NCHW -> NHWC copy of image inputs (its own kernel: RGB and other channel counts)."""
+    """The NCHW -> NHWC copy of image inputs (its own kernel: RGB and other channel counts),
+    bit for bit in every dtype (float16 has no Numba type: moved as 16-bit words)."""
     x = (rng.standard_normal(shape) * 50).astype(dtype)
     got = FLOAT_KERNELS["Transpose"]([x], {"perm": [0, 2, 3, 1]})[0]  # int8: the integer path
     np.testing.assert_array_equal(got, np.transpose(x, (0, 2, 3, 1)))

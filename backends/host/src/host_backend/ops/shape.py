@@ -70,7 +70,11 @@ def transpose(inputs: list[np.ndarray], attrs: dict) -> list[np.ndarray]:
         # element over three planes; channel by channel it is a tenth of that
         n, c, h, w = x.shape
         out = np.empty((n, h, w, c), dtype=x.dtype)
-        flat, dst = np.ascontiguousarray(x).reshape(n, -1), out.reshape(n, -1)
+        # moved as same-size unsigned words: one kernel per element size, and dtypes Numba
+        # has no type for (float16) are copied bit for bit too
+        word = np.dtype(f"u{x.dtype.itemsize}")
+        flat = np.ascontiguousarray(x).view(word).reshape(n, -1)
+        dst = out.view(word).reshape(n, -1)
         for i in range(n):
             if c == 3:
                 _planes_to_pixels3(flat[i], h * w, dst[i])
