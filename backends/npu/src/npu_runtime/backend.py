@@ -246,6 +246,11 @@ class NpuBackend(ChipSteps, Backend):
             self._fingerprint = deploy.digest(*arrays)
         return self._fingerprint
 
+    def invalidate_fingerprint(self) -> None:
+        """Its weights changed in place (`refreshWeights`): the next `fingerprint()` hashes
+        them again."""
+        self._fingerprint = None
+
     def _check_user_chunk(self, chunk: Any, need: int, what: str) -> None:
         region = getattr(chunk, "region", None)
         if region is None or region.device() is not self._device or region.name != "etm":

@@ -91,7 +91,7 @@ def refresh_weights(backend: Any, source: Any) -> dict[str, Any]:
         for _op, params, _, data in writes:
             params.setData(data.copy())
         for b in sharers:
-            b._fingerprint = None
+            b.invalidate_fingerprint()
         for st in (SegmentType.WEIGHT, SegmentType.INSTR):  # user chunks: "same network" now
             ci = dep.segments[st].single_chunk                # means the new weights
             if ci.user_used:
