@@ -29,6 +29,9 @@ def eval_summary(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
         vals = [float(r[key]) for r in ok if key in r]
         if vals:
             s[f"{key}_mean"] = sum(vals) / len(vals)
+    items = {int(r["batch_items"]) for r in ok if "batch_items" in r}
+    if items:  # a batch-N network: the per-sample cycles and times are 1/N of a forward's
+        s["batch_items"] = max(items)
     return s
 
 

@@ -106,6 +106,9 @@ def test_batch_rows_equal_the_batch_1_rows(batched, n):
     assert _same(rows) == _same(one)
     # one forward's cycles split over its n items: a group's rows carry the same share
     assert ok[0]["cycles"] == ok[1]["cycles"]
+    from xeval.report import eval_summary
+
+    assert eval_summary(rows)["batch_items"] == n and "batch_items" not in eval_summary(one)
 
 
 def test_batch_outputs_are_the_samples_own(batched, tmp_path):
