@@ -64,10 +64,15 @@ def forward_cycles(net: Any, target: str) -> int:
         sess.apply()
         rng = np.random.default_rng(0)
         # a cycles-only chip writes no values: the host ops after it compute on placeholder
-        # zeros (a 0 / 0 in a LayerNorm's division), numbers nobody reads
-        with np.errstate(all="ignore"):
-            sess.forward([Tensor(rng.standard_normal(v.shape).astype(v.dtype.numpy_dtype))
-                          for v in net.inputs()])
+        # zeros (a 0 / 0 in a LayerNorm's division), numbers nobody reads; one that cannot
+        # (a quantizing Cast refuses the NaN) leaves the cycles uncounted, said so
+        try:
+            with np.errstate(all="ignore"):
+                sess.forward([Tensor(rng.standard_normal(v.shape).astype(v.dtype.numpy_dtype))
+                              for v in net.inputs()])
+        except (ValueError, ArithmeticError) as exc:
+            raise CyclesUnavailable(f"a host op between the chip runs cannot compute on the "
+                                    f"cycles-only chip's placeholder outputs ({exc})") from None
         return sum(int(r["cycles"]) for r in sess.backends[0].profileInfo().values())
     finally:
         if sess is not None:
