@@ -23,6 +23,16 @@ def _need_int(op: Operation, t: TensorType, what: str) -> None:
         raise fail(op, f"{what} must be an integer tensor, not {t.element_dtype!r}", "inputs")
 
 
+class _Indexed(Operation):
+    """An op reading `data` (input 0) at integer `indices` (input 1): the output has the data's
+    element type, its shape from `infer_shapes` over the declared inputs."""
+
+    def infer_types(self, types: list[TensorType]) -> list[TensorType]:
+        _need_int(self, types[1], "indices")
+        shapes = [t.shape for t in types[:self.MAX_INPUTS]]
+        return [TensorType(types[0].element_dtype, self.infer_shapes(shapes)[0])]
+
+
 @register_op
 class Expand(Operation):
     """Broadcast the input against `shape` (numpy's rule both ways, as ONNX Expand: a 1 in
@@ -55,7 +65,7 @@ class Tile(Operation):
 
 
 @register_op
-class Gather(Operation):
+class Gather(_Indexed):
     """``take(data, indices, axis)``: the output is ``data.shape[:axis] + indices.shape +
     data.shape[axis+1:]`` (ONNX Gather)."""
 
@@ -69,14 +79,9 @@ class Gather(Operation):
         ax = norm_axis(self, self.attrs["axis"], len(data))
         return [data[:ax] + idx + data[ax + 1:]]
 
-    def infer_types(self, types: list[TensorType]) -> list[TensorType]:
-        _need_int(self, types[1], "indices")
-        return [TensorType(types[0].element_dtype,
-                           self.infer_shapes([types[0].shape, types[1].shape])[0])]
-
 
 @register_op
-class GatherElements(Operation):
+class GatherElements(_Indexed):
     """``out[i][j][k] = data[index[i][j][k]][j][k]`` along `axis` (ONNX GatherElements):
     the output has the indices' shape."""
 
@@ -93,14 +98,9 @@ class GatherElements(Operation):
                              f"axis {ax}", "inputs")
         return [idx]
 
-    def infer_types(self, types: list[TensorType]) -> list[TensorType]:
-        _need_int(self, types[1], "indices")
-        return [TensorType(types[0].element_dtype,
-                           self.infer_shapes([types[0].shape, types[1].shape])[0])]
-
 
 @register_op
-class GatherND(Operation):
+class GatherND(_Indexed):
     """Slices of `data` addressed by the last axis of `indices`, after `batch_dims` leading
     axes both share (ONNX GatherND)."""
 
@@ -124,14 +124,9 @@ class GatherND(Operation):
                              f"after {b} batch axes", "inputs")
         return [idx[:-1] + data[b + m:]]
 
-    def infer_types(self, types: list[TensorType]) -> list[TensorType]:
-        _need_int(self, types[1], "indices")
-        return [TensorType(types[0].element_dtype,
-                           self.infer_shapes([types[0].shape, types[1].shape])[0])]
-
 
 @register_op
-class ScatterElements(Operation):
+class ScatterElements(_Indexed):
     """A copy of `data` with ``out[index[i][j]][j] = update[i][j]`` along `axis`, or combined
     with the old value by `reduction` (add, mul, max, min; ONNX ScatterElements, and the old
     Scatter). Repeated indices combine in index order."""
@@ -150,14 +145,9 @@ class ScatterElements(Operation):
                              f"data {list(data)} outside axis {ax}", "inputs")
         return [data]
 
-    def infer_types(self, types: list[TensorType]) -> list[TensorType]:
-        _need_int(self, types[1], "indices")
-        return [TensorType(types[0].element_dtype,
-                           self.infer_shapes([t.shape for t in types])[0])]
-
 
 @register_op
-class ScatterND(Operation):
+class ScatterND(_Indexed):
     """A copy of `data` whose slices addressed by the last axis of `indices` are `updates`
     (or combined by `reduction`; ONNX ScatterND)."""
 
@@ -175,11 +165,6 @@ class ScatterND(Operation):
             raise fail(self, f"updates are {list(upd)}, data {list(data)} and indices "
                              f"{list(idx)} need {list(want)}", "inputs")
         return [data]
-
-    def infer_types(self, types: list[TensorType]) -> list[TensorType]:
-        _need_int(self, types[1], "indices")
-        return [TensorType(types[0].element_dtype,
-                           self.infer_shapes([t.shape for t in types])[0])]
 
 
 @register_op
