@@ -453,6 +453,49 @@ def conv_dense(x, xrs, xpitch, xcoff, ih_n, iw_n,
 
 
 @njit(cache=True, nogil=True)
+def _dense_plan(x, xrs, xpitch, xcoff, ih_n, iw_n, oh_n, ow_n, kh, kw, sh, sw, dh, dw, pt, pl,
+                groups, cin_g, cout_g, nr, p_lo, p_hi):
+    """The geometry both dense convolutions share: K in int16 pairs (`k2`, rows `ldc` apart),
+    the output width with panel padding, the pixel tile, how rows are gathered (a 1x1 reads
+    them in place; narrow channel runs inside a wider pitch, or short tap rows (a stem), are
+    compacted and padded once, so every tap row is one run with no bounds test) and that
+    padded map, holding only the rows output pixels ``p_lo..p_hi`` read."""
+    k2 = (kh * kw * cin_g + 1) // 2
+    ldc = 2 * k2
+    cout = groups * cout_g
+    width = cout + nr
+    tile = max(1, min(p_hi - p_lo, max(MR, 65536 // ldc)))
+    tile_pad = (tile + MR - 1) // MR * MR
+    pointwise = (kh == 1 and kw == 1 and sh == 1 and sw == 1 and pt == 0 and pl == 0
+                 and oh_n == ih_n and ow_n == iw_n)
+    padded = (not pointwise and dw == 1 and groups == 1
+              and (cin_g != xpitch or kw * cin_g < 64))
+    hp = (oh_n - 1) * sh + (kh - 1) * dh + 1
+    wp = (ow_n - 1) * sw + (kw - 1) * dw + 1
+    xp = np.empty(hp * wp * cin_g if padded else 0, dtype=np.int16)
+    if padded:
+        h0 = (p_lo // ow_n) * sh
+        h1 = min(hp, ((p_hi - 1) // ow_n) * sh + (kh - 1) * dh + 1)
+        _pad_compact(x, xrs, xpitch, xcoff, ih_n, iw_n, cin_g, pt, pl, h0, h1, wp, xp)
+    return k2, ldc, cout, width, tile, tile_pad, pointwise, padded, wp, xp
+
+
+@njit(cache=True, nogil=True)
+def _dense_rows(x, xrs, xpitch, cin0, ih_n, iw_n, colbuf, p0, npix, ow_n, ldc, cin_g,
+                kh, kw, sh, sw, dh, dw, pt, pl, pointwise, padded, xp, wp):
+    """One group's im2col rows of pixels ``p0..p0+npix`` into `colbuf`, the way `_dense_plan`
+    chose; rows `ldc` apart, an odd K leaves one column unwritten (its weights are 0)."""
+    taps = kh * kw
+    if pointwise:
+        _rows_1x1(x, xrs, xpitch, cin0, colbuf, p0, npix, ow_n, ldc, cin_g)
+    elif padded:
+        _im2col_padded(xp, wp, colbuf, p0, npix, ow_n, ldc, 0, taps, cin_g, kw, sh, sw, dh)
+    else:
+        _im2col(x, xrs, xpitch, cin0, ih_n, iw_n, colbuf, p0, npix, ow_n, ldc, 0, taps,
+                cin_g, kw, sh, sw, dh, dw, pt, pl)
+
+
+@njit(cache=True, nogil=True)
 def conv_dense_int(x, xrs, xpitch, xcoff, ih_n, iw_n,
                    wq, nr, bias, mult, shift, mult_neg, shift_neg, lo, hi,
                    y, yrs, ypitch, ycoff, oh_n, ow_n,
@@ -463,28 +506,9 @@ def conv_dense_int(x, xrs, xpitch, xcoff, ih_n, iw_n,
     wide int32 tile (a later group overwrites the previous one's panel padding), requantized
     across all output channels at once. Output pixels ``p_lo..p_hi`` (row-major) only: the
     pool's part (`pool.Split`)."""
-    npix_all = p_hi - p_lo
-    taps = kh * kw
-    k2 = (taps * cin_g + 1) // 2
-    ldc = 2 * k2
-    cout = groups * cout_g
-    width = cout + nr
-    tile = max(1, min(npix_all, max(MR, 65536 // ldc)))
-    tile_pad = (tile + MR - 1) // MR * MR
-    pointwise = (kh == 1 and kw == 1 and sh == 1 and sw == 1 and pt == 0 and pl == 0
-                 and oh_n == ih_n and ow_n == iw_n)
-    # narrow channel runs inside a wider pitch, or short tap rows (a stem): compact and pad
-    # the map once, so every tap row is one run with no bounds test
-    padded = (not pointwise and dw == 1 and groups == 1
-              and (cin_g != xpitch or kw * cin_g < 64))
-    hp = (oh_n - 1) * sh + (kh - 1) * dh + 1
-    wp = (ow_n - 1) * sw + (kw - 1) * dw + 1
-    xp = np.empty(hp * wp * cin_g if padded else 0, dtype=np.int16)
-    if padded:
-        # only the padded rows this part's output pixels read
-        h0 = (p_lo // ow_n) * sh
-        h1 = min(hp, ((p_hi - 1) // ow_n) * sh + (kh - 1) * dh + 1)
-        _pad_compact(x, xrs, xpitch, xcoff, ih_n, iw_n, cin_g, pt, pl, h0, h1, wp, xp)
+    k2, ldc, cout, width, tile, tile_pad, pointwise, padded, wp, xp = _dense_plan(
+        x, xrs, xpitch, xcoff, ih_n, iw_n, oh_n, ow_n, kh, kw, sh, sw, dh, dw, pt, pl,
+        groups, cin_g, cout_g, nr, p_lo, p_hi)
     colbuf = np.empty(tile_pad * ldc, dtype=np.int16)
     ctile = np.empty((tile_pad, width), dtype=np.int32)
     flat = ctile.reshape(tile_pad * width)
@@ -493,15 +517,9 @@ def conv_dense_int(x, xrs, xpitch, xcoff, ih_n, iw_n,
         npix = min(tile, p_hi - p0)
         rows = (npix + MR - 1) // MR * MR
         for g in range(groups):
-            cin0 = xcoff + g * cin_g
-            if pointwise:
-                _rows_1x1(x, xrs, xpitch, cin0, colbuf, p0, npix, ow_n, ldc, cin_g)
-            elif padded:
-                _im2col_padded(xp, wp, colbuf, p0, npix, ow_n, ldc, 0, taps, cin_g, kw, sh, sw,
-                               dh)
-            else:  # rows ldc apart; an odd K leaves one column unwritten (its weights are 0)
-                _im2col(x, xrs, xpitch, cin0, ih_n, iw_n, colbuf, p0, npix, ow_n, ldc, 0, taps,
-                        cin_g, kw, sh, sw, dh, dw, pt, pl)
+            _dense_rows(x, xrs, xpitch, xcoff + g * cin_g, ih_n, iw_n, colbuf, p0, npix,
+                        ow_n, ldc, cin_g, kh, kw, sh, sw, dh, dw, pt, pl, pointwise, padded,
+                        xp, wp)
             gemm_pairs(colbuf, ldc, rows, wq[g], k2, cout_g, nr, flat, g * cout_g, width)
         _requant_tile(flat, width, none, bias, 0, p0, npix, ow_n, cout, y, yrs, ypitch,
                       ycoff, 0, mult, shift, mult_neg, shift_neg, lo, hi)
@@ -517,26 +535,9 @@ def conv_dense_int16(x, xrs, xpitch, xcoff, ih_n, iw_n,
     weights as two digit panels (`igemm.split_digits`; `wqh` of shape ``(G, 0)`` when every
     weight fits in a digit) and K in chunks of `kc2` pairs, each exact in int32, summed into an
     int64 tile (`igemm.gemm_pairs_wide`). Output pixels ``p_lo..p_hi`` only."""
-    npix_all = p_hi - p_lo
-    taps = kh * kw
-    k2 = (taps * cin_g + 1) // 2
-    ldc = 2 * k2
-    cout = groups * cout_g
-    width = cout + nr
-    tile = max(1, min(npix_all, max(MR, 65536 // ldc)))
-    tile_pad = (tile + MR - 1) // MR * MR
-    pointwise = (kh == 1 and kw == 1 and sh == 1 and sw == 1 and pt == 0 and pl == 0
-                 and oh_n == ih_n and ow_n == iw_n)
-    padded = (not pointwise and dw == 1 and groups == 1
-              and (cin_g != xpitch or kw * cin_g < 64))
-    hp = (oh_n - 1) * sh + (kh - 1) * dh + 1
-    wp = (ow_n - 1) * sw + (kw - 1) * dw + 1
-    xp = np.empty(hp * wp * cin_g if padded else 0, dtype=np.int16)
-    if padded:
-        # only the padded rows this part's output pixels read
-        h0 = (p_lo // ow_n) * sh
-        h1 = min(hp, ((p_hi - 1) // ow_n) * sh + (kh - 1) * dh + 1)
-        _pad_compact(x, xrs, xpitch, xcoff, ih_n, iw_n, cin_g, pt, pl, h0, h1, wp, xp)
+    k2, ldc, cout, width, tile, tile_pad, pointwise, padded, wp, xp = _dense_plan(
+        x, xrs, xpitch, xcoff, ih_n, iw_n, oh_n, ow_n, kh, kw, sh, sw, dh, dw, pt, pl,
+        groups, cin_g, cout_g, nr, p_lo, p_hi)
     colbuf = np.empty(tile_pad * ldc, dtype=np.int16)
     ctile = np.empty((tile_pad, width), dtype=np.int64)
     flat = ctile.reshape(tile_pad * width)
@@ -546,15 +547,9 @@ def conv_dense_int16(x, xrs, xpitch, xcoff, ih_n, iw_n,
         npix = min(tile, p_hi - p0)
         rows = (npix + MR - 1) // MR * MR
         for g in range(groups):
-            cin0 = xcoff + g * cin_g
-            if pointwise:
-                _rows_1x1(x, xrs, xpitch, cin0, colbuf, p0, npix, ow_n, ldc, cin_g)
-            elif padded:
-                _im2col_padded(xp, wp, colbuf, p0, npix, ow_n, ldc, 0, taps, cin_g, kw, sh, sw,
-                               dh)
-            else:
-                _im2col(x, xrs, xpitch, cin0, ih_n, iw_n, colbuf, p0, npix, ow_n, ldc, 0, taps,
-                        cin_g, kw, sh, sw, dh, dw, pt, pl)
+            _dense_rows(x, xrs, xpitch, xcoff + g * cin_g, ih_n, iw_n, colbuf, p0, npix,
+                        ow_n, ldc, cin_g, kh, kw, sh, sw, dh, dw, pt, pl, pointwise, padded,
+                        xp, wp)
             gemm_pairs_wide(colbuf, ldc, rows, wqh[g], wql[g], k2, kc2, cout_g, nr, tmp, flat,
                             g * cout_g, width)
         _requant_tile(flat, width, none, bias, 0, p0, npix, ow_n, cout, y, yrs, ypitch,
