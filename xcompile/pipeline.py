@@ -43,7 +43,7 @@ DEFAULTS = {"target": None, "calib": None, "output": "out", "bits": 8, "method":
             "input_shape": None, "input_value": None, "name": None, "calib_count": 8,
             "input_size": None,
             "input_bits": None, "op_bits": None, "min_cosine": 0.99,
-            "max_int16": DEFAULT_MAX_INT16, "equalize": None}
+            "max_int16": DEFAULT_MAX_INT16, "equalize": None, "bundle_shapes": None}
 
 
 def _shapes(spec: Any) -> dict[str, list[int]] | None:
@@ -213,6 +213,10 @@ def compile_model(opts: dict[str, Any], report: bool = False, runner: Runner | N
     """Run every stage with `opts` (keys of `DEFAULTS` plus "model"); returns {stage: json
     path} in the output folder. `runner` executes networks for calibration, GPTQ and the
     report (default: the HostBackend)."""
+    if opts.get("bundle_shapes"):  # one quantization, a network per shape, one bundle file
+        from xcompile.bundle import compile_bundle
+
+        return compile_bundle(opts, runner)
     model = str(opts["model"])
     parse_share(opts.get("max_int16", DEFAULTS["max_int16"]))  # a bad cap fails before work
     lower = plugins.target(opts["target"]) if opts.get("target") else None

@@ -2,6 +2,7 @@
 
 from . import ops
 from .builder import NetworkBuilder
+from .bundle import Bundle, BundleMemberNotFoundError
 from .errors import *  # noqa: F401,F403 - the hierarchy is part of the public API
 from .errors import XirError
 from .network import FORMAT_VERSION, Network, NetworkView

@@ -55,6 +55,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--name", help="network name (default: the model's)")
     parser.add_argument("--input-size", type=int, help="input size of a zoo network")
     parser.add_argument("--report", action="store_true", help="print the accuracy report")
+    parser.add_argument("--bundle-shapes", nargs="+", metavar="SHAPE",
+                        help="quantize once and lower one network per input shape into one "
+                             "bundle file <name>_<SUFFIX>.bundle whose weights are stored once "
+                             "(each SHAPE like x=1,3,320,320; several inputs joined by ';'); "
+                             "needs --target")
 
 
 def options(args: argparse.Namespace) -> dict[str, Any]:
@@ -141,6 +146,13 @@ def run(args: argparse.Namespace) -> int:
     for stage, path in written.items():
         print(f"{stage:>10}: {path}")
     import xir
+
+    if opts.get("bundle_shapes"):
+        bundle = xir.Bundle.CreateFromFile(written["bundle"])
+        print(f"bundle {bundle.name}: {len(bundle)} networks ({', '.join(bundle.names())}); "
+              f"weights stored once: {bundle.shared_bytes} bytes in {len(bundle.blocks)} "
+              f"blocks ({bundle.separate_bytes()} as separate networks)")
+        return 0
 
     # the last stage carries the quantization tags of every stage before it
     last = xir.Network.CreateFromJsonFile(list(written.values())[-1])

@@ -20,7 +20,7 @@ import numpy as np
 
 from xrt.errors import XrtError
 
-from . import deploy
+from . import bundle_weights, deploy
 from .layout import SEGMENT_ALIGN, Layout, hardops
 from .settings import Settings
 from .structs import HardOpInfo, MemChunkInfo, OcmOpt, PhySegment, SegmentType, ValueInfo
@@ -125,6 +125,7 @@ def apply(view: Any, layout: Layout, settings: Settings, device: Any, backend_id
     layout = layout.placed(slots)
     layout.move_to(plan)
     moves = [(s.old, s.new, s.size) for s in layout.slots if s.size]
+    moves += bundle_weights.weight_moves(view, layout)  # a bundle member's weight blocks
     packed = settings.mmu_on and _entries_needed(layout, settings) > device.config.mmu_entries
     if packed:
         base = plan.ocm_logic + deploy.align_up(max(plan.ocm_footprint, 1), deploy.PAGE)

@@ -31,7 +31,7 @@ from xrt.errors import (
 from xrt.tensor import Tensor
 
 from . import apply as stage
-from . import deploy, refresh, report, sharing, snapshot
+from . import bundle_weights, deploy, refresh, report, sharing, snapshot
 from .chip import Chip
 from .forward import ChipSteps, Forwarder
 from .layout import SEGMENT_ALIGN, Layout, build_layout, hardops
@@ -189,7 +189,8 @@ class NpuBackend(ChipSteps, Backend):
                                        f"value; use userConnectNetwork(chunk, v_id)")
         self._check_user_chunk(memchunk, self.layout.segments[st].byte_size,
                                f"the {st.name} segment")
-        deploy.claim(memchunk, st, self.fingerprint())
+        deploy.claim(memchunk, st, self.fingerprint(), bundle_weights.block_map(self.layout)
+                     if st == SegmentType.WEIGHT else None)
         self._use_user_chunk(self.settings.user_segments, st, memchunk, f"{st.name} segment")
 
     def _use_user_chunk(self, table: dict[Any, Any], key: Any, chunk: Any, what: str) -> None:

@@ -16,6 +16,7 @@ the OCM window at `ocm_logic`; the address words of the instructions are moved t
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import weakref
 from dataclasses import dataclass, field
@@ -147,7 +148,8 @@ def relocate(words: np.ndarray, moves: list[tuple[int, int, int]]) -> np.ndarray
 
 # --- user chunks shared between backends ---------------------------------------------------------
 
-#: chunk state -> {"segment", "network", "layout"}: who deployed into a user chunk
+#: chunk state -> {"segment", "network", "layout", "blocks"}: who deployed into a user chunk;
+#: "blocks" (WEIGHT) maps each weight block's offset to its (bytes, md5)
 _CLAIMS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
@@ -155,23 +157,57 @@ def _state(chunk: Any) -> Any:
     return chunk.identity()
 
 
-def claim(chunk: Any, segment: SegmentType, network: str) -> None:
+def claim(chunk: Any, segment: SegmentType, network: str,
+          blocks: dict[int, tuple[int, str]] | None = None) -> None:
     """Record that `chunk` holds `segment` of `network`; raise if another backend put a
-    different segment, or (WEIGHT/INSTR) another network's segment, in it."""
+    different segment, or (WEIGHT/INSTR) another network's segment, in it. A WEIGHT chunk is
+    shared with another network when `blocks` (`bundle_weights.block_map`: offset -> (bytes,
+    md5) of the weight blocks this backend writes) agrees with every block already there
+    wherever the two meet: the members of one `xir.Bundle`, whose blocks are laid out alike."""
     st = _state(chunk)
     c = _CLAIMS.get(st)
     if c is None:
-        _CLAIMS[st] = {"segment": segment, "network": network, "layout": None}
+        _CLAIMS[st] = {"segment": segment, "network": network, "layout": None,
+                       "blocks": dict(blocks or {})}
         return
     if c["segment"] != segment:
         raise InvalidArgumentError(
             f"userReuseSegment: this chunk already holds the {SegmentType(c['segment']).name} "
             f"segment of another backend; it cannot also hold the {segment.name} segment")
-    if segment in (SegmentType.WEIGHT, SegmentType.INSTR) and c["network"] != network:
+    clash = None
+    if segment == SegmentType.WEIGHT and blocks:  # the bytes where each block goes decide
+        clash = _clash(c.get("blocks") or {}, blocks)
+        if clash is None:
+            c["blocks"].update(blocks)
+            return
+    if segment in (SegmentType.WEIGHT, SegmentType.INSTR) and (c["network"] != network
+                                                                or clash is not None):
+        share = "the same network" if segment == SegmentType.INSTR else \
+            f"the same network or members of one bundle whose weight blocks agree " \
+            f"({clash or 'no weight blocks to compare'})"
         raise InvalidArgumentError(
             f"userReuseSegment: the {segment.name} segment can be shared only by backends of "
-            f"the same network; this chunk holds the {segment.name} segment of another network "
+            f"{share}; this chunk holds the {segment.name} segment of another network "
             f"(only FTMP may be shared between different networks)")
+
+
+def _clash(have: dict[int, tuple[int, str]], new: dict[int, tuple[int, str]]) -> str | None:
+    """Why weight blocks `new` cannot join the blocks `have` in one chunk, or None: a block at
+    an offset already taken must be the same bytes, any other must overlap none."""
+    if not have:
+        return "the chunk's blocks are unknown"
+    spans = sorted((off, off + n) for off, (n, _) in have.items())
+    starts = [a for a, _ in spans]
+    for off, (n, md5) in sorted(new.items()):
+        old = have.get(off)
+        if old is not None:
+            if old != (n, md5):
+                return f"the block at offset {off} differs"
+            continue
+        i = bisect.bisect_right(starts, off) - 1
+        if (i >= 0 and spans[i][1] > off) or (i + 1 < len(spans) and spans[i + 1][0] < off + n):
+            return f"the block at offset {off} overlaps another"
+    return None
 
 
 def claim_layout(chunk: Any, segment: SegmentType, layout: str) -> None:
@@ -189,10 +225,17 @@ def claim_layout(chunk: Any, segment: SegmentType, layout: str) -> None:
 
 def reclaim(chunk: Any, network: str) -> None:
     """The network in shared chunk `chunk` has new weights (refresh.py): record its new
-    fingerprint, so later backends of that network may share it and others may not."""
+    fingerprint, so later backends of that network may share it and others may not, and the
+    md5 of every weight block now in the chunk (read back: what a bundle member joining it
+    must agree with)."""
     c = _CLAIMS.get(_state(chunk))
     if c is not None:
         c["network"] = network
+        blocks = c.get("blocks") or {}
+        for off, (n, _) in list(blocks.items()):
+            buf = np.empty(n, np.uint8)
+            chunk.read(buf, off, n)
+            blocks[off] = (n, digest(buf))
 
 
 def digest(*arrays: Any) -> str:

@@ -1,0 +1,235 @@
+"""Members of an `xir.Bundle` on both chips (issue 29, point 6; docs/memory-and-weights.md,
+"Bundles"): tiny_cnn quantized once and lowered at three input sizes, bundled, loaded back from
+the bundle's bytes. Deployed on one device with one WEIGHT chunk for the three, every member
+gives bit for bit what its own separate deployment gives (lowered alone, its own chunks) and the
+integer reference; the chunk is smaller than the three separate WEIGHT segments; one refresh
+through one member refreshes every member; a network of no bundle cannot join the chunk; the
+same holds through `socket://`."""
+
+from __future__ import annotations
+
+import importlib
+
+import numpy as np
+import pytest
+from runtime_cases import host_ref, x_of
+
+import xir
+from host_backend import HostBackend
+from npu_runtime import SegmentType
+from xcompile.bundle import reshape_network
+from xrt import Device, HostDevice, Session
+from xrt.errors import InvalidArgumentError
+from xrt.remote.server import DeviceServer
+
+SIZES = (32, 40, 48)
+_CACHE: dict = {}
+
+
+def _copy(z):
+    c = xir.Network.CreateFromJsonStr(z.dumpJsonToStr())
+    c.loadParamsFromBuffer(z.dumpParamsToBuffer())
+    return c
+
+
+def _case(chip, seed=0):
+    """(bundle bytes, {member: quantized at its size}, {member: lowered alone})."""
+    key = (chip.kind, seed)
+    if key not in _CACHE:
+        lowering = importlib.import_module(f"{chip.package}.lowering")
+        q = chip.compiled("tiny_cnn", **({"seed": seed} if seed else {}))[0]
+        qs = {f"s{n}": reshape_network(q, {"input": (1, n, n, 3)}) for n in SIZES}
+        alone = {k: lowering.lower(lowering.adapt(v)) for k, v in qs.items()}
+        bundle = xir.Bundle.from_networks({k: _copy(v) for k, v in alone.items()},
+                                          name="tiny_cnn")
+        _CACHE[key] = (bundle.dumpToBuffer(), qs, alone)
+    return _CACHE[key]
+
+
+def _session(chip, net, chunk=None, dev=None):
+    s = Session.Create([chip.backend, HostBackend], net.view(0),
+                       [dev or chip.dev, HostDevice.Default()])
+    if chunk is not None:
+        s.backends[0].userReuseSegment(chunk, SegmentType.WEIGHT)
+    s.apply()
+    return s
+
+
+def _out(s, x):
+    return [np.asarray(t).copy() for t in s.forward([x])]
+
+
+def _source(bundle, member, other, shared_only):
+    """Member `member` with the weight blocks of `other` (tiny_cnn from another seed, lowered
+    at the same size) wherever their instructions agree -- with `shared_only`, only in the
+    HardOps whose block every member holds: a network `refreshWeights` takes."""
+    src = _copy(bundle.network(member))
+    everyone = set.intersection(*({id(op.params[0]) for op in bundle.network(k).ops
+                                   if op.op_type == "HardOp" and op.params}
+                                  for k in bundle.names()))
+    mine = {op.op_id: op for op in bundle.network(member).ops}
+    new = {op.op_id: op for op in other.ops}
+    for op in src.ops:
+        o = new[op.op_id]
+        if op.op_type != "HardOp" or not op.params or \
+                not np.array_equal(op.instr.data, o.instr.data):
+            continue
+        if shared_only and id(mine[op.op_id].params[0]) not in everyone:
+            continue
+        op.params[0].setData(np.array(o.params[0].data))
+    return src
+
+
+def _shared(chip, bundle, dev=None):
+    """Every member deployed with one WEIGHT chunk sized by QuerySize; (sessions, chunk)."""
+    dev = dev or chip.dev
+    sizes = [chip.backend.QuerySize(bundle.network(k).view(0)) for k in bundle.names()]
+    need = max(s.chunk_bytes(SegmentType.WEIGHT) for s in sizes)
+    chunk = dev.defaultMemRegion().malloc(need, True, sizes[0].align)
+    return {k: _session(chip, bundle.network(k), chunk, dev) for k in bundle.names()}, chunk
+
+
+def test_members_on_one_weight_chunk_equal_their_own_deployments(chip):
+    data, qs, alone = _case(chip)
+    bundle = xir.Bundle.CreateFromBuffer(data)
+    assert bundle.names() == list(qs)
+    ss, chunk = _shared(chip, bundle)
+    separate = 0
+    for k, s in ss.items():
+        x = x_of(qs[k], 3)
+        own = _session(chip, alone[k])  # lowered alone, its own chunks
+        separate += own.backends[0].logic_segment_map[SegmentType.WEIGHT].byte_size
+        got = _out(s, x)
+        for u, v, w in zip(got, _out(own, x), host_ref(qs[k], x)):
+            np.testing.assert_array_equal(u, v)
+            np.testing.assert_array_equal(u, w)
+        own.close()
+        b = s.backends[0]
+        ci = b.phy_segment_map[SegmentType.WEIGHT].single_chunk
+        assert ci.user_used and ci.memChunk == chunk  # one WEIGHT chunk for all three
+        assert b.precheck()  # the chunk holds every member's weights where its HardOps read
+        assert all(type(s.backendBindings()[op.op_id]) is chip.backend
+                   for op in s.network_view.ops if op.op_type == "HardOp")
+    assert len(chunk.users()) == 3
+    assert chunk.byte_size < separate * 0.6  # 3 sizes of tiny_cnn: the weights once
+    for s in ss.values():
+        s.close()
+    chunk.free()
+
+
+def test_members_hold_the_same_weight_params(chip):
+    bundle = xir.Bundle.CreateFromBuffer(_case(chip)[0])
+    a, c = (bundle.network(k) for k in (bundle.names()[0], bundle.names()[-1]))
+    ha = {op.op_id: op for op in a.ops if op.op_type == "HardOp" and op.params}
+    hc = {op.op_id: op for op in c.ops if op.op_type == "HardOp" and op.params}
+    same = [i for i in ha if ha[i].params[0] is hc[i].params[0]]
+    assert len(same) >= len(ha) - 2  # all but the global average pools' shape-bound blocks
+    for i in ha:  # a block that is not shared differs (its size depends on the input size)
+        if i not in same:
+            assert ha[i].params[0].storageBytes() != hc[i].params[0].storageBytes()
+
+
+def test_one_refresh_updates_every_member(chip):
+    data, qs, alone = _case(chip)
+    other = _case(chip, seed=1)[2]  # tiny_cnn drawn from another seed, quantized on its own
+    bundle = xir.Bundle.CreateFromBuffer(data)
+    ss, chunk = _shared(chip, bundle)
+    xs = {k: x_of(qs[k], 5) for k in ss}
+    before = {k: _out(s, xs[k]) for k, s in ss.items()}
+    first = bundle.names()[0]
+    src = _source(bundle, first, other[first], shared_only=True)
+    rep = ss[first].backends[0].refreshWeights(src)
+    assert len(rep["hardops"]) >= 5 and rep["bytes"] > 0
+    for k, s in ss.items():
+        got = _out(s, xs[k])
+        assert any(not np.array_equal(u, v) for u, v in zip(before[k], got)), k
+        fresh = _session(chip, _copy(bundle.network(k)))  # the member as it holds now
+        for u, v in zip(_out(fresh, xs[k]), got):
+            np.testing.assert_array_equal(u, v)
+        fresh.close()
+        assert s.backends[0].precheck()
+    # a later session of a member joins the refreshed chunk (its claim follows the refresh)
+    late = _session(chip, bundle.network(bundle.names()[1]), chunk)
+    k = bundle.names()[1]
+    for u, v in zip(_out(late, xs[k]), _out(ss[k], xs[k])):
+        np.testing.assert_array_equal(u, v)
+    for s in (*ss.values(), late):
+        s.close()
+    chunk.free()
+
+
+def test_a_refresh_of_a_block_one_member_holds_alone_is_refused(chip):
+    """The global average pools' blocks depend on the input size: each member has its own. A
+    source that changes one (other activation scales) cannot refresh the bundle through one
+    member -- the others would keep theirs -- so it is refused, nothing written."""
+    data, qs, _ = _case(chip)
+    bundle = xir.Bundle.CreateFromBuffer(data)
+    ss, chunk = _shared(chip, bundle)
+    first = bundle.names()[0]
+    src = _source(bundle, first, _case(chip, seed=1)[2][first], shared_only=False)
+    xs = {k: x_of(qs[k], 6) for k in ss}
+    before = {k: _out(s, xs[k]) for k, s in ss.items()}
+    with pytest.raises(InvalidArgumentError, match="does not hold the weight Params of "
+                                                    "HardOp .*pool"):
+        ss[first].backends[0].refreshWeights(src)
+    for k, s in ss.items():
+        for u, v in zip(before[k], _out(s, xs[k])):
+            np.testing.assert_array_equal(u, v)
+        s.close()
+    chunk.free()
+
+
+def test_a_network_of_no_bundle_cannot_join_the_chunk(chip):
+    data, qs, alone = _case(chip)
+    bundle = xir.Bundle.CreateFromBuffer(data)
+    ss, chunk = _shared(chip, bundle)
+    k = bundle.names()[0]
+    stranger = Session.Create([chip.backend, HostBackend], _case(chip, seed=1)[2][k].view(0),
+                              [chip.dev, HostDevice.Default()])
+    with pytest.raises(InvalidArgumentError, match="members of one bundle whose weight blocks "
+                                                    "agree.*differs"):
+        stranger.backends[0].userReuseSegment(chunk, SegmentType.WEIGHT)
+    # the member lowered alone lays its blocks out elsewhere: refused too
+    own = Session.Create([chip.backend, HostBackend], alone[k].view(0),
+                         [chip.dev, HostDevice.Default()])
+    with pytest.raises(InvalidArgumentError, match="WEIGHT segment can be shared only"):
+        own.backends[0].userReuseSegment(chunk, SegmentType.WEIGHT)
+    for s in (*ss.values(), stranger, own):
+        s.close()
+    chunk.free()
+
+
+def test_a_member_snapshot_restores_to_the_same_outputs(chip):
+    data, qs, _ = _case(chip)
+    bundle = xir.Bundle.CreateFromBuffer(data)
+    k = bundle.names()[-1]
+    s = _session(chip, bundle.network(k))
+    x = x_of(qs[k], 2)
+    s2 = Session.CreateWithSnapshot(s.dumpSnapshotToMemory(), [chip.backend, HostBackend],
+                                    [chip.dev, HostDevice.Default()])
+    for u, v in zip(_out(s, x), _out(s2, x)):
+        np.testing.assert_array_equal(u, v)
+    s2.close()
+    s.close()
+
+
+def test_members_share_a_chunk_over_the_socket(chip):
+    data, qs, alone = _case(chip)
+    srv = DeviceServer(Device.Open(f"sim://{chip.kind}"), close_device=True).start()
+    host, port = srv.address
+    dev = Device.Open(f"socket://{chip.kind}@{host}:{port}")
+    try:
+        bundle = xir.Bundle.CreateFromBuffer(data)
+        ss, chunk = _shared(chip, bundle, dev)
+        for k, s in ss.items():
+            x = x_of(qs[k], 4)
+            for u, v in zip(_out(s, x), host_ref(qs[k], x)):
+                np.testing.assert_array_equal(u, v)
+            assert s.backends[0].phy_segment_map[SegmentType.WEIGHT].single_chunk.memChunk \
+                == chunk
+        for s in ss.values():
+            s.close()
+        chunk.free()
+    finally:
+        dev.close()
+        srv.shutdown()
