@@ -418,11 +418,12 @@ def _read(buf: np.ndarray, file: str) -> Bundle:
 
     shared: dict[int, tuple[np.ndarray, dict[str, Any]]] = {}
     for b in blocks_m:
-        who = f"weight block {b.get('name', '?')!r}" if isinstance(b, dict) else "a block"
-        try:
-            shared[int(b["v_id"])] = (section(b, f"bundle '{name}': {who}", "data"), b)
-        except (KeyError, TypeError, ValueError) as exc:
-            raise _fail(NetworkFormatError, file, f"{who}: malformed entry", "blocks") from exc
+        v = b.get("v_id") if isinstance(b, dict) else None
+        if not isinstance(v, int) or isinstance(v, bool):
+            raise _fail(NetworkFormatError, file, f"bundle '{name}': malformed weight block "
+                                                  f"entry {b!r}", "blocks")
+        shared[v] = (section(b, f"bundle '{name}': weight block {b.get('name', '?')!r}",
+                             "data"), b)
     objects: dict[int, Params] = {}
     members: dict[str, Network] = {}
     for m in members_m:
@@ -435,12 +436,12 @@ def _read(buf: np.ndarray, file: str) -> Bundle:
             raise type(err)(f"{who}: {err.message}", file=file, op_id=err.op_id,
                             field=err.field) from err
         private = {}
-        for e in m.get("params", []):
-            try:
-                private[int(e["v_id"])] = section(e, who, f"params v_id {e['v_id']}")
-            except (KeyError, TypeError, ValueError) as exc:
-                raise _fail(NetworkFormatError, file, f"{who}: malformed params entry",
-                            "params") from exc
+        for e in m.get("params", []) if isinstance(m, dict) else []:
+            v = e.get("v_id") if isinstance(e, dict) else None
+            if not isinstance(v, int) or isinstance(v, bool):
+                raise _fail(NetworkFormatError, file, f"{who}: malformed params entry {e!r}",
+                            "params")
+            private[v] = section(e, who, f"params v_id {v}")
         _fill(net, private, shared, objects, file, who)
         net.source_file = f"{file}:{key}"
         members[key] = net

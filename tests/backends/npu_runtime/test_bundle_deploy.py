@@ -11,7 +11,9 @@ from __future__ import annotations
 import importlib
 
 import numpy as np
+import onnx
 import pytest
+from onnx import TensorProto, helper, numpy_helper
 from runtime_cases import host_ref, x_of
 
 import xir
@@ -19,6 +21,7 @@ from host_backend import HostBackend
 from npu_runtime import SegmentType
 from xcompile.bundle import reshape_network
 from xrt import Device, HostDevice, Session
+from xrt.cli import main
 from xrt.errors import InvalidArgumentError
 from xrt.remote.server import DeviceServer
 
@@ -211,6 +214,59 @@ def test_a_member_snapshot_restores_to_the_same_outputs(chip):
         np.testing.assert_array_equal(u, v)
     s2.close()
     s.close()
+
+
+def _dynamic_onnx(path) -> None:
+    """Conv-Relu, a strided Conv-Relu, a global average pool and a Flatten over an NCHW input
+    of any size, as an exporter writes it (symbolic H and W)."""
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(rng.normal(0, 0.3, (8, 3, 3, 3)).astype(np.float32), "w1"),
+             numpy_helper.from_array(rng.normal(0, 0.1, 8).astype(np.float32), "b1"),
+             numpy_helper.from_array(rng.normal(0, 0.2, (8, 8, 3, 3)).astype(np.float32), "w2"),
+             numpy_helper.from_array(rng.normal(0, 0.1, 8).astype(np.float32), "b2")]
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c1"], ["r1"]),
+             helper.make_node("Conv", ["r1", "w2", "b2"], ["c2"], pads=[1, 1, 1, 1],
+                              strides=[2, 2]),
+             helper.make_node("Relu", ["c2"], ["r2"]),
+             helper.make_node("GlobalAveragePool", ["r2"], ["g"]),
+             helper.make_node("Flatten", ["g"], ["y"])]
+    g = helper.make_graph(nodes, "dyn", [helper.make_tensor_value_info(
+        "x", TensorProto.FLOAT, [1, 3, "H", "W"])], [helper.make_tensor_value_info(
+            "y", TensorProto.FLOAT, [1, 8])], inits)
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), path)
+
+
+def test_an_onnx_bundle_compiled_by_the_cli_runs_each_shape_like_onnxruntime(chip, tmp_path):
+    """`xrt compile model.onnx --bundle-shapes x=1,3,16,16 x=1,3,24,24 x=1,3,32,32`: each
+    member on the chip, on one WEIGHT chunk, against onnxruntime at its own shape."""
+    import onnxruntime as ort
+
+    _dynamic_onnx(tmp_path / "dyn.onnx")
+    calib = tmp_path / "calib"
+    calib.mkdir()
+    rng = np.random.default_rng(1)
+    for i in range(4):
+        np.save(calib / f"{i}.npy", rng.uniform(0, 1, (1, 3, 16, 16)).astype(np.float32))
+    sizes = (16, 24, 32)
+    assert main(["compile", str(tmp_path / "dyn.onnx"), "--target", chip.kind, "--calib",
+                 str(calib), "--method", "minmax", "-o", str(tmp_path / "o"),
+                 "--bundle-shapes", *(f"x=1,3,{n},{n}" for n in sizes)]) == 0
+    suffix = chip.backend.chip.target.suffix
+    bundle = xir.Bundle.CreateFromFile(tmp_path / "o" / f"dyn_{suffix}.bundle")
+    assert bundle.names() == [f"1x3x{n}x{n}" for n in sizes]
+    ss, chunk = _shared(chip, bundle)
+    sess = ort.InferenceSession(str(tmp_path / "dyn.onnx"), providers=["CPUExecutionProvider"])
+    for n, (k, s) in zip(sizes, ss.items()):
+        x = rng.uniform(0, 1, (1, 3, n, n)).astype(np.float32)
+        want = sess.run(None, {"x": x})[0].ravel()
+        got = np.asarray(_out(s, x)[0], np.float64).ravel()
+        cos = float(got @ want / (np.linalg.norm(got) * np.linalg.norm(want)))
+        assert cos > 0.99, (k, cos)
+        assert all(type(s.backendBindings()[op.op_id]) is chip.backend
+                   for op in s.network_view.ops if op.op_type == "HardOp")
+        s.close()
+    chunk.free()
 
 
 def test_members_share_a_chunk_over_the_socket(chip):
