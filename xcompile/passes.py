@@ -41,6 +41,8 @@ import logging
 
 import numpy as np
 
+from xcompile.refit.provenance import SRC, src_of
+from xcompile.refit.provenance import fold_bn_src as _fold_src
 from xcompile.slice_passes import fold_slices
 from xir.network import Network
 from xir.ops.base import Operation
@@ -138,6 +140,7 @@ def _fold_bn(net: Network, conv: Operation, bn: Operation) -> bool:
         new_b = Params(bp.v_id, bp.dtype, b.astype(np.float32), bp.name, bp.mtype, dict(bp.tags))
     else:
         new_b = net.newParams(b.astype(np.float32), f"{conv.name or 'conv'}.bias")
+    _fold_src(conv, bn, new_w, new_b)
     conv.inputs = [conv.inputs[0], new_w, new_b]
     _fuse_tag(conv, bn)
     _bypass(net, conv, bn)
@@ -540,6 +543,9 @@ def _fold_matmul_bias(net: Network, mm: Operation, add: Operation) -> bool:
     if kd is None:
         return False
     bias = net.newParams(kd.astype(np.float32), f"{mm.name or 'matmul'}.bias", layout="C")
+    k_src = src_of(_other(add, y))
+    if k_src is not None and "init" in k_src:  # provenance for a refit: the flat constant
+        bias.tags[SRC] = {**k_src, "flat": True}
     mm.inputs = list(mm.inputs) + [bias]
     _fuse_tag(mm, add)
     _bypass(net, mm, add)

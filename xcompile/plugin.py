@@ -48,3 +48,10 @@ def xrt_sample_inputs(model: str, network: Any, input_size: int | None) -> Any:
         return None
     kw = {"input_size": input_size} if input_size else {}
     return zoo.calibration_set(model, count=1, seed=1, **kw)[0]
+
+
+@hookimpl
+def xrt_refit_plan(network: Any, source: Any) -> Any:
+    from xcompile.refit.plan import plan_refit
+
+    return plan_refit(network, source)

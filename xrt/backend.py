@@ -211,6 +211,44 @@ class Backend:
                                      f"(op {op.op_id})")
         return fn(op, list(inputs), list(outputs or []), self)
 
+    # --- refit (Session.refitWeights) -----------------------------------------------------
+    def prepareRefit(self, plan: Any) -> Callable[[], None]:
+        """Check that this backend can take the layers of a refit `plan` (the `xrt_refit_plan`
+        hook's) that lie in its view, and return the function that writes them: nothing
+        changes before it is called, so a session refuses a refit before any backend wrote.
+
+        This base serves backends that read their ops' Params from the network at forward time
+        (the HostBackend): a layer among its ops gets its new weight and bias Params (data and
+        quantized type) in the network itself; the activation types stay. A backend that
+        keeps weights elsewhere (a device segment) overrides it (`NpuBackend`); one whose view
+        holds a layer it cannot write (a HardOp) refuses."""
+        self._require_applied("refitWeights")
+        from .errors import InvalidArgumentError
+
+        todo = []
+        for op in self._view.ops:
+            layer = plan.layers.get(op.op_id)
+            if layer is None:
+                continue
+            new = layer.op
+            if op.op_type != new.op_type or len(op.inputs) != len(new.inputs) or any(
+                    not op.inputs[i].is_params or tuple(op.inputs[i].shape) !=
+                    tuple(new.inputs[i].shape) for i in range(1, len(new.inputs))):
+                raise InvalidArgumentError(
+                    f"{self._label()}: op {op.op_id} ({op.op_type} '{op.name}') cannot take the "
+                    f"refitted {new.op_type} '{new.name}' ({', '.join(layer.names)}): "
+                    f"{type(self).__name__} does not refit it")
+            todo.append((op, new))
+
+        def commit() -> None:
+            for op, new in todo:
+                for old_p, new_p in zip(op.inputs[1:], new.inputs[1:]):
+                    old_p.dtype = new_p.dtype
+                    old_p.setData(new_p.data.copy())
+            plan.report.host_ops += [op.op_id for op, _ in todo]
+
+        return commit
+
     def memRegion(self) -> Any:
         """The memory region this backend's tensors live in."""
         self._require_init("memRegion")

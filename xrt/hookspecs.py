@@ -63,6 +63,24 @@ def xrt_register_targets(register: Callable) -> None:
     """
 
 
+@hookspec(firstresult=True)
+def xrt_refit_plan(network: Any, source: Any) -> Any:
+    """The compile half of `Session.refitWeights(source)`: new weights for compiled `network`
+    (an `xir.Network` or view, quantized or lowered) from `source` (an ONNX file path, an
+    `onnx.ModelProto` or a dict of ONNX initializer names to arrays), or None to let the next
+    plugin try.
+
+    Returns a plan: `plan.layers` maps op ids to objects with `.op` (the layer as a quantized
+    xir op with its new parameters and the frozen input / output types: what a target's
+    lowering rule packs) and `.names` (its initializers); `plan.report` is what the session
+    returns (the backends add what they wrote: `.hardops`, `.bytes`, `.host_ops`);
+    `plan.finish(network)` records the new weights' digests once every backend committed. A
+    source that cannot be applied raises an `XrtError` naming the initializer or layer, before
+    anything is written. The compile pipeline (`xcompile.plugin`, `xcompile.refit`) implements
+    it; xrt itself cannot, since it never imports the compiler.
+    """
+
+
 # --- networks for `xrt run` -------------------------------------------------------------------
 
 @hookspec(firstresult=True)

@@ -237,6 +237,39 @@ class Session:
     dump_snapshot_to_memory = dumpSnapshotToMemory
     """Pythonic alias of `dumpSnapshotToMemory`."""
 
+    def refitWeights(self, source: Any) -> Any:
+        """New weights for this applied session without recompiling or re-apply (TensorRT's
+        refitter, Ascend's weight-update graph): `source` is an ONNX file path or
+        `onnx.ModelProto` of the graph the network was compiled from, or a dict of ONNX
+        initializer names to arrays (a subset). The activation scales and the instructions
+        stay; each layer the source changes is re-quantized (per-channel scales, bias, the
+        requantization words; folded BatchNorms folded again) and every backend writes its
+        part -- the chip's WEIGHT segment under its forward lock, so a forward in another
+        thread sees the old weights or the new, never a mix. The network object holds the new
+        parameters afterwards (save, snapshots and the integer reference agree with the chip).
+
+        The compile half comes from the `xrt_refit_plan` plugin hook (`xcompile`). Every
+        check of every backend runs before the first write: a refused source raises an
+        `XrtError` naming the initializer or layer, and nothing changes. Returns the report
+        (per layer: initializers, saturation, weight error; HardOps and bytes written);
+        docs/memory-and-weights.md, "Refit from ONNX"."""
+        from . import plugins
+
+        self._require_applied("refitWeights")
+        root = getattr(self._view, "network", self._view)
+        plan = plugins.plugin_manager().hook.xrt_refit_plan(network=root, source=source)
+        if plan is None:
+            raise XrtError("refitWeights: no plugin implements xrt_refit_plan (the compile "
+                           "pipeline, distribution icraft-xrt-sim's xcompile, is not loaded)")
+        commits = [b.prepareRefit(plan) for b in self._backends]
+        for commit in commits:
+            commit()
+        plan.finish(root)
+        return plan.report
+
+    refit_weights = refitWeights
+    """Pythonic alias of `refitWeights`."""
+
     def _snapshotParts(self, what: str) -> tuple[dict[str, Any], dict[str, Any]]:
         """(header, sections) of this applied session's snapshot."""
         import io

@@ -61,6 +61,7 @@ from xcompile.quant.calibrate import calibrate, load_calibration
 from xcompile.quant.equalize import equalize as equalize_pairs
 from xcompile.quant.gptq import collect_hessians, gptq_weights
 from xcompile.quant.observers import scale_from_amax, weight_scales
+from xcompile.refit.record import RECORDS_TAG, layer_records
 from xcompile.runner import Runner
 from xir.errors import QuantizationError
 from xir.network import Network
@@ -648,6 +649,7 @@ def quantize_network(net: Network, samples: Any, *, bits: int = 8, method: str =
         q.ops.append(new)
     q.relink()
     q.reserveIds(next_op[0] - 1, next_vid[0] - 1)
+    q.tags[RECORDS_TAG] = layer_records(q)  # what a refit keeps (xcompile.refit.record)
     q.validate()
     log.info("quantized %s: %d integer ops (%d at 16 bits), %d float ops, int%d, %s", net.name,
              len(int_ops), len(q.tags["quantization"]["op_bits"]),

@@ -17,6 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from xcompile.frontend.onnx_import.sink_transposes import sink_transposes
+from xcompile.refit.provenance import fold_bn_src as _fold_src
 from xir.network import Network
 from xir.ops.base import OP_REGISTRY, Operation
 from xir.values import Params, Value
@@ -65,6 +66,7 @@ def _fold_batchnorm(net: Network) -> bool:
         b2 = (b - mean) * s + beta
         wp = net.newParams(w2.astype(w.dtype), conv.inputs[1].name, conv.inputs[1].dtype.layout)
         bp = net.newParams(np.asarray(b2, dtype=w.dtype).reshape(-1), f"{bn.name}:bias")
+        _fold_src(conv, bn, wp, bp)
         conv.inputs = [conv.inputs[0], wp, bp]
         conv.outputs = list(bn.outputs)
         net.ops.remove(bn)

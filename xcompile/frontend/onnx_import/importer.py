@@ -20,6 +20,14 @@ from xcompile.frontend.onnx_import.handlers import SUPPORTED_ONNX_OPS, generic
 from xcompile.frontend.onnx_import.loading import _onnx
 from xcompile.frontend.onnx_import.registry import _HANDLERS, _Unsupported
 from xcompile.frontend.onnx_import.tensor import _T, NHWC, _ident
+from xcompile.refit.provenance import (
+    GRAPH_TAG,
+    INITIALIZERS_TAG,
+    SRC,
+    graph_digest,
+    initializer_digest,
+    leaf,
+)
 from xir.errors import (
     DynamicShapeError,
     OnnxImportError,
@@ -140,6 +148,8 @@ class _Importer:
         if t.const is not None:
             data = t.const if perm == _ident(t.rank) else np.transpose(t.const, perm)
             v: Value = self.params(data, layout)
+            if t.src is not None:  # provenance for a refit (xcompile.refit.provenance)
+                v.tags[SRC] = leaf(t.src, perm)
         else:
             p = t.base
             src = t.views[p]
@@ -198,6 +208,7 @@ class _Importer:
     def _inputs(self) -> None:
         onnx = self.onnx
         init_names = set()
+        digests: dict[str, list] = {}
         for init in self.graph.initializer:
             init_names.add(init.name)
             try:
@@ -205,7 +216,12 @@ class _Importer:
             except Exception as exc:  # noqa: BLE001 - any decoding failure is a broken file
                 raise OnnxModelError(f"initializer '{init.name}' cannot be read: {exc}",
                                      file=self.file) from exc
-            self.tensors[init.name] = _T.constant(arr)
+            self.tensors[init.name] = t = _T.constant(arr)
+            t.src = init.name
+            digests[init.name] = [initializer_digest(arr), list(arr.shape), arr.dtype.str]
+        # what was imported, to tell a refit's changed initializers and graph (xcompile.refit)
+        self.net.tags[INITIALIZERS_TAG] = digests
+        self.net.tags[GRAPH_TAG] = graph_digest(self.graph)
         names = [i.name for i in self.graph.input if i.name not in init_names]
         self._fix_inputs(names)
         names = [n for n in names if n not in self.input_values]

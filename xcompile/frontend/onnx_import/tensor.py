@@ -22,7 +22,7 @@ def _ident(rank: int) -> tuple[int, ...]:
 class _T:
     """An imported ONNX tensor: a constant, or xir Values holding transposed views of it."""
 
-    __slots__ = ("shape", "const", "views", "base")
+    __slots__ = ("shape", "const", "views", "base", "src")
 
     def __init__(self, shape, const: np.ndarray | None = None, value: Value | None = None,
                  perm=None) -> None:
@@ -30,6 +30,9 @@ class _T:
         self.const = const
         self.views: dict[tuple[int, ...], Value] = {}
         self.base: tuple[int, ...] | None = None
+        #: the ONNX initializer this constant is, unchanged (None: computed or folded): the
+        #: provenance a refit maps initializer names back to layers with (xcompile.refit)
+        self.src: str | None = None
         if value is not None:
             self.base = tuple(perm) if perm is not None else _ident(len(self.shape))
             self.views[self.base] = value

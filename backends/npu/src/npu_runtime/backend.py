@@ -328,6 +328,13 @@ class NpuBackend(ChipSteps, Backend):
     refresh_weights = refreshWeights
     """Pythonic alias of `refreshWeights`."""
 
+    def prepareRefit(self, plan: Any) -> Any:
+        """`Session.refitWeights`' device half: the weight blocks of the HardOps whose layers
+        `plan` refits, packed again by this chip's lowering rules and checked; returns the
+        function that writes them as `refreshWeights` does (npu_runtime/refresh.py)."""
+        self._require_applied("refitWeights")
+        return refresh.refit_prepare(self, plan)
+
     def profileInfo(self) -> dict[int, dict[str, float]]:
         """{op_id: {cycles, macs, etm_bytes, ocm_bytes, utilisation}} of the last forward, from
         the device's profiler records (one record per layer, tagged with the HardOp id)."""

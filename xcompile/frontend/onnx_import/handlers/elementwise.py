@@ -16,6 +16,7 @@ import numpy as np
 
 from xcompile.frontend.onnx_import.registry import _handles, _Unsupported
 from xcompile.frontend.onnx_import.tensor import _T, NHWC, _ident
+from xcompile.refit.provenance import SRC, leaf
 from xir.values import Value
 
 if TYPE_CHECKING:
@@ -44,6 +45,9 @@ def _broadcast_values(im: _Importer, ins: list[_T]) -> tuple[list[Value], tuple[
             if perm != ident:
                 c = np.transpose(c.reshape((1,) * (rank - c.ndim) + c.shape), perm)
             values.append(im.params(c))
+            if t.src is not None:  # provenance for a refit (xcompile.refit.provenance)
+                values[-1].tags[SRC] = leaf(t.src, perm if perm != ident else None,
+                                            rank=rank if perm != ident else None)
         elif t.rank == rank or perm == ident:
             values.append(im.value(t, perm if t.rank == rank else None))
         else:

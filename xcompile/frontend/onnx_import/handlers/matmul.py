@@ -12,6 +12,7 @@ import numpy as np
 from xcompile.frontend.onnx_import.handlers.elementwise import _binary
 from xcompile.frontend.onnx_import.registry import _handles, _Unsupported
 from xcompile.frontend.onnx_import.tensor import _T
+from xcompile.refit.provenance import SRC, leaf
 from xir.errors import OnnxImportError
 
 if TYPE_CHECKING:
@@ -38,7 +39,10 @@ def _gemm(im: _Importer, node, a, ins):
         b = B.const.T if tb else B.const
         if alpha != 1.0:
             b = (b * np.asarray(alpha, b.dtype)).astype(b.dtype)
-        bv, tb, alpha = im.params(b), False, 1.0
+        bv = im.params(b)
+        if B.src is not None:  # provenance for a refit (xcompile.refit.provenance)
+            bv.tags[SRC] = leaf(B.src, (1, 0) if tb else None, alpha)
+        tb, alpha = False, 1.0
     else:
         bv = im.value(B)
     inputs = [im.value(A), bv]
@@ -49,6 +53,8 @@ def _gemm(im: _Importer, node, a, ins):
             c = C.const.reshape(n)
             inputs.append(im.params((c * np.asarray(beta, c.dtype)).astype(c.dtype)
                                     if beta != 1.0 else c))
+            if C.src is not None:
+                inputs[-1].tags[SRC] = leaf(C.src, mul=beta, flat=True)
         else:
             add_c = C
     y = im.result(im.emit1("Matmul", inputs, transpose_a=ta, transpose_b=tb))
