@@ -284,6 +284,20 @@ class Device:
         """The same device: it stands for one piece of hardware, which is not copied."""
         return self
 
+    # --- serving (xrt serve) ------------------------------------------------------------------
+
+    @property
+    def serve_guard(self) -> Any:
+        """What each client of a device server may make this device do beyond its own memory
+        (an object with `call`, `reg_read`, `reg_write`, `reg_reset`; see
+        `xrt.remote.server`); None: plain memory and register access."""
+        return None
+
+    def serve_description(self) -> dict[str, Any]:
+        """What a device server's HELLO reply says about this device beyond its regions (a
+        device model adds its hardware variant); JSON-able values only."""
+        return {}
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self._url!r})"
 

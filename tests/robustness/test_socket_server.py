@@ -301,7 +301,7 @@ def test_clients_cannot_touch_each_others_memory(server):
     with Device.Open(url(server)) as a, Device.Open(url(server)) as b:
         ca = a.malloc(4096)
         ca.fill(0x11)
-        conn = b._conn
+        conn = b.transport.remote.connection
         with pytest.raises(MemoryAccessError, match="not inside a chunk this client"):
             conn.request(Msg.WRITE, P.REGION.pack(0, ca.addr), b"\x00" * 16)
         with pytest.raises(DoubleFreeError):
@@ -323,7 +323,7 @@ def test_server_errors_are_raised_as_the_same_xrt_class(server):
             c = d.malloc(64)
             c.write(0, np.full(64, 0xFF, np.uint8))
             d.icoreCalc(c.addr, 64)
-        assert d.description["version"] == P.VERSION
+        assert d.transport.description["version"] == P.VERSION
 
 
 def test_wait_time_exceeded_raises_timeout_and_connection_recovers(server):

@@ -10,7 +10,7 @@ from __future__ import annotations
 from .client import (
     Connection,
     RemoteDevice,
-    RemoteDeviceMixin,
+    RemoteEndpoint,
     RemoteMemRegion,
     RemoteRegRegion,
     RemoteStorage,
@@ -20,6 +20,6 @@ from .server import DeviceServer, expose, exposed_methods
 
 __all__ = [
     "MAX_PAYLOAD", "VERSION", "Connection", "DeviceServer", "ProtocolError", "RemoteDevice",
-    "RemoteDeviceMixin", "RemoteMemRegion", "RemoteRegRegion", "RemoteStorage", "expose",
+    "RemoteEndpoint", "RemoteMemRegion", "RemoteRegRegion", "RemoteStorage", "expose",
     "exposed_methods",
 ]

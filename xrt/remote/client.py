@@ -1,13 +1,18 @@
 """The client side of `socket://`: a connection, and remote memory/register regions over it.
 
-A remote device is an ordinary `xrt.Device` whose pieces forward to a `DeviceServer`:
+A remote device is an ordinary `xrt.Device` that holds a `RemoteEndpoint` (composition: the
+device knows its endpoint, the endpoint and its regions never call back into the device):
 
+  - `RemoteEndpoint`: the connection, the server's HELLO description, `call(name, *args)` (a
+    method of the served device, from its allow-list) and the regions below, built from the
+    description and added to the device that holds the endpoint;
   - `RemoteStorage`: the byte store of a memory region; `read`/`write`/`fill` are requests,
     `view` is None (Tensor and chunk code then copy);
   - `RemoteAllocator`: the region's allocator; the server places every chunk (so clients never
     overlap), a local mirror keeps `MemManager` book-keeping and checks working;
-  - `RemoteRegRegion`: register reads and writes run on the server, with its device-model hooks;
-  - `RemoteDeviceMixin.call(name, *args)`: a method of the served device (an allow-list).
+    `RemoteMemRegion.lease()` takes the whole region as this client's own, time-shared with
+    the other clients that lease it (the server keeps each one's bytes: docs/socket-protocol.md);
+  - `RemoteRegRegion`: register reads and writes run on the server, with its device-model hooks.
 
 Frees are queued and sent, batched, in front of the next request: a chunk's auto-free runs from
 the garbage collector at any moment, possibly in the middle of another request on this thread.
@@ -25,6 +30,7 @@ import os
 import socket
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -36,8 +42,9 @@ from xrt.errors import (
     XrtTimeoutError,
 )
 from xrt.memory.allocator import Allocator
+from xrt.memory.chunk import MemChunk
 from xrt.memory.manager import MemManager
-from xrt.memory.ptr import as_uint8_view
+from xrt.memory.ptr import MemPtr, as_uint8_view
 from xrt.memory.region import MemRegion
 from xrt.memory.storage import Storage
 from xrt.regs import RegRegion
@@ -201,18 +208,18 @@ class Connection:
 class RemoteStorage(Storage):
     """The bytes of a remote memory region: every access is a request; no zero-copy view."""
 
-    def __init__(self, device: RemoteDeviceMixin, index: int, name: str) -> None:
-        self._device = device
+    def __init__(self, remote: RemoteEndpoint, index: int, name: str) -> None:
+        self._remote = remote
         self.index = index
         self.name = name
 
     def read(self, addr: int, n: int) -> np.ndarray:
         addr, n = int(addr), int(n)
         out = np.empty(n, dtype=np.uint8)
-        step = self._device._conn.chunk
+        step = self._remote.connection.chunk
         for off in range(0, n, step):
             k = min(step, n - off)
-            data = self._device._request(Msg.READ, P.READ_REQ.pack(self.index, addr + off, k))
+            data = self._remote.request(Msg.READ, P.READ_REQ.pack(self.index, addr + off, k))
             if len(data) != k:
                 raise ProtocolError(f"{self.name}: READ of {k} bytes returned {len(data)}")
             out[off:off + k] = np.frombuffer(data, np.uint8)
@@ -220,49 +227,52 @@ class RemoteStorage(Storage):
 
     def write(self, addr: int, data: Any) -> None:
         src = as_uint8_view(data, "source data")
-        step = self._device._conn.chunk
+        step = self._remote.connection.chunk
         for off in range(0, src.size, step):
             part = src[off:off + step]
-            self._device._request(Msg.WRITE, P.REGION.pack(self.index, int(addr) + off),
+            self._remote.request(Msg.WRITE, P.REGION.pack(self.index, int(addr) + off),
                                   np.ascontiguousarray(part))
 
     def fill(self, addr: int, n: int, value: int = 0) -> None:
-        self._device._request(Msg.FILL, P.FILL_REQ.pack(self.index, int(value) & 0xFF,
+        self._remote.request(Msg.FILL, P.FILL_REQ.pack(self.index, int(value) & 0xFF,
                                                         int(addr), int(n)))
 
     def copy(self, dst: int, src_storage: RemoteStorage, src: int, n: int) -> None:
         """Copy `n` bytes on the server (both stores on the same remote device)."""
-        self._device._request(Msg.COPY, P.COPY_REQ.pack(self.index, src_storage.index,
+        self._remote.request(Msg.COPY, P.COPY_REQ.pack(self.index, src_storage.index,
                                                         int(dst), int(src), int(n)))
 
     def __repr__(self) -> str:
-        return f"RemoteStorage({self.name!r} on {self._device.url!r})"
+        return f"RemoteStorage({self.name!r} on {self._remote.url!r})"
 
 
 class RemoteAllocator(Allocator):
     """Places chunks on the server; the inherited state mirrors this client's allocations."""
 
-    def __init__(self, device: RemoteDeviceMixin, index: int, base: int, size: int,
+    def __init__(self, remote: RemoteEndpoint, index: int, base: int, size: int,
                  name: str) -> None:
         super().__init__(base, size, name)
-        self._device = device
+        self._remote = remote
         self.index = index
+        #: set by `RemoteMemRegion.lease` around its one allocation: the next reserve is a LEASE
+        self.leasing = False
 
     def alloc(self, size: int, alignment: int = 1) -> int:
-        addr = U64(self._device._request(Msg.MALLOC, P.MALLOC_REQ.pack(self.index, int(size),
+        addr = U64(self._remote.request(Msg.MALLOC, P.MALLOC_REQ.pack(self.index, int(size),
                                                                        int(alignment))))
         return super().reserve(addr, size)
 
     def reserve(self, addr: int, size: int) -> int:
-        got = U64(self._device._request(Msg.RESERVE, P.RESERVE_REQ.pack(self.index, int(addr),
-                                                                         int(size))))
+        if self.leasing:
+            got = U64(self._remote.request(Msg.LEASE, P.REGION.pack(self.index, int(addr))))
+        else:
+            got = U64(self._remote.request(Msg.RESERVE, P.RESERVE_REQ.pack(
+                self.index, int(addr), int(size))))
         return super().reserve(got, size)
 
     def free(self, addr: int) -> int:
         size = super().free(addr)
-        conn = getattr(self._device, "_conn", None)
-        if conn is not None:
-            conn.queue_free(self.index, int(addr))
+        self._remote.connection.queue_free(self.index, int(addr))
         return size
 
 
@@ -275,40 +285,53 @@ def U64(payload: Any) -> int:
 class RemoteMemRegion(MemRegion):
     """A memory region of a remote device (remote storage, server-side placement)."""
 
-    def __init__(self, device: RemoteDeviceMixin, index: int, name: str, base: int, size: int,
-                 alignment: int) -> None:
-        storage = RemoteStorage(device, index, f"region {name!r} on {device.url}")
+    def __init__(self, device: Device, remote: RemoteEndpoint, index: int, name: str, base: int,
+                 size: int, alignment: int) -> None:
+        storage = RemoteStorage(remote, index, f"region {name!r} on {remote.url}")
         super().__init__(name, device, base, size, storage, alignment)
-        self._manager = MemManager(self, RemoteAllocator(device, index, base, size,
-                                                         f"region {name!r}"))
+        self._alloc = RemoteAllocator(remote, index, base, size, f"region {name!r}")
+        self._manager = MemManager(self, self._alloc)
+        self._lease_lock = threading.Lock()
+
+    def lease(self, auto_free: bool = True) -> MemChunk:
+        """The whole region as one chunk of this client's own, time-shared on the server with
+        the other clients that lease it: each one reads back only what it wrote, and their runs
+        never see each other's bytes (the server keeps the bytes of the clients not running).
+        Refused while a client holds an ordinary chunk in the region."""
+        with self._lease_lock:
+            self._alloc.leasing = True
+            try:
+                return self.malloc(MemPtr(self.base), self.size, None, auto_free)
+            finally:
+                self._alloc.leasing = False
 
 
 class RemoteRegRegion(RegRegion):
     """Registers of a remote device: reads and writes run on the server, hooks included."""
 
-    def __init__(self, device: RemoteDeviceMixin, name: str, base: int, size: int,
+    def __init__(self, device: Device, remote: RemoteEndpoint, name: str, base: int, size: int,
                  word_bytes: int) -> None:
         super().__init__(name, device, base, size, word_bytes)
-        self._rdev = device
+        self._remote = remote
 
     def read(self, addr: int, relative: bool = False) -> int:
         a = self.absolute(addr, relative)
-        return U64(self._rdev._request(Msg.REG_READ, P.REG_READ_REQ.pack(a, 0)))
+        return U64(self._remote.request(Msg.REG_READ, P.REG_READ_REQ.pack(a, 0)))
 
     def write(self, addr: int, data: int, relative: bool = False) -> None:
         a = self.absolute(addr, relative)
-        self._rdev._request(Msg.REG_WRITE, P.REG_WRITE_REQ.pack(a, self._value(data), 0))
+        self._remote.request(Msg.REG_WRITE, P.REG_WRITE_REQ.pack(a, self._value(data), 0))
 
     # the stored values live on the server: peek/poke and their batches (peek_words,
     # poke_words) read and write them raw, without hooks
     def _load(self, addr: int) -> int:
-        return U64(self._rdev._request(Msg.REG_READ, P.REG_READ_REQ.pack(addr, P.REG_RAW)))
+        return U64(self._remote.request(Msg.REG_READ, P.REG_READ_REQ.pack(addr, P.REG_RAW)))
 
     def _store(self, addr: int, value: int) -> None:
-        self._rdev._request(Msg.REG_WRITE, P.REG_WRITE_REQ.pack(addr, value, P.REG_RAW))
+        self._remote.request(Msg.REG_WRITE, P.REG_WRITE_REQ.pack(addr, value, P.REG_RAW))
 
     def reset(self) -> None:
-        self._rdev._request(Msg.REG_RESET)
+        self._remote.request(Msg.REG_RESET)
 
     def on_write(self, *args: Any, **kwargs: Any) -> Any:
         raise UnsupportedOpError(f"{self!r} is remote: register hooks live in the server's "
@@ -317,76 +340,93 @@ class RemoteRegRegion(RegRegion):
     on_read = on_write
 
 
-# --- devices ----------------------------------------------------------------------------------
+# --- the endpoint ---------------------------------------------------------------------------------
 
-class RemoteDeviceMixin:
-    """Connects a Device subclass to a server: regions, registers and `call` go over a socket.
+class RemoteEndpoint:
+    """One client's link to a `DeviceServer`: the connection, the server's description (its
+    HELLO reply), `call` and the remote regions. A Device holds one and adds its regions
+    (`attach`); nothing here refers back to that device except the regions' `device()`.
 
-    A subclass calls `_connect(url, host, port)` from its `__init__` (after `Device.__init__`)
-    and then uses `self.description` (the server's HELLO reply) to finish setting up.
+    `wait_time` gives the per-request timeout in ms (the holding device's `setWaitTime`).
     """
 
-    _conn: Connection | None = None
-    description: dict[str, Any] = {}
-
-    def _connect(self, url: str, host: str, port: int) -> dict[str, Any]:
-        self._conn = Connection(host, port, self.wait_time, url)  # type: ignore[attr-defined]
+    def __init__(self, url: str, wait_time: Callable[[], int]) -> None:
+        host, port = DeviceUrl.parse(url).require_server()
+        self.url = str(url)
+        self._wait_time = wait_time
+        self.connection = Connection(host, port, wait_time(), self.url)
+        conn = self.connection
         try:
             token = os.environ.get("XRT_SERVE_TOKEN", "").encode("utf-8")
-            desc = P.decode_json(self._request(
+            desc = P.decode_json(self.request(
                 Msg.HELLO, P.U16.pack(P.VERSION) + b"xrt-client" + (b"\0" + token if token
                                                                     else b"")))
-            self._conn.max_payload = int(desc.get("max_payload", P.MAX_PAYLOAD))
-            self._conn.chunk = max(1, min(int(desc.get("chunk", P.CHUNK)),
-                                          self._conn.max_payload - 64))
-            self._conn._reader.max_payload = max(self._conn.max_payload, P.MAX_PAYLOAD)
-            for i, m in enumerate(desc["mem"]):
-                self.add_mem_region(  # type: ignore[attr-defined]
-                    RemoteMemRegion(self, i, m["name"], m["base"], m["size"], m["alignment"]),
-                    default=m["name"] == desc.get("default_mem"))
-            if desc.get("reg"):
-                g = desc["reg"]
-                self.add_reg_region(  # type: ignore[attr-defined]
-                    RemoteRegRegion(self, g["name"], g["base"], g["size"], g["word_bytes"]),
-                    default=True)
+            conn.max_payload = int(desc.get("max_payload", P.MAX_PAYLOAD))
+            conn.chunk = max(1, min(int(desc.get("chunk", P.CHUNK)), conn.max_payload - 64))
+            conn._reader.max_payload = max(conn.max_payload, P.MAX_PAYLOAD)
         except BaseException:
-            self._conn.close()
+            conn.close()
             raise
-        self.description = desc
-        return desc
+        #: the server's HELLO reply: protocol version, device class, regions, methods, config
+        self.description: dict[str, Any] = desc
 
-    def _request(self, mtype: int, *parts: Any) -> bytearray:
-        conn = self._conn
-        if conn is None:
-            raise DeviceError(f"{self!r} is not connected")
-        return conn.request(mtype, *parts, timeout_ms=self.wait_time)  # type: ignore[attr-defined]
+    def attach(self, device: Device) -> None:
+        """Add the served device's memory regions and its register region to `device`."""
+        desc = self.description
+        for i, m in enumerate(desc["mem"]):
+            device.add_mem_region(
+                RemoteMemRegion(device, self, i, m["name"], m["base"], m["size"],
+                                m["alignment"]),
+                default=m["name"] == desc.get("default_mem"))
+        if desc.get("reg"):
+            g = desc["reg"]
+            device.add_reg_region(
+                RemoteRegRegion(device, self, g["name"], g["base"], g["size"], g["word_bytes"]),
+                default=True)
+
+    def request(self, mtype: int, *parts: Any) -> bytearray:
+        """One request with the holding device's wait time; its reply payload."""
+        return self.connection.request(mtype, *parts, timeout_ms=self._wait_time())
 
     def call(self, method: str, *args: Any) -> Any:
         """Call `method(*args)` on the served device (numbers and strings in and out)."""
-        out = P.decode_json(self._request(Msg.CALL, P.encode_json({"m": method,
-                                                                   "a": list(args)})))
+        args = [a.item() if isinstance(a, np.generic) else a for a in args]
+        out = P.decode_json(self.request(Msg.CALL, P.encode_json({"m": method, "a": args})))
         return out["r"]
 
     def server_info(self) -> dict[str, Any]:
         """The server's counters: clients, requests, live chunks per region."""
         return self.call("server_info")
 
-    def _on_close(self) -> None:
-        if self._conn is not None:
-            self._conn.close()
+    def close(self) -> None:
+        """Say BYE (the server frees this client's memory) and close. Idempotent."""
+        self.connection.close()
 
 
-class RemoteDevice(RemoteDeviceMixin, Device):
+class RemoteDevice(Device):
     """A device of any kind behind `socket://name@host:port`: memory, registers and `call`.
 
-    Device-specific plugins subclass their device class with `RemoteDeviceMixin` instead, so
-    backends see the device type they expect (see npu_runtime.remote).
+    Device plugins hold a `RemoteEndpoint` in their own device class instead, so backends see
+    the device type they expect (see npu_runtime's socket transport).
     """
 
     def __init__(self, url: str) -> None:
-        host, port = DeviceUrl(url).require_server()
         Device.__init__(self, url)
-        self._connect(url, host, port)
+        self.remote = RemoteEndpoint(url, lambda: self.wait_time)
+        self.remote.attach(self)
+
+    @property
+    def description(self) -> dict[str, Any]:
+        """The server's HELLO reply."""
+        return self.remote.description
+
+    def call(self, method: str, *args: Any) -> Any:
+        """Call `method(*args)` on the served device (its allow-list)."""
+        return self.remote.call(method, *args)
+
+    def server_info(self) -> dict[str, Any]:
+        """The server's counters: clients, requests, live chunks per region."""
+        return self.remote.server_info()
 
     def reset(self, level: int = 0) -> None:
         self._check_open()
@@ -396,3 +436,6 @@ class RemoteDevice(RemoteDeviceMixin, Device):
         v = Device.version(self)
         v.update({"server": str(self.description.get("server", "")), "protocol": str(P.VERSION)})
         return v
+
+    def _on_close(self) -> None:
+        self.remote.close()

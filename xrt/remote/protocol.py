@@ -50,6 +50,7 @@ class Msg(IntEnum):
     MALLOC = 0x0010  # u8 region, 7 pad, u64 size, u64 alignment -> u64 addr
     RESERVE = 0x0011  # u8 region, 7 pad, u64 addr, u64 size -> u64 addr
     FREE = 0x0012  # u8 region, 7 pad, u64 addr * n -> empty
+    LEASE = 0x0013  # u8 region, 7 pad, u64 region base -> u64 addr (the whole region, time-shared)
     READ = 0x0020  # u8 region, 7 pad, u64 addr, u64 n -> n raw bytes
     WRITE = 0x0021  # u8 region, 7 pad, u64 addr, raw bytes -> empty
     FILL = 0x0022  # u8 region, u8 value, 6 pad, u64 addr, u64 n -> empty

@@ -5,6 +5,13 @@ clients are serialised and never interleave on the device. Each client owns the 
 allocated: it may read and write only inside them, and they are freed when it says BYE,
 disconnects, stalls mid-frame or sends a frame that breaks the protocol.
 
+A small region (an NPU's on-chip memory) may instead be *leased* whole by any number of clients
+(LEASE): the server time-shares it. The region holds the bytes of one leaseholder at a time;
+before a request of another leaseholder runs, the server keeps the bytes of the one switched in
+and puts back those of the one asking (zeros the first time). So clients that share nothing
+each have the region as their own -- none waits for another to disconnect, none reads or
+overwrites another's bytes, even between the runs of one forward.
+
 What a client may call beyond memory and registers is an explicit allow-list per device class
 (`expose`), so a remote peer can never reach `close()` or private state.
 """
@@ -23,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from xrt.errors import (
+    AddressInUseError,
     CallOrderError,
     DeviceError,
     DoubleFreeError,
@@ -70,6 +78,55 @@ def _jsonable(v: Any) -> Any:
     raise DeviceError(f"result of type {type(v).__name__} cannot be sent to a client")
 
 
+class _Lease:
+    """One client's hold on a time-shared region (the whole region, `addr` its base): stored
+    among the client's chunks, so ownership checks, quotas and frees treat it as one. `image`
+    keeps the client's bytes while another leaseholder's are in the region."""
+
+    def __init__(self, shared: _Shared, addr: int, byte_size: int) -> None:
+        self.shared = shared
+        self.addr = int(addr)
+        self.byte_size = int(byte_size)
+        self.image: np.ndarray | None = None  # None: zeros (never switched out)
+
+    def free(self) -> None:
+        self.shared.release(self)
+
+
+class _Shared:
+    """A region time-shared by its leaseholders: the server's own chunk over the whole region
+    (so no client allocates in it meanwhile), the lease whose bytes are in it now."""
+
+    def __init__(self, region: Any, arena: Any) -> None:
+        self.region = region
+        self.arena = arena
+        self.leases: list[_Lease] = []
+        self.holder: _Lease | None = None
+
+    def switch_in(self, lease: _Lease) -> None:
+        """Make `lease`'s bytes the region's (keeping the present holder's)."""
+        if self.holder is lease:
+            return
+        storage, base, size = self.region.storage, self.region.base, self.region.size
+        if self.holder is not None:
+            self.holder.image = np.asarray(storage.read(base, size), np.uint8)
+        if lease.image is None:
+            storage.fill(base, size, 0)
+        else:
+            storage.write(base, lease.image)
+            lease.image = None
+        self.holder = lease
+
+    def release(self, lease: _Lease) -> None:
+        self.leases.remove(lease)
+        lease.image = None
+        if self.holder is lease:
+            self.holder = None
+            self.region.storage.fill(self.region.base, self.region.size, 0)
+        if not self.leases and not self.arena.is_freed:
+            self.arena.free()
+
+
 class _Client:
     """One connection: its socket and the chunks it owns, per region index."""
 
@@ -81,6 +138,7 @@ class _Client:
         self.scope: dict[str, Any] = {}  # the device guard's per-client state
         self.chunks: list[dict[int, Any]] = [{} for _ in range(nregions)]
         self.starts: list[list[int]] = [[] for _ in range(nregions)]
+        self.leases: list[_Lease] = []
         self.send_lock = threading.Lock()
 
     def add(self, r: int, chunk: Any) -> None:
@@ -90,6 +148,8 @@ class _Client:
     def remove(self, r: int, addr: int) -> Any:
         chunk = self.chunks[r].pop(addr)
         self.starts[r].remove(addr)
+        if isinstance(chunk, _Lease):
+            self.leases.remove(chunk)
         return chunk
 
     def owns(self, r: int, addr: int, n: int) -> bool:
@@ -123,7 +183,8 @@ class DeviceServer:
     `frame_timeout` (s) bounds how long a started frame may take to arrive; an idle client may
     stay connected indefinitely. `test_hooks=True` adds the CALL method `_sleep(ms)` (holds the
     device for `ms` milliseconds), used by tests of client timeouts. `close_device` closes the
-    device when the server shuts down.
+    device when the server shuts down. A region of at most `lease_max_bytes` may be leased
+    (time-shared whole; switching costs a copy of it).
     """
 
     def __init__(self, device: Any, host: str = "127.0.0.1", port: int = 0, *,
@@ -131,7 +192,7 @@ class DeviceServer:
                  max_payload: int = P.MAX_PAYLOAD, test_hooks: bool = False,
                  close_device: bool = False, name: str = "", token: str | None = None,
                  handshake_timeout: float = 5.0, idle_timeout: float = 600.0,
-                 quota_bytes: int | None = None) -> None:
+                 quota_bytes: int | None = None, lease_max_bytes: int = 64 << 20) -> None:
         if token is None and host not in ("127.0.0.1", "localhost", "::1"):
             raise InvalidArgumentError(
                 f"serving on {host!r} (not loopback) needs a shared-secret token (--token or "
@@ -140,8 +201,11 @@ class DeviceServer:
         self.handshake_timeout = float(handshake_timeout)
         self.idle_timeout = float(idle_timeout)
         self.quota_bytes = None if quota_bytes is None else int(quota_bytes)
+        self.lease_max_bytes = int(lease_max_bytes)
+        #: region index -> its time-sharing state while some client leases it
+        self._shared: dict[int, _Shared] = {}
         self.device = device
-        self.name = name or getattr(device, "url", "") or type(device).__name__
+        self.name = name or device.url or type(device).__name__
         self.max_clients = int(max_clients)
         self.frame_timeout = float(frame_timeout)
         self.max_payload = int(max_payload)
@@ -151,9 +215,9 @@ class DeviceServer:
 
         plugins.registry()  # plugins expose their device methods when they register
         self.methods = exposed_methods(device)
-        #: the device's client policy (an object with `call`, `reg_read` and `reg_write`, e.g.
-        #: npu_runtime's ClientGuard): what a client's CALLs and register accesses may touch
-        self.guard = getattr(device, "serve_guard", None)
+        #: the device's client policy (`Device.serve_guard`, e.g. npu_runtime's ClientGuard):
+        #: what a client's CALLs and register accesses may touch
+        self.guard = device.serve_guard
         self.regions = list(device.mem_regions.values())
         regs = list(device.reg_regions.values())
         self.reg = regs[0] if regs else None
@@ -340,6 +404,8 @@ class DeviceServer:
                     raise ProtocolError(f"unknown message type {mtype:#06x}; this server speaks "
                                         f"protocol version {P.VERSION}")
                 with self.lock:
+                    for lease in c.leases:  # this client's bytes back in its leased regions
+                        lease.shared.switch_in(lease)
                     out = handler(self, c, payload)
             return P.frame(mtype | P.REPLY, req_id, *out), False
         except (struct.error, ValueError, TypeError, KeyError, IndexError, UnicodeDecodeError,
@@ -383,11 +449,9 @@ class DeviceServer:
                     "name": self.reg.name, "base": self.reg.base, "size": self.reg.size,
                     "word_bytes": self.reg.word_bytes},
                 "methods": sorted(self.methods),
-                "mock": bool(getattr(dev, "mock", False)),
+                "mock": False,
             }
-            cfg = getattr(dev, "config", None)
-            if cfg is not None and hasattr(cfg, "__dataclass_fields__"):
-                desc["config"] = {k: _jsonable(getattr(cfg, k)) for k in cfg.__dataclass_fields__}
+            desc.update({str(k): _jsonable(v) for k, v in dev.serve_description().items()})
         return P.encode_json(desc)
 
     def _region(self, r: int) -> Any:
@@ -428,6 +492,38 @@ class DeviceServer:
         chunk = self._region(r).malloc(MemPtr(int(addr)), int(size), None, False)
         c.add(r, chunk)
         return [P.U64.pack(chunk.addr)]
+
+    def _lease(self, c: _Client, p: bytearray) -> list[Any]:
+        r, addr = P.REGION.unpack(p)
+        region = self._region(r)
+        if addr != region.base:
+            raise InvalidArgumentError(f"LEASE of region {region.name!r} at {addr:#x}: a lease "
+                                       f"is the whole region, at its base {region.base:#x}")
+        if region.size > self.lease_max_bytes:
+            raise InvalidArgumentError(
+                f"region {region.name!r} ({region.size} bytes) is larger than the "
+                f"{self.lease_max_bytes} bytes a server time-shares; allocate chunks in it")
+        shared = self._shared.get(r)
+        if shared is not None and any(x.shared is shared for x in c.leases):
+            raise CallOrderError(f"client {c.peer} already leases region {region.name!r}; "
+                                 "free that lease first")
+        self._quota(c, region.size)
+        if shared is None or shared.arena.is_freed:
+            from xrt.memory.ptr import MemPtr
+
+            try:
+                arena = region.malloc(MemPtr(region.base), region.size, None, False)
+            except AddressInUseError:
+                raise AddressInUseError(
+                    f"region {region.name!r} holds chunks allocated by clients; it can be "
+                    "leased (time-shared) once they are freed") from None
+            shared = self._shared[r] = _Shared(region, arena)
+        lease = _Lease(shared, region.base, region.size)
+        shared.leases.append(lease)
+        c.add(r, lease)
+        c.leases.append(lease)
+        shared.switch_in(lease)
+        return [P.U64.pack(lease.addr)]
 
     def _free(self, c: _Client, p: bytearray) -> list[Any]:
         if len(p) < 8 or (len(p) - 8) % 8:
@@ -542,7 +638,8 @@ class DeviceServer:
             }
 
     _HANDLERS = {
-        Msg.MALLOC: _malloc, Msg.RESERVE: _reserve, Msg.FREE: _free, Msg.READ: _read,
+        Msg.MALLOC: _malloc, Msg.RESERVE: _reserve, Msg.LEASE: _lease, Msg.FREE: _free,
+        Msg.READ: _read,
         Msg.WRITE: _write, Msg.FILL: _fill, Msg.COPY: _copy, Msg.REG_READ: _reg_read,
         Msg.REG_WRITE: _reg_write, Msg.REG_RESET: _reg_reset, Msg.CALL: _call,
     }

@@ -74,10 +74,10 @@ def test_socket_device_is_a_buyi_device(served):
     assert dev.check(1) and "BuyiSocketDevice" in repr(dev)
     c = dev.malloc(128)
     assert not c.region.storage.is_local
-    # the fields every NPU device declares, set on the socket device too (nothing probes them)
-    fields = ("share", "config", "url_params", "mock", "sim", "mmu_generation", "confined",
-              "_mmu_on", "_dtype_bits")
-    assert all(f in vars(dev) and f in vars(srv.device) for f in fields)
+    # one set of fields whatever the transport (nothing probes them); the device holds its
+    # transport instead of mixing one in
+    assert set(vars(dev)) == set(vars(srv.device))
+    assert {"transport", "share", "config", "mock", "_mmu_on", "_dtype_bits"} <= set(vars(dev))
     assert dev.sim is None and dev.mmu_generation is None  # the served device runs the model
     assert srv.device.sim is not None and srv.device.mmu_generation >= 0
 

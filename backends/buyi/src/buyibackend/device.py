@@ -15,8 +15,7 @@ from typing import Any
 
 from npu_model.mmu import MmuTable, Segment
 from npu_runtime import regs as R
-from npu_runtime.device import NpuDevice
-from npu_runtime.remote import NpuRemoteMixin
+from npu_runtime.device import NpuDevice, served
 from xrt.errors import InvalidArgumentError
 
 from .chip import BUYI_CHIP, DTYPE_BITS
@@ -33,10 +32,9 @@ class BuyiDevice(NpuDevice):
 
     chip = BUYI_CHIP
 
-    def _declare(self, config: Any, mock: bool, *, mmu_generation: int | None) -> None:
-        """The Buyi's fields beside every NPU device's: the MMU mode and the data type (on a
-        socket device the served one holds them; its methods are CALLs)."""
-        super()._declare(config, mock, mmu_generation=mmu_generation)
+    def _declare(self) -> None:
+        """The Buyi's fields beside every NPU device's: the MMU mode and the data type (over a
+        socket the served device's count: the methods that read or set them are CALLs)."""
         self._mmu_on = True
         self._dtype_bits = 8
 
@@ -55,6 +53,7 @@ class BuyiDevice(NpuDevice):
         cycles (the results are the same)."""
         self.set_rows_cols(int(rows), int(cols))
 
+    @served()
     def setDType(self, dtype: int) -> None:
         """The data type the NPU computes in: 8 or 16 (bits of fixed point)."""
         if int(dtype) not in DTYPE_BITS:
@@ -62,15 +61,18 @@ class BuyiDevice(NpuDevice):
                                        f"or 16 bits")
         self._dtype_bits = int(dtype)
 
+    @served(int)
     def dtype(self) -> int:
         """The data type set with `setDType` (bits; not in the vendor API)."""
         return self._dtype_bits
 
+    @served()
     def mmuModeSwitch(self, is_on: bool) -> None:
         """MMU on (default): instruction addresses are logical, mapped by the MMU table. MMU
         off: every address is physical (the runtime relocates instructions to match)."""
         self._mmu_on = bool(is_on)
 
+    @served(int)
     def modeInfo(self) -> int:
         """1 when the MMU is on, 0 when it is off."""
         return int(self._mmu_on)
@@ -105,23 +107,12 @@ class BuyiDevice(NpuDevice):
         return MmuTable([Segment(a, n, a, self._mem_index(a, n)) for a, n in sorted(areas)])
 
 
-class BuyiSocketDevice(NpuRemoteMixin, BuyiDevice):
+class BuyiSocketDevice(BuyiDevice):
     """A Buyi served by ``xrt serve buyi`` (``socket://buyi@host:port`` or the vendor's board
-    name ``socket://ql100aiu@host:port``). The Buyi's own methods run unchanged where they only
-    touch registers (`clkFreq`, `setClkFreq`, `setEnabledMPE`, `getRowsCols`, `updateBuffer`
-    through `mmuClear`/`mmuMap`); the ones that change state the served model reads in
-    `icoreCalc` (data type, MMU mode) are CALLs from `SOCKET_METHODS`."""
+    name ``socket://ql100aiu@host:port``): the same device class over the socket transport. The
+    Buyi's own methods run unchanged where they only touch registers (`clkFreq`, `setClkFreq`,
+    `setEnabledMPE`, `updateBuffer` through `mmuClear`/`mmuMap`); the ones that read or change
+    state the served model reads in `icoreCalc` (data type, MMU mode) are `served`: CALLs from
+    `SOCKET_METHODS`."""
 
-    served_marker = "setDType"
-
-    def setDType(self, dtype: int) -> None:
-        self.call("setDType", int(dtype))
-
-    def dtype(self) -> int:
-        return int(self.call("dtype"))
-
-    def mmuModeSwitch(self, is_on: bool) -> None:
-        self.call("mmuModeSwitch", bool(is_on))
-
-    def modeInfo(self) -> int:
-        return int(self.call("modeInfo"))
+    served_only = True

@@ -1,7 +1,8 @@
 """npu_runtime: what the NPU backends share -- the deployment runtime over the hardware model.
 
 - `chip.Chip`: what differs between NPUs, as data (names, hardware, URLs, defaults);
-- `device.NpuDevice` and `remote.NpuRemoteMixin`: the device base (simulated, mock, served);
+- `device.NpuDevice`: the device base, holding its transport (`transport.LocalCore`, simulated
+  or mock; `remote.SocketTransport`, served);
 - `layout`, `settings`, `apply`, `forward`, `report`, `snapshot`: the stages of a deployment,
   `Layout` -> `Settings` -> `Deployment` -> `Forwarder`;
 - `deploy`: FTMP / OCM planning glue over `npu_model.planners`;

@@ -1,14 +1,18 @@
-"""`NpuDevice`: an FMSH NPU as an xrt Device, backed by the shared hardware model; the ZG330
-and Buyi devices subclass it with their `Chip` and their vendor methods.
+"""`NpuDevice`: an FMSH NPU as an xrt Device; the ZG330 and Buyi devices subclass it with their
+`Chip` and their vendor methods.
+
+A device holds its transport (`transport.py`): the in-process simulator (`LocalCore`: the
+memories, the register file and the Icore) or a served device (`remote.SocketTransport`), picked
+by the URL's scheme in the one `__init__`; every device has the same declared fields whatever
+the transport, so the runtime never probes for one.
 
 Regions: memory "etm" (the DDR the NPU sees; default) and "ocm" (on chip), both
-`xrt.memory.MemRegion` over an `ArenaStorage`; registers "regs" (`npu_runtime.regs`).
-
-Every state change goes through a memory or register method, so the device can sit behind a
-socket unchanged: `icoreCalc` writes INSTR_ADDR/INSTR_SIZE and CTRL.START; the START hook runs
-the icore on the bytes in the ETM storage, and the model publishes its results by poking
-registers (cycles, layer count, tile counters) and writing timer/profiler records into memory.
-The MMU table is read from its registers at every START.
+`xrt.memory.MemRegion`s; registers "regs" (`npu_runtime.regs`). Every state change goes through
+a memory or register method, so the vendor methods below run unchanged on either transport:
+`icoreCalc` has the transport run the instructions (in process: INSTR_ADDR/INSTR_SIZE and
+CTRL.START, whose hook runs the icore); the model publishes its results in registers (cycles,
+layer count, tile counters) and memory (timer/profiler records). The methods marked `served`
+are one CALL each over a socket.
 
 Addresses: `icoreCalc(addr, size)` takes the *physical* ETM address of the instruction stream
 (the fetch unit reads DDR directly); every address inside the instructions is *logical* and goes
@@ -20,33 +24,43 @@ chunk, the lock that serialises their forwards, and which backend's MMU table is
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+import inspect
 import logging
 import threading
 import weakref
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import numpy as np
 
-from npu_model.core import PROFILE_RECORD, TIMER_RECORD, Icore, MemoryBus, NpuFault
+from npu_model.core import PROFILE_RECORD, TIMER_RECORD, Icore
 from npu_model.mmu import MmuFault, MmuTable, Segment
 from xrt.device import Device
-from xrt.errors import DeviceError, InvalidArgumentError, UnsupportedOpError
+from xrt.errors import (
+    AddressInUseError,
+    DeviceError,
+    DeviceUrlError,
+    InvalidArgumentError,
+    OutOfDeviceMemoryError,
+    UnsupportedOpError,
+)
 from xrt.memory.chunk import MemChunk
-from xrt.memory.region import MemRegion
 from xrt.url import DeviceUrl
 
 from . import regs as R
 from .chip import Chip
-from .counter_regs import CounterRegs
+from .transport import (  # noqa: F401 (MEM_ALIGNMENT, OCM_ARENA_ALIGN re-exported)
+    MEM_ALIGNMENT,
+    MODEL_VERSION,
+    OCM_ARENA_ALIGN,
+    Transport,
+    open_transport,
+)
 from .url_params import parse_variant
 
 log = logging.getLogger(__name__)
-
-MODEL_VERSION = (0 << 16) | 1
-#: Allocation alignment of the ETM/OCM regions (the compiler aligns everything to 64 bytes)
-MEM_ALIGNMENT = 64
-#: alignment of the OCM arena chunk the backends share
-OCM_ARENA_ALIGN = 4096
 
 
 class DeviceShare:
@@ -72,8 +86,10 @@ class DeviceShare:
         self._mmu_owner = weakref.ref(owner) if owner is not None else None
 
     def ocm_arena(self, device: Any) -> Any:
-        """The device's OCM as one chunk shared by every backend on it; None when the OCM is
-        taken by someone else or the chip has none (``ocm_kib=0``): OCM planning is then off."""
+        """The device's OCM as one chunk shared by every backend on it (over a socket a lease
+        of the served OCM, time-shared with the server's other clients); None when the OCM is
+        taken by the user's chunks or the chip has none (``ocm_kib=0``): OCM planning is then
+        off."""
         with self._arena_lock:
             if self._arena is not None and not self._arena.is_freed:
                 return self._arena
@@ -81,26 +97,58 @@ class DeviceShare:
                 return None
             region = device.getMemRegion("ocm")
             try:
-                self._arena = region.malloc(region.size, True, OCM_ARENA_ALIGN)
-            except Exception:  # the OCM is in use by the user: no OCM planning
+                self._arena = device.transport.ocm_arena(region)
+            except (OutOfDeviceMemoryError, AddressInUseError):  # the user's: no OCM planning
                 log.warning("%r: the OCM is in use; OCM optimisation is off", device)
                 return None
             return self._arena
 
 
+def served(cast: Callable[[Any], Any] | None = None) -> Callable[[Callable], Callable]:
+    """Mark an `NpuDevice` method the served device runs as one CALL when the device's
+    transport is a socket (it reads the model itself, or would cost many register round trips);
+    in process the method runs as written. `cast` turns the CALL's JSON result back into the
+    method's type (a list into a tuple, ...). The method's name must be in the server's
+    allow-list (`remote.SOCKET_METHODS`, or a chip's own)."""
+
+    def mark(method: Callable) -> Callable:
+        sig = inspect.signature(method)
+
+        @functools.wraps(method)
+        def run(self: NpuDevice, *args: Any, **kwargs: Any) -> Any:
+            if kwargs:  # a CALL carries positional arguments only
+                bound = sig.bind(self, *args, **kwargs)
+                bound.apply_defaults()
+                args = bound.args[1:]
+            return self.transport.invoke(self, method, args, cast)
+
+        run.served = True  # type: ignore[attr-defined]
+        return run
+
+    return mark
+
+
 class NpuDevice(Device):
-    """An NPU of the `chip` class attribute (simulated). ``Cls(dev)`` casts a Device opened by
-    URL back to its class (the vendor's ``ZG330Device(ObjectRef)`` constructor); ``Cls()`` opens
-    a new simulator; ``mock=True`` a device that allocates memory but cannot compute."""
+    """An NPU of the `chip` class attribute, reached through the transport it holds: the
+    in-process simulator (``sim://``, ``axi://``; ``mock://`` or ``mock=True``: allocation
+    only) or a served device (``socket://``). ``Cls(dev)`` casts a Device opened by URL back to
+    its class (the vendor's ``ZG330Device(ObjectRef)`` constructor); ``Cls()`` opens a new
+    simulator."""
 
     chip: ClassVar[Chip]
+    #: a chip's socket class (``ZG330SocketDevice``): opens ``socket://`` URLs only, and
+    #: ``Cls()`` the default server address
+    served_only: ClassVar[bool] = False
 
-    # Every NPU device has these fields, in-process or over a socket (`_declare` sets them), so
-    # the runtime reads them without probing:
+    # Every NPU device has these fields, whatever its transport, so the runtime reads them
+    # without probing:
+    #: how the device reaches its hardware (`transport.LocalCore` or `remote.SocketTransport`)
+    transport: Transport
     #: what the backends of this device share (OCM arena, forward lock, MMU owner)
     share: DeviceShare
-    #: the hardware variant, the URL's query
+    #: the hardware variant (the served one's over a socket)
     config: Any
+    #: the URL's query (a hardware variant)
     url_params: dict[str, Any]
     #: mock: allocation only, runs refused; a config with is_mock but not `mock` is the
     #: cycles-only mode (runs, counts, computes nothing)
@@ -109,15 +157,6 @@ class NpuDevice(Device):
     _etm: Any
     _ocm: Any
     _reg: Any
-    #: the in-process hardware model; None on a socket device (the served device runs it)
-    sim: Icore | None
-    #: bumped by every write to an MMU register and by a full reset: a backend that programmed
-    #: the MMU at generation g need not program it again while it is still g. None where the
-    #: device cannot tell (a socket device: the MMU is programmed on every run)
-    mmu_generation: int | None
-    #: physical (addr, bytes) areas a served client's run may reach with the MMU off (set by
-    #: the serve guard for that run; None: all of ETM and OCM)
-    confined: list[tuple[int, int]] | None
 
     def __new__(cls, *args: Any, **kwargs: Any) -> NpuDevice:
         if args and isinstance(args[0], Device):
@@ -132,69 +171,73 @@ class NpuDevice(Device):
                  rows_cols: tuple[int, int] | None = None) -> None:
         if isinstance(url, Device):  # cast: already initialised
             return
-        super().__init__(url or self.chip.default_url)
-        cfg = config or self.chip.config
-        if mock:
-            cfg = cfg.mock()
-        self._declare(cfg, mock, mmu_generation=0)
-        #: MPE rows x cols enabled at power-on (None: the whole array)
-        self._rows_cols_on = rows_cols or (cfg.mpe_rows, cfg.mpe_cols)
-        self._etm = self.add_mem_region(
-            MemRegion("etm", self, cfg.etm_base, cfg.etm_size, default_alignment=MEM_ALIGNMENT),
-            default=True)
-        self._ocm = None  # a variant without OCM (``ocm_kib=0``) has no "ocm" region
-        if cfg.ocm_size:
-            self._ocm = self.add_mem_region(
-                MemRegion("ocm", self, cfg.ocm_base, cfg.ocm_size,
-                          default_alignment=MEM_ALIGNMENT))
-        counters = {R.REG_BASE + R.mpe_bank(cid, rid, cfg.mpe_rows) + off
-                    for cid in range(cfg.mpe_cols) for rid in range(cfg.mpe_rows)
-                    for off in (R.MPE_MACS_LO, R.MPE_MACS_HI, R.MPE_BUSY_LO, R.MPE_BUSY_HI)}
-        self._reg = self.add_reg_region(
-            CounterRegs("regs", self, R.REG_BASE, R.REG_SIZE, 4, counters), default=True)
-        self.sim = Icore(cfg, MemoryBus(cfg, self._etm.storage,
-                                              self._ocm and self._ocm.storage))
-        ro = {R.ID: self.chip.device_id, R.VERSION: MODEL_VERSION,
-              R.ROWS_COLS: cfg.mpe_rows | cfg.mpe_cols << 16}
-        for off, value in ro.items():
-            self._reg.on_read(off, lambda a, v, _x=value: _x, relative=True)
-        for cid in range(cfg.mpe_cols):
-            for rid in range(cfg.mpe_rows):
-                self._reg.on_read(R.mpe_bank(cid, rid, cfg.mpe_rows) + R.MPE_ID,
-                                   lambda a, v, _x=(cid << 8) | rid: _x, relative=True)
-        self._reg.on_write(R.CTRL, self._on_ctrl, relative=True)
-        self._mpe_offsets: dict[tuple[int, int], tuple[int, ...]] = {}
-        #: register offsets of the read tile counters, then the write ones, per channel
-        self._tile_offsets = tuple(base + 4 * cid for base in (R.RTILE_BASE, R.WTILE_BASE)
-                                   for cid in range(min(cfg.mpe_cols, R.MAX_CHANNELS)))
-        #: register offsets a fast reset sets to 0: status, counters, every MPE's counters
-        self._fast_reset_clears = (*R.FAST_RESET_CLEARS, *self._tile_offsets,
-                                   *self._mpe_counter_offsets(cfg.mpe_rows, cfg.mpe_cols))
-        checker = R.write_checker(cfg, R.REG_BASE, repr(self))
-        mmu_lo = R.REG_BASE + R.MMU_BASE
-        mmu_hi = mmu_lo + R.MMU_ENTRY_BYTES * cfg.mmu_entries
-
-        def check(addr: int, value: int) -> None:
-            checker(addr, value)
-            if mmu_lo <= addr < mmu_hi:
-                self.mmu_generation += 1
-
-        self._reg.check_writes(check)
-        self._reg.on_reset(self._on_reg_reset)
-        self._power_on_defaults()
-
-    def _declare(self, config: Any, mock: bool, *, mmu_generation: int | None) -> None:
-        """Set the fields every NPU device has (the class lists them); the in-process device
-        and the socket device both start here, before they add their regions."""
+        parsed = DeviceUrl.parse(url or self.default_url())
+        transport = self.open_transport(parsed, config, mock, rows_cols)
+        super().__init__(str(url or parsed), transport.wait_time_ms)
+        self.transport = transport
         self.share = DeviceShare()
         self.url_params = {}
-        self.config = config
-        self.mock = bool(mock)
-        self._etm = self._ocm = self._reg = None
-        self.sim = None
-        self.mmu_generation = mmu_generation
         self._mmu_cache: tuple[int, MmuTable] | None = None
-        self.confined = None
+        self._declare()
+        try:
+            self._etm, self._ocm, self._reg = transport.attach(self)
+        except BaseException:
+            transport.close()
+            raise
+        self.config = transport.config
+        self.mock = transport.mock
+
+    @classmethod
+    def default_url(cls) -> str:
+        """The URL ``Cls()`` opens: the chip's simulator, or a server on this host's default
+        port for a socket class."""
+        if cls.served_only:
+            return f"socket://{cls.chip.kind}@127.0.0.1:5001"
+        return cls.chip.default_url
+
+    def open_transport(self, url: DeviceUrl, config: Any, mock: bool,
+                       rows_cols: tuple[int, int] | None) -> Transport:
+        """The transport `url`'s scheme names (`transport.open_transport`)."""
+        if self.served_only and url.scheme != "socket":
+            raise DeviceUrlError(f"{str(url)!r}: a {type(self).__name__} is a served "
+                                 f"{self.chip.name}; open socket://{self.chip.kind}@host:port, "
+                                 f"or a {self.served_class_name()} for {url.scheme}://")
+        return open_transport(url, self.chip, config, mock, rows_cols)
+
+    def _declare(self) -> None:
+        """Set a chip's own fields (the Buyi's MMU mode and data type); every NPU device's are
+        set by `__init__`, whatever the transport."""
+
+    @classmethod
+    def served_class_name(cls) -> str:
+        """The name of the chip's device class, which a server of this chip serves."""
+        return next(c.__name__ for c in cls.__mro__ if "chip" in vars(c))
+
+    # --- the transport's state --------------------------------------------------------------------
+
+    @property
+    def sim(self) -> Icore | None:
+        """The in-process hardware model; None on a served device (the server runs it)."""
+        return self.transport.core
+
+    @property
+    def mmu_generation(self) -> int | None:
+        """Bumped by every write to an MMU register and by a full reset (None on a served
+        device: its MMU is programmed on every run)."""
+        return self.transport.mmu_generation
+
+    @property
+    def confined(self) -> list[tuple[int, int]] | None:
+        """Physical areas a served client's run may reach with the MMU off (None: all)."""
+        return self.transport.confined
+
+    def call(self, method: str, *args: Any) -> Any:
+        """Call `method(*args)` on the served device (a socket device; its allow-list)."""
+        return self.transport.call(method, *args)
+
+    def server_info(self) -> dict[str, Any]:
+        """The server's counters (a socket device): clients, requests, live chunks."""
+        return self.transport.server_info()
 
     # --- register helpers ----------------------------------------------------------------------
 
@@ -204,29 +247,12 @@ class NpuDevice(Device):
     def _wr(self, off: int, value: int) -> None:
         self._reg.write(off, value, relative=True)
 
-    def _poke(self, off: int, value: int) -> None:
-        self._reg.poke(off, int(value) & 0xFFFF_FFFF, relative=True)
-
     def _rd64(self, lo: int) -> int:
         return self._rd(lo) | self._rd(lo + 4) << 32
 
     def _wr64(self, lo: int, value: int) -> None:
         self._wr(lo, int(value) & 0xFFFF_FFFF)
         self._wr(lo + 4, int(value) >> 32 & 0xFFFF_FFFF)
-
-    def _power_on_defaults(self) -> None:
-        """The registers that are not 0 at power-on (the MPE enable of this variant and the
-        clocks), set now and restored by every register reset."""
-        cfg = self.config
-        rows, cols = self._rows_cols_on
-        for off, value in ((R.MPE_EN, rows | cols << 16), (R.ICORE_CLK_HZ, cfg.icore_clk_hz),
-                           (R.DDR_CLK_HZ, cfg.ddr_clk_hz)):
-            self._reg.power_on[self._reg.absolute(off, relative=True)] = value
-            self._poke(off, value)
-
-    def _on_reg_reset(self) -> None:
-        """A register reset (the device's or the RegRegion's own) emptied the MMU."""
-        self.mmu_generation += 1
 
     # --- vendor API: execution ------------------------------------------------------------------
 
@@ -239,82 +265,11 @@ class NpuDevice(Device):
         self._check_open()
         if self.mock:
             raise UnsupportedOpError(self._mock_msg())
-        self._wr64(R.INSTR_ADDR_LO, int(addr))
-        self._wr(R.INSTR_SIZE, int(size))
-        self._wr(R.CTRL, R.CTRL_START)
-        if self._reg.peek(R.STATUS, relative=True) & R.STATUS_ERROR:
-            raise DeviceError(self._last_error)
+        self.transport.run(int(addr), int(size))
 
     def _mock_msg(self) -> str:
         return (f"{self!r} is a mock device: it allocates memory but cannot run forward or "
                 f"icoreCalc; open '{self.chip.default_url}' to compute")
-
-    def _on_ctrl(self, addr: int, value: int) -> None:
-        if value & R.CTRL_FULL_RESET:
-            self.reset(0)
-        elif value & R.CTRL_FAST_RESET:
-            self.reset(1)
-        if value & R.CTRL_START:
-            self._start()
-
-    #: registers a run reads (their stored values: the chip's own logic, no read hooks)
-    _RUN_INPUTS = (R.MPE_EN, R.INSTR_ADDR_LO, R.INSTR_ADDR_LO + 4, R.INSTR_SIZE, R.TIMER_ADDR_LO,
-                   R.TIMER_ADDR_LO + 4, R.TIMER_SIZE, R.PROF_ADDR_LO, R.PROF_ADDR_LO + 4,
-                   R.PROF_SIZE, R.LAYER_COUNT, R.ICORE_CLK_HZ, R.DDR_CLK_HZ, R.RUN_COUNT)
-
-    def _start(self) -> None:
-        self._last_error = ""
-        self._poke(R.STATUS, R.STATUS_BUSY)
-        if self.mock:
-            self._fault(R.ERR_MOCK, self._mock_msg())
-            return
-        (mpe_en, ia_lo, ia_hi, isize, t_lo, t_hi, t_size, p_lo, p_hi, p_size, base, icore_hz,
-         ddr_hz, runs) = self._reg.peek_words(self._RUN_INPUTS)
-        cfg = self.config
-        rows = min(mpe_en & 0xFFFF, cfg.mpe_rows) or cfg.mpe_rows
-        cols = min(mpe_en >> 16 & 0xFFFF, cfg.mpe_cols) or cfg.mpe_cols
-        timer = (t_lo | t_hi << 32, t_size) if t_size else None
-        prof = (p_lo | p_hi << 32, p_size) if p_size else None
-        try:
-            mmu = self.mmu_table()
-            res = self.sim.run(ia_lo | ia_hi << 32, isize, mmu, rows_en=rows, cols_en=cols,
-                               icore_clk_hz=icore_hz, ddr_clk_hz=ddr_hz, timer=timer,
-                               profiler=prof, layer_base=base)
-        except MmuFault as exc:
-            self._fault(R.ERR_MMU, f"{self!r}: {exc}")
-            return
-        except NpuFault as exc:
-            self._fault(R.ERR_MMU if "MMU fault" in str(exc) else R.ERR_ILLEGAL, f"{self!r}: {exc}")
-            return
-        words = {R.CYCLES_LO: res.cycles & 0xFFFF_FFFF, R.CYCLES_HI: res.cycles >> 32,
-                 R.LAYER_COUNT: base + res.syncs, R.RUN_COUNT: runs + 1}
-        n = len(self._tile_offsets) // 2
-        tiles = self.sim.tiles
-        words.update(zip(self._tile_offsets,
-                         (*tiles.read[:n].tolist(), *tiles.write[:n].tolist())))
-        self._reg.add_counters(self._mpe_counter_offsets(rows, cols),
-                               res.macs // max(rows * cols, 1), res.compute)
-        words[R.STATUS] = R.STATUS_DONE
-        self._reg.poke_words(words)  # masks the tile counts to 32 bits
-        self._last_result = res
-
-    def _mpe_counter_offsets(self, rows: int, cols: int) -> tuple[int, ...]:
-        """Register offsets (MACS lo, hi, BUSY lo, hi) of every enabled MPE, cached per shape."""
-        key = (rows, cols)
-        offs = self._mpe_offsets.get(key)
-        if offs is None:
-            offs = tuple(R.mpe_bank(cid, rid, self.config.mpe_rows) + off
-                         for cid in range(cols) for rid in range(rows)
-                         for off in (R.MPE_MACS_LO, R.MPE_MACS_HI, R.MPE_BUSY_LO,
-                                     R.MPE_BUSY_HI))
-            self._mpe_offsets[key] = offs
-        return offs
-
-    def _fault(self, code: int, msg: str) -> None:
-        self._last_error = msg
-        self._poke(R.ERR_CODE, code)
-        self._poke(R.STATUS, R.STATUS_ERROR | R.STATUS_DONE)
-        log.debug("%s fault: %s", self.chip.name, msg)
 
     def _area(self, lo: int, size_reg: int) -> tuple[int, int] | None:
         """(physical address, bytes) of the timer (`lo` = TIMER_ADDR_LO) or profiler area;
@@ -324,14 +279,17 @@ class NpuDevice(Device):
 
     # --- vendor API: counters and clocks ----------------------------------------------------------
 
+    @served(float)
     def calcTime(self) -> float:
         """Time of the last icoreCalc in ms, at the icore clock set now."""
         return self._rd64(R.CYCLES_LO) / self._rd(R.ICORE_CLK_HZ) * 1e3
 
+    @served(int)
     def calcCycles(self) -> int:
         """Icore cycles of the last icoreCalc (not in the vendor API)."""
         return self._rd64(R.CYCLES_LO)
 
+    @served(int)
     def layerCount(self) -> int:
         """SYNCs (hardware layers) executed since the last reset."""
         return self._rd(R.LAYER_COUNT)
@@ -342,11 +300,13 @@ class NpuDevice(Device):
                 f"{self!r}: channel id {cid} is outside 0..{self.config.mpe_cols - 1}")
         return int(cid)
 
+    @served(tuple)
     def tile_counts(self, cid: int) -> tuple[int, int]:
         """(read, write) DMA tiles of channel (MPE column) `cid` since the last reset."""
         cid = self._cid(cid)
         return self._rd(R.RTILE_BASE + 4 * cid), self._rd(R.WTILE_BASE + 4 * cid)
 
+    @served(tuple)
     def getRowsCols(self) -> tuple[int, int]:
         """Enabled MPE rows and columns (register MPE_EN)."""
         v = self._rd(R.MPE_EN)
@@ -419,6 +379,11 @@ class NpuDevice(Device):
 
         return ClientGuard(self)
 
+    def serve_description(self) -> dict[str, Any]:
+        """The served device's mock flag and hardware variant (a socket client's `config`)."""
+        return {"mock": self.mock, "config": dataclasses.asdict(self.config)}
+
+    @served()
     def mmuMap(self, index: int, logical: int, physical: int, size: int,
                valid: bool = True) -> None:
         """Program MMU entry `index` (registers MMU[index]): logical -> physical, `size` bytes."""
@@ -435,11 +400,13 @@ class NpuDevice(Device):
         """Map a whole ETM/OCM chunk of this device at `logical`."""
         self.mmuMap(index, logical, chunk.addr, chunk.byte_size)
 
+    @served()
     def mmuClear(self) -> None:
         """Invalidate every MMU entry."""
         for i in range(self.config.mmu_entries):
             self._wr(R.mmu_entry(i) + R.MMU_FLAGS, 0)
 
+    @served(bool)
     def mmu_enabled(self) -> bool:
         """Whether instruction addresses go through the MMU (always, unless a chip can switch
         it off: the Buyi's `mmuModeSwitch`)."""
@@ -473,7 +440,11 @@ class NpuDevice(Device):
 
     def _mem_index(self, addr: int, size: int) -> int:
         """Which memory a physical range is in (0 ETM, 1 OCM; MmuFault when neither)."""
-        return self.sim.bus.mem_of(addr, size)
+        for index, region in enumerate((self._etm, self._ocm)):
+            if region is not None and region.contains(addr, max(int(size), 1)):
+                return index
+        raise MmuFault(f"{self!r}: physical range [{addr:#x}, {addr + size:#x}) is in neither "
+                       "ETM nor OCM")
 
     # --- timer and profiler -----------------------------------------------------------------------
 
@@ -563,11 +534,7 @@ class NpuDevice(Device):
         level = int(level)
         if level not in (0, 1):
             raise InvalidArgumentError(f"{self!r}: reset level {level} is not 0 (full) or 1 (fast)")
-        if level == 0:
-            self._reg.reset()
-        else:
-            self._reg.clear_words(self._fast_reset_clears)
-        self.sim.reset()
+        self.transport.reset(level)
 
     def check(self, level: int = 0) -> bool:
         """Open, memory book-keeping consistent, identification registers right, no fault."""
@@ -589,6 +556,15 @@ class NpuDevice(Device):
         return super().status(level) + "\n" + "\n".join(extra)
 
     def version(self) -> dict[str, str]:
+        """Version strings: xrt, the device model (the served one's over a socket) and, over a
+        socket, the server and protocol."""
+        v = {str(k): str(x) for k, x in self.model_version().items()}
+        v.update(self.transport.about())
+        return v
+
+    @served(dict)
+    def model_version(self) -> dict[str, str]:
+        """The device model's version strings (device, id, ISA, model)."""
         from npu_model.isa import ISA_VERSION
 
         v = super().version()
@@ -601,17 +577,17 @@ class NpuDevice(Device):
         """The same device (one piece of hardware is not copied)."""
         return self
 
+    def _on_close(self) -> None:
+        self.transport.close()
+
     # --- simulator counters -----------------------------------------------------------------------
 
     def stats(self) -> dict[str, int]:
         """Cumulative simulator counters (runs, layers, cycles, MACs, bytes, tiles)."""
-        return self.sim.stats()
+        return self.transport.stats()
 
     def clear_stats(self) -> None:
-        self.sim.clear_stats()
-
-    _last_error = ""
-    _last_result = None
+        self.transport.clear_stats()
 
 
 def open_simulated(device_cls: type[NpuDevice], url: Any) -> NpuDevice:
@@ -623,5 +599,5 @@ def open_simulated(device_cls: type[NpuDevice], url: Any) -> NpuDevice:
     variant = parse_variant(str(url), dict(url.params), device_cls.chip.config)
     config = device_cls.chip.config.replace(**variant.config_changes)
     dev = device_cls(url, config=config, mock=url.scheme == "mock", rows_cols=variant.rows_cols)
-    dev.url_params = dict(url.params)
+    dev.url_params.update(url.params)
     return dev

@@ -138,16 +138,17 @@ class ClientGuard:
             table.append((i, w))
         dev = self.dev
         dev.mmuClear()
-        dev.confined = owns.ranges()  # with the MMU off, addresses reach only these chunks
+        # with the MMU off, addresses reach only this client's chunks
+        dev.transport.confine(owns.ranges())
         try:
             for i, w in table:
                 for field, value in w.items():
-                    dev._wr(R.mmu_entry(i) + field, value)
+                    dev.writeReg(R.mmu_entry(i) + field, value, relative=True)
             for off in RECORD_REGS:
-                dev._wr(off, regs.get(off, 0))
+                dev.writeReg(off, regs.get(off, 0), relative=True)
             dev.icoreCalc(addr, size)
         finally:
-            dev.confined = None
+            dev.transport.confine(None)
             dev.mmuClear()
-            dev._wr(R.TIMER_SIZE, 0)
-            dev._wr(R.PROF_SIZE, 0)
+            dev.writeReg(R.TIMER_SIZE, 0, relative=True)
+            dev.writeReg(R.PROF_SIZE, 0, relative=True)

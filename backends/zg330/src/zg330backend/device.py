@@ -9,7 +9,6 @@ device that allocates memory but cannot compute; ``socket://zg330@host:port`` a 
 from __future__ import annotations
 
 from npu_runtime.device import NpuDevice
-from npu_runtime.remote import NpuRemoteMixin
 from xrt.memory.chunk import MemChunk
 
 from .chip import ZG330_CHIP
@@ -61,5 +60,8 @@ class ZG330Device(NpuDevice):
         self.show_layer_time(from_idx, op_cnt)
 
 
-class ZG330SocketDevice(NpuRemoteMixin, ZG330Device):
-    """A ZG330 served by ``xrt serve zg330`` (``socket://zg330@host:port``)."""
+class ZG330SocketDevice(ZG330Device):
+    """A ZG330 served by ``xrt serve zg330`` (``socket://zg330@host:port``): the same device
+    class over the socket transport (``ZG330Device("socket://...")`` opens one too)."""
+
+    served_only = True
