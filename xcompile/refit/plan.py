@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from xcompile.quant.observers import scale_from_amax, weight_scales
-from xir.quant.fixed_point import quantize, quantize_bias
+from xir.quant.fixed_point import DEFAULT_MULT_BITS, MAX_SHIFT, quantize, quantize_bias
 from xrt.errors import InvalidArgumentError
 
 from .provenance import GRAPH_TAG, INITIALIZERS_TAG, evaluate, initializer_digest, names
@@ -189,11 +189,33 @@ def _layer(op_id: int, rec: dict[str, Any], arrays: Mapping[str, np.ndarray]) ->
                 f"accumulator at the frozen input scale {s_in:.6g} (largest |bias| "
                 f"{float(np.abs(b).max()):.6g}); deploy a network compiled for these weights")
         bq = quantize_bias(b, s_in, s_w if s_w.size > 1 else float(s_w[0]), bdt)
+    _check_multipliers(rec, s_w, where)
     op = rebuild_op(op_id, rec, wq, s_w, bq, b_scale)
     row = RefitRow(op_id, rec["name"], used, int(wdt.itemsize * 8), w_sat, b_sat,
                    float(err.max(initial=0.0)), float(err.mean()) if err.size else 0.0,
                    refolded)
     return RefitLayer(op_id, op, used, row)
+
+
+def _check_multipliers(rec: dict[str, Any], s_w: np.ndarray, where: str) -> None:
+    """Refuse new weights whose requantization ``s_in * s_w / s_out`` at the frozen activation
+    scales has no (mult, shift) pair: at or above 2**mult_bits the shift would be negative
+    (`quantize_multiplier` would clamp it, saturating every output), below 2**(mult_bits - 64)
+    it would exceed the hardware's 63 (the layer would output zeros). A compile would have
+    chosen other scales; a refit keeps them, so it says so."""
+    if not rec["x"].get("scale") or not rec["y"].get("scale"):
+        return
+    real = (np.float64(rec["x"]["scale"][0]) * np.asarray(s_w, np.float64)) / np.float64(
+        rec["y"]["scale"][0])
+    hi, lo = 2.0 ** DEFAULT_MULT_BITS - 0.5, 2.0 ** (DEFAULT_MULT_BITS - MAX_SHIFT - 1)
+    bad = np.flatnonzero((real >= hi) | ((real < lo) & (real > 0)))
+    if bad.size:
+        c = int(bad[0])
+        raise InvalidArgumentError(
+            f"refitWeights: {where}: the requantization multiplier of output channel {c} is "
+            f"{real[c]:.6g} at the frozen activation scales, outside the hardware's range "
+            f"[{lo:.3g}, {hi:.6g}) (shift 0..{MAX_SHIFT}); {bad.size} channel(s): these weights "
+            f"need another output scale, compile the model instead")
 
 
 def plan_refit(network: Any, source: Any) -> RefitPlan:
