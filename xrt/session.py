@@ -54,6 +54,7 @@ class Session:
         self._total_ms = 0.0
         self._from_snapshot = False
         self._steps_: list[tuple[Any, Backend, tuple[int, ...]]] | None = None
+        self._plan_: tuple[dict[int, Backend], list[Any]] | None = None
         self._io_: tuple[list[Any], list[Any]] | None = None
 
     # --- construction -------------------------------------------------------------------
@@ -441,7 +442,10 @@ class Session:
         user_out = self._bind_user_outputs(outputs) if outputs is not None else {}
         self._profile = {}
         t0 = time.perf_counter()
-        self._run(0, len(self._view.ops), user_out)
+        if user_out or not self._plain():
+            self._run(0, len(self._view.ops), user_out)
+        else:
+            self._run_plan()
         self._total_ms = (time.perf_counter() - t0) * 1e3
         self._position = 0
         results = [self._values[v.v_id] for v in self._io()[1]]
@@ -566,6 +570,90 @@ class Session:
                     with open(os.path.join(dump_path, name), "wb") as fh:
                         t.dump(fh, dump_fmt)
             t_op = perf() if (dump_on or self._log_io) else t_end  # debug output: no op's
+
+    def _plain(self) -> bool:
+        """Whether a forward may take the compiled plan (`_run_plan`): nothing asks for what
+        happens per op -- no callbacks, time profile, timing or IO log, output dumps."""
+        return self._pre is None and self._post is None and not (
+            self._time_profile or self._log_time or self._log_io or self._dump[0])
+
+    def _plan(self) -> list[tuple[bool, Backend, Any, tuple[int, ...], tuple[int, ...]]]:
+        """The forward as a compiled plan, made on the first plain forward (the bindings are
+        fixed once the session is created; a clone or sub-session has other bindings and
+        makes its own). Each entry is (segment?, backend, what, source v_ids, result v_ids):
+        a run of consecutive ops on a backend with `forwardSegment` (an NPU backend's chip
+        segment) is one entry -- `what` its ops, sources the values it reads from outside,
+        results the values read after it -- any other op one entry -- `what` (op, forward
+        function or None for the backend's own `forwardOp`)."""
+        plan = self._plan_
+        if plan is not None and plan[0] is self._bindings:
+            return plan[1]
+        steps = self._steps()
+        last_use: dict[int, int] = {}
+        for i, (_, _, sources) in enumerate(steps):
+            for vid in sources:
+                last_use[vid] = i
+        for v in self._io()[1]:
+            last_use[v.v_id] = len(steps)
+        entries: list[tuple[bool, Backend, Any, tuple[int, ...], tuple[int, ...]]] = []
+        i = 0
+        while i < len(steps):
+            op, backend, sources = steps[i]
+            if getattr(backend, "forwardSegment", None) is None:
+                fn = backend.getForwardFunc(op) \
+                    if type(backend).forwardOp is Backend.forwardOp else None
+                entries.append((False, backend, (op, fn), sources,
+                                tuple(v.v_id for v in op.outputs)))
+                i += 1
+                continue
+            j = i
+            while j < len(steps) and steps[j][1] is backend:
+                j += 1
+            ops = tuple(st[0] for st in steps[i:j])
+            made = {v.v_id for o in ops for v in o.outputs}
+            feeds = tuple(dict.fromkeys(vid for st in steps[i:j] for vid in st[2]
+                                        if vid not in made))
+            wanted = tuple(v.v_id for o in ops for v in o.outputs
+                           if last_use.get(v.v_id, -1) >= j)
+            entries.append((True, backend, ops, feeds, wanted))
+            i = j
+        self._plan_ = (self._bindings, entries)
+        return entries
+
+    def _run_plan(self) -> None:
+        """A plain forward: the compiled plan, one call per chip segment and per other op, none
+        of the per-op bookkeeping of `_run` (times, callbacks, logs), the same results."""
+        values = self._values
+        for segment, backend, what, sources, results in self._plan():
+            try:
+                ins = [values[vid] for vid in sources]
+            except KeyError:
+                self._missing(what if segment else what[:1], sources)
+                raise
+            for k, t in enumerate(ins):
+                if not backend.holds(t):
+                    ins[k] = t.to(backend.memRegion())
+            if segment:
+                outs = backend.forwardSegment(what, dict(zip(sources, ins)), results)
+            else:
+                op, fn = what
+                outs = fn(op, ins, [], backend) if fn is not None else \
+                    backend.forwardOp(op, ins, [])
+                if len(outs) != len(results):
+                    raise XrtError(f"{type(backend).__name__} returned {len(outs)} tensors for "
+                                   f"op {op.op_id} ({op.op_type}), which has {len(results)} "
+                                   f"outputs")
+            values.update(zip(results, outs))
+        for b in self._backends:
+            b.takeTimeElapses()  # a backend's own records: nobody reads them on this path
+
+    def _missing(self, ops: Sequence[Any], sources: tuple[int, ...]) -> None:
+        """Raise for the first input among `sources` of `ops` that has no tensor."""
+        for op in ops:
+            for k, v in enumerate(op.outputs if op.op_type == "Input" else op.inputs):
+                if v.v_id in sources and v.v_id not in self._values:
+                    raise XrtError(f"op {op.op_id} ({op.op_type}) input {k} (v_id {v.v_id}) "
+                                   f"has no tensor: feed it in inputs or run its producer first")
 
     def _record_times(self, op: Any, wall: float, memcpy_ms: float,
                       extra: dict[int, tuple[float, float, float]]) -> None:

@@ -299,9 +299,25 @@ class NpuBackend(ChipSteps, Backend):
         if op.op_id not in self.layout.order:
             raise XrtError(f"HardOp {op.op_id} is not in this {type(self).__name__}'s network "
                            f"view")
-        gate = self._gate
-        if gate is None:
+        if self._gate is None:
             return self._forwarder.forward_hardop(op, inputs, outputs, self)
+        return self._gated(self._forwarder.forward_hardop, op, inputs, outputs, self)
+
+    def forwardSegment(self, ops: tuple[Any, ...], feeds: dict[int, Tensor],
+                       wanted: tuple[int, ...]) -> list[Tensor]:
+        """Run consecutive HardOps of the view in one call (a Session's plain forward: one
+        call per chip segment): `feeds` holds the tensors of the values they read from
+        outside (v_id -> tensor), the result is a tensor per v_id of `wanted`. The same runs
+        on the same device memory as `forwardHardOp` op by op; see `Forwarder.forward_segment`.
+        The per-op times of `setTimeElapses` are not recorded."""
+        self._require_forwardable("forwardSegment")
+        if self._gate is None:
+            return self._forwarder.forward_segment(ops, feeds, wanted, self)
+        return self._gated(self._forwarder.forward_segment, ops, feeds, wanted, self)
+
+    def _gated(self, fn: Any, *args: Any) -> Any:
+        """`fn(*args)` inside the gate of a shared FTMP chunk (sharing.py)."""
+        gate = self._gate
         if not self._gate_held:  # the first HardOp of a forward on a shared FTMP chunk
             gate.enter(self._pin_label())
             self._gate_held = True
@@ -310,7 +326,7 @@ class NpuBackend(ChipSteps, Backend):
                 f"{self._pin_label()}: forwarded from two threads at once while its work "
                 f"memory is a shared FTMP chunk; give each thread its own session (or fork())")
         try:
-            return self._forwarder.forward_hardop(op, inputs, outputs, self)
+            return fn(*args)
         finally:
             if not self._forwarder.holding:  # the forward ended (its last HardOp, or failed)
                 self._gate_held = False

@@ -7,11 +7,22 @@ the profiler records and returns tensors over the results in ETM or OCM (or the 
 tensors, mapped or copied into). A buffer whose address is fixed -- every buffer with the MMU off
 (the instructions hold physical addresses), a packed INPUT/OUTPUT buffer (its MMU entry maps a
 whole group) -- is copied into instead of being mapped.
+
+Two ways in: `forward_hardop`, one HardOp per call (the session's per-op path, with per-op
+times for its profile, callbacks and stepTo), and `forward_segment`, a run of consecutive
+HardOps in one call (the session's plain forward: one call per chip segment). The segment path
+runs the same runs on the same device memory in the same order -- bind the INPUT buffers, one
+icoreCalc per run on the instructions in simulated ETM -- from a plan compiled once per
+segment (`_Segment`: run positions, fed values, result places, staged values), which lives as
+long as this forwarder, that is as long as its deployment: apply, a fork and a snapshot restore
+make a new forwarder, and a weight refresh rewrites the WEIGHT segment in place, which changes
+none of the runs, INPUT/OUTPUT bindings or result places a plan holds.
 """
 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -19,7 +30,7 @@ import numpy as np
 from npu_model.core import PROFILE_RECORD
 from xir.types import TensorType
 from xrt.device import HostDevice
-from xrt.errors import CallOrderError, TensorError
+from xrt.errors import CallOrderError, TensorError, XrtError
 from xrt.tensor import Tensor
 
 from .apply import Deployment, Run
@@ -50,6 +61,21 @@ class ChipSteps:
         return t
 
 
+@dataclass
+class _Segment:
+    """The compiled plan of a chip segment (`Forwarder.forward_segment`)."""
+
+    #: per HardOp: (position in the run order, the HardOp, its run, its values fed from
+    #: INPUT buffers)
+    steps: list[tuple[int, Any, Run, tuple[Any, ...]]]
+    #: the values handed back, in the order asked
+    outs: list[Any]
+    #: results staged into the user's chunk (`userConnectNetwork`): (value, chunk)
+    staged: list[tuple[Any, Any]]
+    #: whether the segment holds the view's last HardOp (the device is released after it)
+    ends: bool
+
+
 class Forwarder:
     """Runs the HardOps of one deployment; one per backend (a fork has its own)."""
 
@@ -78,6 +104,8 @@ class Forwarder:
         self._steps: dict[int, tuple[int, Run, tuple[int, ...]]] = {}
         #: v_id -> where its results lie (`_place_of`), made on first use
         self._places: dict[int, tuple[TensorType, Any, int, bool, int]] = {}
+        #: (HardOps, wanted v_ids) -> the compiled plan of that chip segment
+        self._segments: dict[tuple[tuple[Any, ...], tuple[int, ...]], _Segment] = {}
         self.restore_io()
 
     # --- one HardOp ------------------------------------------------------------------------------
@@ -98,6 +126,71 @@ class Forwarder:
         if order[op.op_id] == len(order) - 1:
             self.release()
         return res
+
+    # --- one chip segment ------------------------------------------------------------------------
+    def forward_segment(self, ops: tuple[Any, ...], feeds: dict[int, Tensor],
+                        wanted: tuple[int, ...], steps: ChipSteps) -> list[Tensor]:
+        """Run the HardOps `ops` (consecutive in the view, in its order) in one call: bind each
+        one's INPUT buffers from `feeds` (v_id -> tensor), execute each of their runs once,
+        stage the user-connected results and return tensors over the values `wanted` (v_ids).
+        The device is held as by `forward_hardop` (from the first HardOp of a forward to the
+        last). No per-op times are recorded (the session's plain forward reads none); the
+        profiler's records are collected as on the per-op path (`profile`)."""
+        key = (ops, wanted)
+        seg = self._segments.get(key)
+        if seg is None:
+            seg = self._segments[key] = self._segment_of(ops, wanted)
+        if not self.holding:
+            self.device.share.lock.acquire()
+            self.holding = True
+        try:
+            for pos, op, run, fed in seg.steps:
+                if pos <= self.last_pos or not self.done:
+                    self._start_forward()
+                self.last_pos = pos
+                for v in fed:
+                    t = feeds.get(v.v_id)
+                    if t is None:
+                        raise TensorError(f"HardOp {op.op_id} input v_id {v.v_id} ('{v.name}') "
+                                          f"was not fed")
+                    self._bind_input(op, v, t)
+                if op.op_id not in self.done:
+                    self.pending_ms = {}
+                    self._execute(run, steps)
+                    self.done.update(run.op_ids)
+            staged = {v.v_id: self._stage(v, chunk, to_user=True) for v, chunk in seg.staged}
+            results = [staged[v.v_id] if v.v_id in staged else self.tensor_of(v, steps)
+                       for v in seg.outs] if staged else \
+                [self.tensor_of(v, steps) for v in seg.outs]
+        except BaseException:
+            self.release()
+            raise
+        if seg.ends:
+            self.release()
+        return results
+
+    def _segment_of(self, ops: tuple[Any, ...], wanted: tuple[int, ...]) -> _Segment:
+        """The compiled plan of a chip segment: what `forward_segment` needs that only the
+        deployment decides."""
+        order = self.layout.order
+        steps = []
+        for op in ops:
+            if op.op_id not in order:
+                raise XrtError(f"HardOp {op.op_id} is not in this backend's network view")
+            step = self._steps.get(op.op_id)
+            if step is None:
+                step = self._steps[op.op_id] = self._step_of(op)
+            pos, run, fed = step
+            steps.append((pos, op, run, tuple(op.inputs[k] for k in fed)))
+        produced = {v.v_id: v for op in ops for v in op.outputs}
+        missing = [vid for vid in wanted if vid not in produced]
+        if missing:
+            raise XrtError(f"values {missing} are outputs of none of HardOps "
+                           f"{[op.op_id for op in ops]}")
+        staged = self.settings.staged if not self.is_fork else {}
+        return _Segment(steps=steps, outs=[produced[vid] for vid in wanted],
+                        staged=[(v, staged[vid]) for vid, v in produced.items() if vid in staged],
+                        ends=any(order[op.op_id] == len(order) - 1 for op in ops))
 
     def release(self) -> None:
         if self.holding:
