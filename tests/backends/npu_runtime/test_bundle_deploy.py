@@ -9,6 +9,7 @@ same holds through `socket://`."""
 from __future__ import annotations
 
 import importlib
+import threading
 
 import numpy as np
 import onnx
@@ -180,6 +181,95 @@ def test_a_refresh_of_a_block_one_member_holds_alone_is_refused(chip):
             np.testing.assert_array_equal(u, v)
         s.close()
     chunk.free()
+
+
+def test_members_forward_from_three_threads_at_once(chip):
+    """The WEIGHT chunk is only read by forwards: the three members forward at once, each from
+    its own thread, 6 times each, every output exact."""
+    data, qs, _ = _case(chip)
+    bundle = xir.Bundle.CreateFromBuffer(data)
+    ss, chunk = _shared(chip, bundle)
+    xs = {k: x_of(qs[k], 8) for k in ss}
+    want = {k: host_ref(qs[k], xs[k]) for k in ss}
+    bad: list[str] = []
+
+    def work(k):
+        for _ in range(6):
+            if not all(np.array_equal(u, v) for u, v in zip(_out(ss[k], xs[k]), want[k])):
+                bad.append(k)
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in ss]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(300)
+    assert not bad and not any(t.is_alive() for t in threads)
+    for s in ss.values():
+        s.close()
+    chunk.free()
+
+
+def test_a_refresh_while_another_member_forwards_in_a_thread(chip):
+    """The Ascend weight-update scenario: one member's weights updated back and forth while
+    another member forwards from another thread; each of its forwards sees the old weights or
+    the new, never a mix (the refresh writes under the device's forward lock)."""
+    data, qs, _ = _case(chip)
+    bundle = xir.Bundle.CreateFromBuffer(data)
+    ss, chunk = _shared(chip, bundle)
+    first, last = bundle.names()[0], bundle.names()[-1]
+    x = x_of(qs[last], 9)
+    old_src = _copy(bundle.network(first))
+    new_src = _source(bundle, first, _case(chip, seed=1)[2][first], shared_only=True)
+    want_old = _out(ss[last], x)
+    ss[first].backends[0].refreshWeights(new_src)
+    want_new = _out(ss[last], x)
+    ss[first].backends[0].refreshWeights(old_src)
+    assert any(not np.array_equal(u, v) for u, v in zip(want_old, want_new))
+    outs: list = []
+    stop = threading.Event()
+
+    def forward():
+        while not stop.is_set() and len(outs) < 20:
+            outs.append(_out(ss[last], x))
+
+    t = threading.Thread(target=forward)
+    t.start()
+    i = 0
+    while t.is_alive() and i < 200:
+        ss[first].backends[0].refreshWeights(new_src if i % 2 == 0 else old_src)
+        i += 1
+    stop.set()
+    t.join(120)
+    assert outs and i > 1
+    for o in outs:
+        assert (all(np.array_equal(u, v) for u, v in zip(want_old, o))
+                or all(np.array_equal(u, v) for u, v in zip(want_new, o)))
+    for s in ss.values():
+        s.close()
+    chunk.free()
+
+
+def test_members_with_the_mmu_off(chip):
+    """A chip whose MMU can be switched off (the Buyi) runs every address physical: the bundle's
+    weight moves and then the physical relocation, one after the other; still exact."""
+    if not chip.backend.chip.mmu_switch:
+        pytest.skip(f"{chip.kind} has no MMU switch")
+    data, qs, _ = _case(chip)
+    dev = Device.Open(f"sim://{chip.kind}")
+    try:
+        dev.mmuModeSwitch(False)
+        bundle = xir.Bundle.CreateFromBuffer(data)
+        ss, chunk = _shared(chip, bundle, dev)
+        for k, s in ss.items():
+            assert not s.backends[0].mmu_mode
+            x = x_of(qs[k], 10)
+            for u, v in zip(_out(s, x), host_ref(qs[k], x)):
+                np.testing.assert_array_equal(u, v)
+            assert s.backends[0].precheck()
+            s.close()
+        chunk.free()
+    finally:
+        dev.close()
 
 
 def test_a_network_of_no_bundle_cannot_join_the_chunk(chip):

@@ -56,6 +56,16 @@ def test_cli_writes_one_bundle_per_target(tmp_path, capsys):
                            "tiny_cnn_quantized.json", "tiny_cnn_quantized.raw"]
 
 
+def test_bundle_shapes_from_a_toml_config(tmp_path):
+    (tmp_path / "c.toml").write_text(
+        '[compile]\nmodel = "tiny_cnn"\ntarget = "buyi"\nmethod = "minmax"\n'
+        f'output = "{tmp_path / "o"}"\n'
+        'bundle_shapes = ["input=1,16,16,3", "input=1,24,24,3"]\n')
+    assert main(["compile", "--config", str(tmp_path / "c.toml")]) == 0
+    bundle = xir.Bundle.CreateFromFile(tmp_path / "o" / "tiny_cnn_BY.bundle")
+    assert bundle.names() == ["1x16x16x3", "1x24x24x3"]
+
+
 def test_every_member_has_the_scales_of_the_one_quantization(quantized):
     small = reshape_network(quantized, {"input": (1, 16, 16, 3)})
     scales = {op.op_id: [str(v.dtype.element_dtype) for v in op.outputs] for op in quantized.ops}
