@@ -216,3 +216,50 @@ def test_refit_over_the_socket(chip, case):
     finally:
         dev.close()
         srv.shutdown()
+
+
+def test_a_weight_chunk_shared_by_networks_holding_the_same_params(chip, case):
+    """Two network objects whose HardOps hold the very same weight Params (what a bundle's
+    members do) on one WEIGHT chunk: one refit refreshes both. A third network object with its
+    own copies of the Params on that chunk is refused (it would keep stale parameters), and
+    nothing is written."""
+    m0, m1, q, z, lowering, x = case
+    net_a, net_b = _copy(z), _copy(z)
+    shared = {op.op_id: op.params[0] for op in net_a.ops if op.op_type == "HardOp" and op.params}
+    for op in net_b.ops:
+        if op.op_id in shared:
+            op.params[0] = shared[op.op_id]
+    probe = Session.Create([chip.backend, HostBackend], net_a.view(0),
+                           [chip.dev, HostDevice.Default()]).backends[0]
+    region = chip.dev.defaultMemRegion()
+    chunks = {st: region.malloc(max(probe.logic_segment_map[st].byte_size, 1), True, 4096)
+              for st in (SegmentType.WEIGHT, SegmentType.INSTR)}
+    probe.deinit()
+
+    def on_chunks(net):
+        s = Session.Create([chip.backend, HostBackend], net.view(0),
+                           [chip.dev, HostDevice.Default()])
+        for st, c in chunks.items():
+            s.backends[0].userReuseSegment(c, st)
+        s.apply()
+        return s
+
+    sa, sb = on_chunks(net_a), on_chunks(net_b)
+    rep = sa.refitWeights(m1)
+    want = _reference(_copy(q), m1, x)
+    for s in (sa, sb):
+        for u, v in zip(want, _out(s, x)):
+            np.testing.assert_array_equal(u, v)
+        assert s.backends[0].precheck()
+    assert rep.hardops
+    sc = on_chunks(_copy(net_a))  # the refitted weights, in Params of its own
+    weight0 = _segment(sa.backends[0], SegmentType.WEIGHT)
+    with pytest.raises(InvalidArgumentError, match="another network object"):
+        sa.refitWeights(m0)
+    assert _segment(sa.backends[0], SegmentType.WEIGHT) == weight0
+    for s in (sa, sb, sc):
+        for u, v in zip(want, _out(s, x)):
+            np.testing.assert_array_equal(u, v)
+        s.close()
+    for c in chunks.values():
+        c.free()
