@@ -20,6 +20,7 @@ from runtime_cases import host_ref, x_of
 import xir
 from host_backend import HostBackend
 from npu_runtime import SegmentType
+from xcompile import zoo
 from xcompile.bundle import reshape_network
 from xrt import Device, HostDevice, Session
 from xrt.cli import main
@@ -158,6 +159,42 @@ def test_one_refresh_updates_every_member(chip):
     for u, v in zip(_out(late, xs[k]), _out(ss[k], xs[k])):
         np.testing.assert_array_equal(u, v)
     for s in (*ss.values(), late):
+        s.close()
+    chunk.free()
+
+
+def test_one_refit_from_onnx_updates_every_member(chip):
+    """`Session.refitWeights(onnx)` on one member (tiny_cnn exported to ONNX, the bundle built
+    from it, refitted from the export of another seed): every member then gives, bit for bit,
+    the integer reference of its own quantized network refitted alike."""
+    from xcompile.frontend import import_onnx
+    from xcompile.frontend.onnx_export import export_onnx
+    from xcompile.quant.quantize import quantize_network
+
+    m0, m1 = (export_onnx(zoo.build("tiny_cnn", seed=seed)) for seed in (0, 1))
+    cal = [[np.transpose(s[0], (0, 3, 1, 2))] for s in zoo.calibration_set("tiny_cnn", count=2)]
+    q = quantize_network(import_onnx(m0), cal, bits=8, method="minmax",
+                         weight_rounding="nearest")
+    name = q.inputs()[0].name
+    lowering = importlib.import_module(f"{chip.package}.lowering")
+    qs = {f"s{n}": reshape_network(q, {name: (1, 3, n, n)}) for n in SIZES}
+    bundle = xir.Bundle.CreateFromBuffer(xir.Bundle.from_networks(
+        {k: lowering.lower(lowering.adapt(v)) for k, v in qs.items()}).dumpToBuffer())
+    ss, chunk = _shared(chip, bundle)
+    xs = {k: x_of(qs[k], 11) for k in ss}
+    before = {k: _out(s, xs[k]) for k, s in ss.items()}
+    rep = ss[bundle.names()[1]].refitWeights(m1)
+    assert rep.bytes > 0 and rep.host_ops == []
+    for k, s in ss.items():
+        h = Session.Create([HostBackend], _copy(qs[k]).view(0), [HostDevice.Default()])
+        h.apply()
+        h.refitWeights(m1)
+        got = _out(s, xs[k])
+        for u, v in zip(_out(h, xs[k]), got):
+            np.testing.assert_array_equal(u, v)
+        assert any(not np.array_equal(u, v) for u, v in zip(before[k], got)), k
+        assert s.backends[0].precheck()
+        h.close()
         s.close()
     chunk.free()
 
