@@ -230,6 +230,12 @@ def plan_refit(network: Any, source: Any) -> RefitPlan:
             f"refitWeights: network '{getattr(root, 'name', '?')}' carries no refit records "
             f"(it was not imported from ONNX and quantized by this compiler, or was compiled "
             f"before refits were recorded): recompile it with `xrt compile`")
+    quant = tags.get("quantization") or {}
+    if quant.get("equalized_pairs"):
+        raise InvalidArgumentError(
+            f"refitWeights: network '{root.name}' was compiled with cross-layer equalisation "
+            f"({quant['equalized_pairs']} convolution pairs rescaled by factors of the old "
+            f"weights): its layers cannot be recomputed from new initializers; recompile")
     arrays, label, graph = _read_source(source)
     _check_names(arrays, known, graph, tags.get(GRAPH_TAG), label)
     digests = {n: [initializer_digest(a), list(a.shape), a.dtype.str] for n, a in arrays.items()}

@@ -221,3 +221,15 @@ def test_records_survive_save_and_load(tiny, tmp_path):
     for oid, layer in a.layers.items():
         np.testing.assert_array_equal(layer.op.inputs[1].data, b.layers[oid].op.inputs[1].data)
         assert layer.op.attrs == b.layers[oid].op.attrs
+
+
+def test_an_equalized_network_is_refused(tiny):
+    """Cross-layer equalisation rescaled pairs by factors of the old weights: a refit cannot
+    recompute them from initializers, and says so."""
+    m0, m1, q = tiny
+    net = _copy(q)
+    net.tags["quantization"] = {**net.tags["quantization"], "equalized_pairs": 2}
+    s = _host(net)
+    with pytest.raises(InvalidArgumentError, match="cross-layer equalisation"):
+        s.refitWeights(m1)
+    s.close()
