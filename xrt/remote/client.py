@@ -254,8 +254,8 @@ class RemoteAllocator(Allocator):
         super().__init__(base, size, name)
         self._remote = remote
         self.index = index
-        #: set by `RemoteMemRegion.lease` around its one allocation: the next reserve is a LEASE
-        self.leasing = False
+        #: the thread in `RemoteMemRegion.lease`, whose reserve is a LEASE (None: no lease)
+        self.leasing: int | None = None
 
     def alloc(self, size: int, alignment: int = 1) -> int:
         addr = U64(self._remote.request(Msg.MALLOC, P.MALLOC_REQ.pack(self.index, int(size),
@@ -263,7 +263,7 @@ class RemoteAllocator(Allocator):
         return super().reserve(addr, size)
 
     def reserve(self, addr: int, size: int) -> int:
-        if self.leasing:
+        if self.leasing == threading.get_ident():
             got = U64(self._remote.request(Msg.LEASE, P.REGION.pack(self.index, int(addr))))
         else:
             got = U64(self._remote.request(Msg.RESERVE, P.RESERVE_REQ.pack(
@@ -299,11 +299,11 @@ class RemoteMemRegion(MemRegion):
         never see each other's bytes (the server keeps the bytes of the clients not running).
         Refused while a client holds an ordinary chunk in the region."""
         with self._lease_lock:
-            self._alloc.leasing = True
+            self._alloc.leasing = threading.get_ident()
             try:
                 return self.malloc(MemPtr(self.base), self.size, None, auto_free)
             finally:
-                self._alloc.leasing = False
+                self._alloc.leasing = None
 
 
 class RemoteRegRegion(RegRegion):

@@ -118,11 +118,14 @@ class _Shared:
         self.holder = lease
 
     def release(self, lease: _Lease) -> None:
+        """End `lease`; its bytes are dropped (zeroed where they are in the region), and the
+        region goes back to the allocator with the last lease."""
         self.leases.remove(lease)
         lease.image = None
         if self.holder is lease:
             self.holder = None
-            self.region.storage.fill(self.region.base, self.region.size, 0)
+            if not self.arena.is_freed:  # (freed: the device was closed under the server)
+                self.region.storage.fill(self.region.base, self.region.size, 0)
         if not self.leases and not self.arena.is_freed:
             self.arena.free()
 

@@ -16,9 +16,12 @@ from runtime_cases import host_ref, run, x_of
 
 import xir
 from host_backend import HostBackend
+from npu_runtime import SegmentType
+from npu_runtime.sharing import SharedSegmentBusyError
 from xrt import Device, HostDevice, Session
 from xrt.errors import (
     AddressInUseError,
+    ChunkInUseError,
     DeviceUrlError,
     OutOfDeviceMemoryError,
     UnsupportedOpError,
@@ -94,6 +97,58 @@ def test_one_device_class_and_one_set_of_fields_whatever_the_transport(chip, ser
         sock_cls(f"sim://{chip.kind}")
     with pytest.raises(UnsupportedOpError, match="in-process"):
         srv.device.call("layerCount")
+
+
+def test_every_served_method_is_on_the_servers_allow_list(chip, served):
+    _, (a, _) = served
+    cls = type(a)
+    names = {n for n in dir(cls) if getattr(getattr(cls, n), "served", False)}
+    assert {"icoreCalc", "reset"} <= set(a.transport.description["methods"])
+    assert {"calcTime", "mmuMap", "getRowsCols"} <= names
+    assert names <= set(a.transport.description["methods"])
+
+
+def test_a_paused_forward_on_a_shared_ftmp_chunk_blocks_only_its_own_client(chip, served):
+    """Client A: two networks on one FTMP chunk of its own, the first paused between its
+    HardOps; the second in the same thread is refused (SharedSegmentBusyError), and the chunk
+    cannot be freed under them (ChunkInUseError). Client B, sharing nothing, forwards the same
+    networks on its own chunk meanwhile, exactly."""
+    _, devs = served
+    cases = [chip.compiled("tiny_cnn"), chip.compiled("tiny_cnn", input_size=48)]
+    xs = [x_of(q, 13 + i) for i, (q, _) in enumerate(cases)]
+    refs = [host_ref(q, x) for (q, _), x in zip(cases, xs)]
+    setups = []
+    for dev in devs:
+        ss = []
+        for _, z in cases:
+            s = Session.Create([chip.backend, HostBackend], z.view(0),
+                               [dev, HostDevice.Default()])
+            chip.configure(s.backends[0], merge=False, no_ocm=True)
+            ss.append(s)
+        size = max(s.backends[0].logic_segment_map[SegmentType.FTMP].byte_size for s in ss)
+        chunk = dev.defaultMemRegion().malloc(size, True, 4096)
+        for s in ss:
+            s.backends[0].userReuseSegment(chunk, SegmentType.FTMP)
+            s.apply()
+        setups.append((ss, chunk))
+    (a1, a2), chunk_a = setups[0]
+    hard = [op.op_id for op in a1.network_view.ops if op.op_type == "HardOp"]
+    a1.stepTo(hard[len(hard) // 2], [xs[0]])
+    with pytest.raises(SharedSegmentBusyError):
+        a2.forward([xs[1]])
+    with pytest.raises(ChunkInUseError):
+        chunk_a.free()
+    (b1, b2), chunk_b = setups[1]
+    for s, x, r in ((b2, xs[1], refs[1]), (b1, xs[0], refs[0])):
+        for u, v in zip(r, run(s, x)):
+            np.testing.assert_array_equal(u, v)
+    a1.close()  # the paused forward ends with its session
+    for u, v in zip(refs[1], run(a2, xs[1])):
+        np.testing.assert_array_equal(u, v)
+    for (ss, chunk) in setups:
+        for s in ss:
+            s.close()
+        chunk.free()
 
 
 def test_a_network_loaded_from_memory_runs_on_a_served_chip(chip, served):
