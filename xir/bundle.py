@@ -201,6 +201,11 @@ class Bundle:
                 raise NetworkFormatError(f"bundle '{name}': member {key!r} is the same network "
                                          f"object as another member", field=key)
             members[key] = net
+        targets = {op.compile_target for net in members.values() for op in _hardops(net)}
+        if len(targets) > 1:
+            raise NetworkFormatError(f"bundle '{name}': the members' HardOps were compiled for "
+                                     f"{sorted(targets)}; a bundle holds networks lowered for "
+                                     f"one target (one bundle per chip)", field="compile_target")
         blocks, base, size = _relayout(name, members)
         for key, net in members.items():
             net.tags[BUNDLE_TAG] = {"name": name, "member": key, "weight_base": base,
@@ -296,6 +301,10 @@ class Bundle:
         for `bytes`), which they keep alive."""
         from .serialize.raw import BUFFER_LABEL, _byte_array
 
+        if isinstance(data, str):
+            raise NetworkFormatError(f"CreateFromBuffer takes the bundle's bytes, not a str "
+                                     f"({data[:40]!r}...): for a file use CreateFromFile",
+                                     file=BUFFER_LABEL, field="buffer")
         return _read(_byte_array(data, True), BUFFER_LABEL)
 
     from_file = CreateFromFile

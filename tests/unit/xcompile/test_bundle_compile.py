@@ -77,6 +77,31 @@ def test_every_member_has_the_scales_of_the_one_quantization(quantized):
         np.testing.assert_array_equal(p.data, q.data)
 
 
+def test_each_member_computes_its_shape_like_the_float_network(quantized):
+    """The one quantization serves every shape: each reshaped member's integer reference
+    against the float tiny_cnn at that size, cosine over 4 images. (The float network is the
+    one calibrated, given the shape the same way: the zoo's own build at another size draws
+    other BatchNorm statistics. The ONNX test in test_bundle_deploy.py checks the reshape
+    itself against onnxruntime.)"""
+    from host_backend import HostBackend
+    from xrt import HostDevice, Session
+
+    float_net = zoo.build("tiny_cnn")
+    for n, least in ((32, 0.975), (48, 0.995), (64, 0.995)):  # measured 0.980, 0.9996, 0.9998
+        member = reshape_network(quantized, {"input": (1, n, n, 3)})
+        ref = reshape_network(float_net, {"input": (1, n, n, 3)})
+        si, sf = (Session.Create([HostBackend], z.view(0), [HostDevice.Default()])
+                  for z in (member, ref))
+        si.apply()
+        sf.apply()
+        got, want = [], []
+        for (img,) in zoo.calibration_set("tiny_cnn", count=4, seed=3, input_size=n):
+            got.append(np.asarray(si.forward([img])[0], np.float64).ravel())
+            want.append(np.asarray(sf.forward([img])[0], np.float64).ravel())
+        g, w = np.concatenate(got), np.concatenate(want)
+        assert g @ w / (np.linalg.norm(g) * np.linalg.norm(w)) > least, n
+
+
 @pytest.mark.parametrize("spec, match", [
     (["x"], "not NAME=D0,D1"), (["input=1,a,3"], "not NAME=D0,D1"),
     (["input=1,0,3,3"], "positive"), (["input=1,8,8,3", "input=1,8,8,3"], "twice"),

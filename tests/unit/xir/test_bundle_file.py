@@ -176,8 +176,10 @@ def test_truncated_padded_and_foreign_files_are_refused(tmp_path):
     assert data.startswith(BUNDLE_MAGIC)
     with pytest.raises(NetworkFileNotFoundError):
         xir.Bundle.CreateFromFile(tmp_path / "missing.bundle")
-    with pytest.raises(XirError, match="buffer"):
+    with pytest.raises(NetworkFormatError, match="for a file use CreateFromFile"):
         xir.Bundle.CreateFromBuffer("toy.bundle")
+    with pytest.raises(XirError, match="buffer"):
+        xir.Bundle.CreateFromBuffer(12)
 
 
 def test_what_cannot_be_bundled_is_refused():
@@ -190,6 +192,12 @@ def test_what_cannot_be_bundled_is_refused():
         xir.Bundle.from_networks([("a", net), ("b", net)])
     with pytest.raises(NetworkFormatError, match="two members are named 'a'"):
         xir.Bundle.from_networks([("a", net), ("a", _member(8))])
+    other = _member(16)
+    for op in other.ops:
+        if op.op_type == "HardOp":
+            op.compile_target = "@fmsh(buyi)"
+    with pytest.raises(NetworkFormatError, match="lowered for one target"):
+        xir.Bundle.from_networks({"a": _member(8), "b": other})
     bare = xir.Network.CreateFromJsonStr(_member(8).dumpJsonToStr())  # no raw loaded
     with pytest.raises(FieldTypeError, match="has no weight data"):
         xir.Bundle.from_networks({"a": bare})
