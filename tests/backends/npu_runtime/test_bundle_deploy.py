@@ -410,6 +410,18 @@ def test_members_share_a_chunk_over_the_socket(chip):
                 np.testing.assert_array_equal(u, v)
             assert s.backends[0].phy_segment_map[SegmentType.WEIGHT].single_chunk.memChunk \
                 == chunk
+        # one refresh through the first member, over the socket, reaches every member
+        first = bundle.names()[0]
+        ss[first].backends[0].refreshWeights(
+            _source(bundle, first, _case(chip, seed=1)[2][first], shared_only=True))
+        for k, s in ss.items():
+            x = x_of(qs[k], 4)
+            fresh = _session(chip, _copy(bundle.network(k)))  # local, from the member as it is
+            for u, v in zip(_out(fresh, x), _out(s, x)):
+                np.testing.assert_array_equal(u, v)
+            fresh.close()
+        late = _session(chip, bundle.network(bundle.names()[-1]), chunk, dev)  # joins after
+        late.close()
         for s in ss.values():
             s.close()
         chunk.free()
