@@ -15,6 +15,7 @@ every START (`NpuDevice.mmu_table`, which a chip may change: the Buyi's MMU swit
 from __future__ import annotations
 
 import logging
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import Any
 
@@ -37,7 +38,7 @@ MEM_ALIGNMENT = 64
 OCM_ARENA_ALIGN = 4096
 
 
-class Transport:
+class Transport(ABC):
     """What an `NpuDevice` holds to reach its hardware. Every transport has these fields, so the
     runtime reads them without probing."""
 
@@ -57,29 +58,31 @@ class Transport:
     #: the device's default wait time (ms; `Device.setWaitTime` changes it)
     wait_time_ms: int = DEFAULT_WAIT_TIME_MS
 
+    @abstractmethod
     def attach(self, device: Any) -> tuple[MemRegion, MemRegion | None, Any]:
         """Add the memory regions ("etm", "ocm" where the variant has one) and the register
         region ("regs") to `device`; return them."""
-        raise NotImplementedError  # pragma: no cover - every transport implements it
 
     def invoke(self, device: Any, method: Callable, args: tuple, cast: Callable | None) -> Any:
         """Run `method(device, *args)`, a `served` method of the device: in process here; one
         CALL of the served device over a socket."""
         return method(device, *args)
 
+    @abstractmethod
     def run(self, addr: int, size: int) -> None:
         """`icoreCalc(addr, size)`: run the instructions, blocking; DeviceError on a fault."""
-        raise NotImplementedError  # pragma: no cover
 
+    @abstractmethod
     def reset(self, level: int) -> None:
         """`reset(level)` after the device checked the level (0 full, 1 fast)."""
-        raise NotImplementedError  # pragma: no cover
 
+    @abstractmethod
     def stats(self) -> dict[str, int]:
-        raise NotImplementedError  # pragma: no cover
+        """Cumulative simulator counters (runs, layers, cycles, MACs, bytes, tiles)."""
 
+    @abstractmethod
     def clear_stats(self) -> None:
-        raise NotImplementedError  # pragma: no cover
+        """Set the simulator counters to 0."""
 
     def ocm_arena(self, region: MemRegion) -> MemChunk:
         """The whole OCM `region` as one chunk the backends of this device share."""
@@ -97,6 +100,7 @@ class Transport:
         raise UnsupportedOpError("an in-process device is not served; server_info is a "
                                  "socket device's")
 
+    @abstractmethod
     def close(self) -> None:
         """Release what the transport holds (runs once, before the device frees its memory)."""
 
@@ -286,6 +290,11 @@ class LocalCore(Transport):
 
     def stats(self) -> dict[str, int]:
         return self.core.stats()
+
+    def close(self) -> None:
+        """Nothing to release beyond the device's memories, which the device frees; a run
+        confined for a served client ends here too."""
+        self.confined = None
 
     def clear_stats(self) -> None:
         self.core.clear_stats()
