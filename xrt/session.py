@@ -577,10 +577,12 @@ class Session:
         return self._pre is None and self._post is None and not (
             self._time_profile or self._log_time or self._log_io or self._dump[0])
 
-    def _plan(self) -> list[tuple[bool, Backend, Any, tuple[int, ...], tuple[int, ...]]]:
+    def _plan(self) -> list[tuple[bool, Backend, Any, Any, tuple[int, ...], tuple[int, ...]]]:
         """The forward as a compiled plan, made on the first plain forward (the bindings are
         fixed once the session is created; a clone or sub-session has other bindings and
-        makes its own). Each entry is (segment?, backend, what, source v_ids, result v_ids):
+        makes its own). Each entry is (segment?, backend, the memory region whose tensors it
+        takes where they lie -- None when the backend's own `holds` decides --, what, source
+        v_ids, result v_ids):
         a run of consecutive ops on a backend with `forwardSegment` (an NPU backend's chip
         segment) is one entry -- `what` its ops, sources the values it reads from outside,
         results the values read after it -- any other op one entry -- `what` (op, forward
@@ -595,14 +597,16 @@ class Session:
                 last_use[vid] = i
         for v in self._io()[1]:
             last_use[v.v_id] = len(steps)
-        entries: list[tuple[bool, Backend, Any, tuple[int, ...], tuple[int, ...]]] = []
+        entries: list[tuple[bool, Backend, Any, Any, tuple[int, ...], tuple[int, ...]]] = []
         i = 0
         while i < len(steps):
             op, backend, sources = steps[i]
+            # the base `holds` is "on my memory region", fixed once applied
+            held = backend.memRegion() if type(backend).holds is Backend.holds else None
             if getattr(backend, "forwardSegment", None) is None:
                 fn = backend.getForwardFunc(op) \
                     if type(backend).forwardOp is Backend.forwardOp else None
-                entries.append((False, backend, (op, fn), sources,
+                entries.append((False, backend, held, (op, fn), sources,
                                 tuple(v.v_id for v in op.outputs)))
                 i += 1
                 continue
@@ -615,7 +619,7 @@ class Session:
                                         if vid not in made))
             wanted = tuple(v.v_id for o in ops for v in o.outputs
                            if last_use.get(v.v_id, -1) >= j)
-            entries.append((True, backend, ops, feeds, wanted))
+            entries.append((True, backend, held, ops, feeds, wanted))
             i = j
         self._plan_ = (self._bindings, entries)
         return entries
@@ -624,14 +628,14 @@ class Session:
         """A plain forward: the compiled plan, one call per chip segment and per other op, none
         of the per-op bookkeeping of `_run` (times, callbacks, logs), the same results."""
         values = self._values
-        for segment, backend, what, sources, results in self._plan():
+        for segment, backend, held, what, sources, results in self._plan():
             try:
                 ins = [values[vid] for vid in sources]
             except KeyError:
                 self._missing(what if segment else what[:1], sources)
                 raise
             for k, t in enumerate(ins):
-                if not backend.holds(t):
+                if not (t.isOn(held) if held is not None else backend.holds(t)):
                     ins[k] = t.to(backend.memRegion())
             if segment:
                 outs = backend.forwardSegment(what, dict(zip(sources, ins)), results)

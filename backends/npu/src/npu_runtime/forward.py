@@ -156,7 +156,7 @@ class Forwarder:
                     self._bind_input(op, v, t)
                 if op.op_id not in self.done:
                     self.pending_ms = {}
-                    self._execute(run, steps)
+                    self._execute(run, steps, timed=False)
                     self.done.update(run.op_ids)
             staged = {v.v_id: self._stage(v, chunk, to_user=True) for v, chunk in seg.staged}
             results = [staged[v.v_id] if v.v_id in staged else self.tensor_of(v, steps)
@@ -381,7 +381,9 @@ class Forwarder:
         return None
 
     # --- running ---------------------------------------------------------------------------------
-    def _execute(self, run: Run, steps: ChipSteps) -> float:
+    def _execute(self, run: Run, steps: ChipSteps, timed: bool = True) -> float:
+        """One icoreCalc of `run` on its instructions in simulated ETM, the profiler records
+        collected; returns the run's simulated ms (0.0 when not `timed`: nobody reads it)."""
         if not run.instr_size:
             return 0.0
         self._check_mmu_mode()
@@ -391,7 +393,7 @@ class Forwarder:
         dev = self.device
         base = dev.layerCount() if not dev.mock else 0
         dev.icoreCalc(self.dep.instr_phys(self.layout, run), run.instr_size)
-        hard_ms = dev.calcTime()
+        hard_ms = dev.calcTime() if timed else 0.0
         self._collect_profile(base, dev.layerCount() - base)
         return hard_ms
 
