@@ -396,6 +396,26 @@ def test_an_onnx_bundle_compiled_by_the_cli_runs_each_shape_like_onnxruntime(chi
     chunk.free()
 
 
+def test_a_member_saved_alone_deploys_alone(chip, tmp_path):
+    """A member is an ordinary network: saved as json + raw (its union addresses and
+    `weights_lowered_at` kept), loaded and deployed with its own chunks, it gives what it gives
+    in the bundle, and QuerySize tells its WEIGHT segment as in the bundle."""
+    data, qs, _ = _case(chip)
+    bundle = xir.Bundle.CreateFromBuffer(data)
+    k = bundle.names()[1]
+    bundle.network(k).save(tmp_path / "member.json")
+    net = xir.Network.CreateFromJsonFile(tmp_path / "member.json")
+    net.loadParamsFromFile(tmp_path / "member.raw")
+    assert chip.backend.QuerySize(net.view(0)) == chip.backend.QuerySize(bundle.network(k).view(0))
+    x = x_of(qs[k], 12)
+    alone, member = _session(chip, net), _session(chip, bundle.network(k))
+    for u, v, w in zip(_out(alone, x), _out(member, x), host_ref(qs[k], x)):
+        np.testing.assert_array_equal(u, v)
+        np.testing.assert_array_equal(u, w)
+    alone.close()
+    member.close()
+
+
 def test_members_share_a_chunk_over_the_socket(chip):
     data, qs, alone = _case(chip)
     srv = DeviceServer(Device.Open(f"sim://{chip.kind}"), close_device=True).start()
