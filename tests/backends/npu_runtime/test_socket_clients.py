@@ -9,6 +9,7 @@ other's deployment as it was. Every result is compared bit for bit with the inte
 from __future__ import annotations
 
 import importlib
+import threading
 
 import numpy as np
 import pytest
@@ -279,3 +280,50 @@ def test_a_refresh_by_one_client_leaves_the_other_as_it_was(chip, served):
             np.testing.assert_array_equal(u, v)
     sa.close()
     sb.close()
+
+
+def _forward_loop(s, x, ref, n, errors):
+    try:
+        for _ in range(n):
+            for u, v in zip(ref, run(s, x)):
+                if not np.array_equal(u, v):
+                    errors.append(f"{s.backends[0]!r}: output differs from the reference")
+                    return
+    except Exception as exc:  # reported by the test thread
+        errors.append(repr(exc))
+
+
+def test_two_clients_four_threads_shared_weights_and_the_ocm(chip, served):
+    """Each client: two sessions of one network on one WEIGHT and one INSTR chunk of its own,
+    feature maps in the OCM; four threads forward at once, so the two clients' runs interleave
+    on the served chip and the server switches the OCM between them: every output exact."""
+    _, devs = served
+    q, z = ocm_network(chip)
+    setups = []
+    for dev in devs:
+        ss = [Session.Create([chip.backend, HostBackend], z.view(0), [dev, HostDevice.Default()])
+              for _ in range(2)]
+        region = dev.defaultMemRegion()
+        chunks = {st: region.malloc(max(ss[0].backends[0].logic_segment_map[st].byte_size, 1),
+                                    True, 4096) for st in (SegmentType.WEIGHT, SegmentType.INSTR)}
+        for s in ss:
+            for st, c in chunks.items():
+                s.backends[0].userReuseSegment(c, st)
+            s.apply()
+            assert _ocm_slots(s)
+        setups.append((ss, chunks))
+    xs = [x_of(q, 20 + i) for i in range(4)]
+    sessions = [s for ss, _ in setups for s in ss]
+    errors: list[str] = []
+    threads = [threading.Thread(target=_forward_loop, args=(s, x, host_ref(q, x), 4, errors))
+               for s, x in zip(sessions, xs)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(180)
+    assert not errors, errors[:3]
+    for ss, chunks in setups:
+        for s in ss:
+            s.close()
+        for c in chunks.values():
+            c.free()
