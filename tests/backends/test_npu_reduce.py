@@ -1,8 +1,10 @@
 """Reductions on the chips (docs/zg330-lowering.md, docs/quantization.md "Reductions"): ReduceMax
 / ReduceMin pick codes, so the quantizer makes them integer ops sharing their input's scale (as
 MaxPool2d); ReduceMax runs on the chip over channels (COPY PERMUTE + POOL MAX 1 x C) and over H
-or W (POOL MAX), bit-exact against the integer reference and close to onnxruntime's float
-result. Networks as torch.onnx writes them (opset 13: axes an attribute; opset 18: an input)."""
+or W (POOL MAX), ReduceMin as the max of the code complements, ReduceMean by POOL AVG or (over
+channels and space) one CONV of ones, bit-exact against the integer reference and close to
+onnxruntime's float result. Networks as torch.onnx writes them (opset 13: axes an attribute;
+opset 18: an input)."""
 
 from __future__ import annotations
 
@@ -83,15 +85,16 @@ def test_reduce_max_on_the_chip(target, axes, keep, opset, kinds):
 
 
 @pytest.mark.parametrize("target", CHIPS)
-def test_reduce_min_is_integer_on_the_host(target):
-    """ReduceMin has no POOL MIN on the chips: it stays on the host, but in integers at its
-    input's scale (no float round trip between the chip's ops), bit-exact all the same."""
+def test_reduce_min_runs_on_the_chip(target):
+    """ReduceMin has no POOL MIN on the chips: an integer op at its input's scale, it runs as
+    the max of the code complements (ELTW, COPY PERMUTE + POOL MAX 1 x C, ELTW), bit-exact
+    (test_npu_reduce_forms.py covers its geometries)."""
     c = _check(_net("ReduceMin", [1], 1, 13), target)
     red = _reduce_op(c)
     assert _scale(red.outputs[0]) == _scale(red.inputs[0])
-    reasons = {t: r for t, r in c.host_ops.values()}
-    assert "Reduce" in reasons and "min" in reasons["Reduce"]
-    assert "Conv2d" in c.on_chip()
+    assert "Reduce" in c.on_chip() and "Reduce" not in c.host_types(), c.host_ops
+    got = [k for ks in hard_kinds(c.lowered, "Reduce", c.adapted) for k in ks]
+    assert got == ["eltw", "copy", "maxpool", "copy", "eltw"], got
 
 
 @pytest.mark.parametrize("target", CHIPS)
@@ -114,14 +117,14 @@ def test_reduce_mean_on_the_chip(target, axes, keep, opset, kinds):
 
 
 @pytest.mark.parametrize("target", CHIPS)
-def test_reduce_mean_over_channels_and_space_stays_integer_on_the_host(target):
-    """A mean over the channels and space would round twice on the chip (two pools): it stays
-    on the host, in integers, with the reason."""
+def test_reduce_mean_over_channels_and_space_runs_as_one_conv(target):
+    """A mean over the channels and space would round twice as two pools: it runs as one CONV
+    of ones over the whole map (the exact sum, one requantization, as the reference)."""
     c = _check(_net("ReduceMean", [1, 2, 3], 1, 13), target)
-    red = _reduce_op(c)
-    _scale(red.outputs[0])
-    reasons = {t: r for t, r in c.host_ops.values()}
-    assert "two roundings" in reasons.get("Reduce", ""), reasons
+    _scale(_reduce_op(c).outputs[0])
+    assert "Reduce" in c.on_chip() and "Reduce" not in c.host_types(), c.host_ops
+    got = [k for ks in hard_kinds(c.lowered, "Reduce", c.adapted) for k in ks]
+    assert got == ["conv"], got
 
 
 def test_reduce_mean_integer_kernel():
