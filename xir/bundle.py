@@ -127,11 +127,14 @@ class Bundle:
     """Named member networks sharing their weight blocks (one `Params` per distinct block)."""
 
     def __init__(self, name: str, members: dict[str, Network], blocks: list[Params],
-                 weight_base: int, weight_bytes: int, source_file: str | None = None) -> None:
+                 weight_base: int, weight_bytes: int, source_file: str | None = None, *,
+                 host_params: list[Params] | None = None) -> None:
         self.name = name
         self._members = dict(members)
         #: the distinct weight blocks, in union order (each member's HardOps hold these objects)
         self.blocks = list(blocks)
+        #: constants of host ops held by several members (one object each, stored once)
+        self.host_params = list(host_params or [])
         #: logical ETM address of the union of the blocks, and its size in bytes
         self.weight_base = int(weight_base)
         self.weight_bytes = int(weight_bytes)
@@ -207,10 +210,11 @@ class Bundle:
                                      f"{sorted(targets)}; a bundle holds networks lowered for "
                                      f"one target (one bundle per chip)", field="compile_target")
         blocks, base, size = _relayout(name, members)
+        host = _share_host_params(members)
         for key, net in members.items():
             net.tags[BUNDLE_TAG] = {"name": name, "member": key, "weight_base": base,
                                     "weight_bytes": size}
-        return cls(name, members, blocks, base, size)
+        return cls(name, members, blocks, base, size, host_params=host)
 
     # --- writing ----------------------------------------------------------------------------
     def dumpToBuffer(self) -> bytes:
@@ -226,11 +230,13 @@ class Bundle:
             at = _align(at + len(buf))
             return entry
 
-        shared = {p.v_id for p in self.blocks}
+        shared = {p.v_id for p in self.blocks + self.host_params}
         blocks = []
         for p in self.blocks:
             blocks.append({"v_id": p.v_id, "name": p.name, "addr": p.mtype.addr,
                            **add(_blob(p))})
+        for p in self.host_params:
+            blocks.append({"v_id": p.v_id, "name": p.name, "addr": None, **add(_blob(p))})
         members = []
         for key, net in self._members.items():
             net.validate()
@@ -373,6 +379,33 @@ def _relayout(bundle: str, members: dict[str, Network]) -> tuple[list[Params], i
     return blocks, base, at
 
 
+def _share_host_params(members: dict[str, Network]) -> list[Params]:
+    """The Params that ops other than HardOps read (constants of ops left to the host), shared
+    where members hold one of the same v_id, name, type and bytes: one object for all of them,
+    so new data through one member (a refit of a host layer) is every member's."""
+    uses: dict[tuple[int, str, str, str], list[tuple[str, Any, int]]] = {}
+    for key, net in members.items():
+        for op in net.ops:
+            if op.op_type == "HardOp":
+                continue
+            for i, v in enumerate(op.inputs):
+                if v.is_params and v.hasData():
+                    k = (v.v_id, v.name, json.dumps(v.dtype.encode(), default=str),
+                         _md5(_blob(v)))
+                    uses.setdefault(k, []).append((key, op, i))
+    shared = []
+    for where in uses.values():
+        if len({m for m, _, _ in where}) < 2:
+            continue
+        canon = where[0][1].inputs[where[0][2]]
+        for _m, op, i in where:
+            op.inputs[i] = canon
+        shared.append(canon)
+    for net in members.values():
+        net.relink()
+    return shared
+
+
 def _fail(cls: type[XirError], file: str, message: str, field: str | None = None) -> XirError:
     return cls(message, file=file, field=field)
 
@@ -454,12 +487,13 @@ def _read(buf: np.ndarray, file: str) -> Bundle:
         _fill(net, private, shared, objects, file, who)
         net.source_file = f"{file}:{key}"
         members[key] = net
-    blocks = [objects[v] for v in shared if v in objects]
-    if len(blocks) != len(shared):
-        unused = sorted(set(shared) - set(objects))
-        raise _fail(NetworkFormatError, file, f"weight blocks v_id {unused} are used by no "
+    unused = sorted(set(shared) - set(objects))
+    if unused:
+        raise _fail(NetworkFormatError, file, f"shared params v_id {unused} are used by no "
                                               f"member", "blocks")
-    return Bundle(name, members, blocks, base, wbytes, source_file=file)
+    blocks = [objects[v] for v, (_, e) in shared.items() if e.get("addr") is not None]
+    host = [objects[v] for v, (_, e) in shared.items() if e.get("addr") is None]
+    return Bundle(name, members, blocks, base, wbytes, source_file=file, host_params=host)
 
 
 def _fill(net: Network, private: dict[int, np.ndarray],
@@ -482,32 +516,47 @@ def _fill(net: Network, private: dict[int, np.ndarray],
     if extra:
         raise _fail(NetworkFormatError, file, f"{who}: data for params v_id {extra}, which "
                                               f"are no Params of the network", "params")
-    swaps = []
-    for op in _hardops(net):
-        if op.params and op.params[0].v_id in shared:
-            p = op.params[0]
-            canon = objects.get(p.v_id)
+    swaps: list[tuple[Any, str, int, Params]] = []
+    pending: dict[int, Params] = {}
+    for op in net.ops:
+        if op.op_type == "HardOp":
+            slots = [("params", 0, op.params[0])] if op.params else []
+        else:
+            slots = [("inputs", i, v) for i, v in enumerate(op.inputs) if v.is_params]
+        for where, i, p in slots:
+            if p.v_id not in shared:
+                continue
+            raw, entry = shared[p.v_id]
+            addr = entry.get("addr")
+            block = where == "params"
+            if block != (isinstance(addr, int) and not isinstance(addr, bool)):
+                here = "a weight block" if block else "an op input"
+                raise _fail(NetworkFormatError, file, f"{who}: shared params v_id {p.v_id} is "
+                                                      f"{here} here, {'not ' if block else ''}a "
+                                                      f"weight block in the manifest", "blocks")
+            canon = objects.get(p.v_id) or pending.get(p.v_id)
             if canon is None:
-                raw, entry = shared[p.v_id]
-                if int(entry.get("addr", -1)) != p.mtype.addr:
-                    raise _fail(NetworkFormatError, file, f"{who}: weight block v_id "
-                                                          f"{p.v_id} is at {p.mtype.addr}, the "
-                                                          f"manifest says {entry.get('addr')}",
-                                "blocks")
+                if block and addr != p.mtype.addr:
+                    raise _fail(NetworkFormatError, file, f"{who}: weight block v_id {p.v_id} "
+                                                          f"is at {p.mtype.addr}, the manifest "
+                                                          f"says {addr}", "blocks")
                 canon = Params(p.v_id, p.dtype, None, p.name, p.mtype, p.tags)
                 todo.append((canon, _typed(p, raw, file, who)))
-            elif canon.dtype.shape != p.dtype.shape or \
-                    canon.dtype.numpy_dtype != p.dtype.numpy_dtype or \
-                    canon.mtype.addr != p.mtype.addr:
-                raise _fail(NetworkFormatError, file, f"{who}: weight block v_id {p.v_id} "
+                pending[p.v_id] = canon
+            elif canon.dtype.encode() != p.dtype.encode() or canon.mtype.addr != p.mtype.addr:
+                raise _fail(NetworkFormatError, file, f"{who}: shared params v_id {p.v_id} "
                                                       f"differs in type or address from "
                                                       f"another member's", "blocks")
-            swaps.append((op, canon))
+            swaps.append((op, where, i, canon))
     for p, arr in todo:
         p.setData(arr)
-    for op, canon in swaps:
+    for op, where, i, canon in swaps:
         objects[canon.v_id] = canon
-        op.params[0] = canon
+        if where == "params":
+            op.params[i] = canon
+        else:
+            op.inputs[i] = canon
+    net.relink()
 
 
 def _typed(p: Params, raw: np.ndarray, file: str, who: str) -> np.ndarray:

@@ -34,8 +34,9 @@ def _member(size: int, seed: int = 0) -> xir.Network:
     blocks = [rng.integers(0, 255, 100, dtype=np.uint8),
               np.full(10 + size, size % 251, np.uint8),
               rng.integers(0, 255, 70, dtype=np.uint8)]
+    v = b.add(x, b.params(np.arange(size, dtype=np.int8).reshape(1, size) % 3, "host.bias"))
+    v = b.multiply(v, b.params(np.full((1, 1), 2, np.int8), "host.scale"))  # same in all
     addr = 64
-    v = x
     for i, blk in enumerate(blocks):
         instr = b.params(np.arange(4, dtype=np.uint64) + 100 * i + size, f"l{i}.instr")
         w = b.params(blk, f"l{i}.weights")
@@ -106,6 +107,21 @@ def test_round_trip(tmp_path, via):
     assert again.dumpToBuffer() == bundle.dumpToBuffer()
     if via == "buffer":  # views into the caller's bytes: read-only
         assert not w[0][0].data.flags.writeable
+
+
+def test_host_constants_equal_in_members_are_one_params():
+    bundle = _bundle()
+    nets = [bundle.network(k) for k in bundle.names()]
+    scale = [next(op for op in n.ops if op.op_type == "Multiply").inputs[1] for n in nets]
+    bias = [next(op for op in n.ops if op.op_type == "Add").inputs[1] for n in nets]
+    assert scale[0] is scale[1] is scale[2] and bundle.host_params == [scale[0]]
+    assert len({id(p) for p in bias}) == 3  # their shape follows the input: one each
+    again = xir.Bundle.CreateFromBuffer(bytearray(bundle.dumpToBuffer()))
+    scale = [next(op for op in again.network(k).ops if op.op_type == "Multiply").inputs[1]
+             for k in again.names()]
+    assert scale[0] is scale[1] is scale[2]
+    scale[0].setData(np.full((1, 1), 3, np.int8))  # a host refit through one member
+    assert int(scale[2].data[0, 0]) == 3
 
 
 def test_new_data_through_one_member_is_every_members():
