@@ -1,0 +1,105 @@
+"""Outlier-aware activation thresholds (`MSEObserver(power=3)`, the 8-bit default) and table
+inputs clipped where the table saturates (`xcompile.quant.saturation`): docs/quantization.md
+section 8."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import xir
+from xcompile.quant.mixed import outputs_cosine
+from xcompile.quant.observers import MSEObserver, lp_errors, mse_errors
+from xcompile.quant.quantize import MSE_POWER, quantize_network
+from xcompile.quant.saturation import saturation_point
+from xir.quant.lut import lut_function
+
+
+def _brute(counts: np.ndarray, qmax: int, power: int, cands: np.ndarray) -> np.ndarray:
+    u = np.arange(len(counts)) + 0.5
+    i = cands.astype(np.float64)[:, None]
+    half = i / (2 * qmax)
+    cost = (np.where(u > i, (u - i) ** power, 0.0) + np.where(u < half, u ** power, 0.0)
+            + np.where((u <= i) & (u >= half), half ** power / (power + 1), 0.0))
+    return cost @ counts.astype(np.float64)
+
+
+@pytest.mark.parametrize("power", [3, 4])
+def test_lp_errors_match_the_direct_sum(power):
+    rng = np.random.default_rng(power)
+    counts = rng.integers(0, 5000, 2048) * (rng.random(2048) < 0.4)
+    got, cands = lp_errors(counts, 2048, 127, power)
+    pick = np.arange(0, len(cands), 37)
+    want = _brute(counts, 127, power, cands[pick])
+    np.testing.assert_allclose(got[pick], want, rtol=1e-12)
+
+
+def test_lp_errors_of_power_two_are_mse_errors():
+    rng = np.random.default_rng(0)
+    counts = rng.integers(0, 100, 512)
+    a, ca = lp_errors(counts, 512, 127, 2)
+    b, cb = mse_errors(counts, 512, 127)
+    assert np.array_equal(ca, cb)
+    np.testing.assert_allclose(a, b, rtol=1e-12)
+
+
+def test_a_higher_power_keeps_a_rare_cluster_of_large_values():
+    """A detector's objects: most of a feature map near 0, a few positions large. Squared
+    errors clip them (few values, small total); the cubic error keeps more of their range."""
+    rng = np.random.default_rng(1)
+    x = np.concatenate([np.abs(rng.normal(0, 1, 200_000)), rng.uniform(6, 10, 60)])
+    two, three = MSEObserver(), MSEObserver(power=3)
+    two.update(x)
+    three.update(x)
+    assert two.amax() < 0.9 * x.max()
+    assert three.amax() > 1.05 * two.amax()
+    big = x[-60:]  # the cluster's own error: clipped less, rounded about as finely
+    err = lambda t: np.abs(np.clip(np.round(big / (t / 127)), -127, 127) * (t / 127) - big)  # noqa: E731
+    assert err(three.amax()).mean() < 0.5 * err(two.amax()).mean()
+    assert MSE_POWER == 3
+
+
+def test_power_is_checked():
+    with pytest.raises(ValueError, match="power"):
+        MSEObserver(power=5)
+
+
+def test_saturation_point_of_sigmoid_and_silu():
+    sig = lut_function("sigmoid")
+    step = 1.0 / 127
+    t = saturation_point(sig, 20.0, step)
+    # beyond t the sigmoid is within half an output step of its end values
+    assert 5.3 < t < 5.8  # sigmoid(-t) = 1/254: half an output step
+    assert abs(sig(np.array([t]))[0] - sig(np.array([20.0]))[0]) <= step / 2 + 1e-3
+    # SiLU grows without bound on the positive side: its range is never clipped
+    assert saturation_point(lut_function("silu"), 20.0, 20.0 / 127) == 20.0
+    assert 2.8 < saturation_point(sig, 3.0, step) <= 3.0  # little flat within this range
+
+
+def _logit_net(rng) -> xir.Network:
+    """conv -> Sigmoid, the logits mostly far negative (background), a few near 0."""
+    b = xir.NetworkBuilder("objectness")
+    x = b.input([1, 16, 16, 8])
+    w = np.full((1, 1, 8, 1), 0.25, np.float32)
+    y = b.conv2d(x, w, np.array([-12.0], np.float32))
+    b.output(b.sigmoid(y))
+    return b.build()
+
+
+def _objects(rng) -> np.ndarray:
+    """Background (logits about -12) with 5% of the positions objects (logits about 0)."""
+    return (rng.normal(0, 1, (1, 16, 16, 8)) + 6 * (rng.random((1, 16, 16, 1)) < 0.05)
+            ).astype(np.float32)
+
+
+def test_sigmoid_logits_are_clipped_where_the_table_is_flat():
+    rng = np.random.default_rng(4)
+    net = _logit_net(rng)
+    samples = [[_objects(rng)] for _ in range(4)]
+    q = quantize_network(net, samples, weight_rounding="nearest")
+    assert q.tags["quantization"]["table_inputs_clipped"] == 1
+    conv = next(op for op in q.ops if op.op_type == "Conv2d")
+    amax = float(conv.outputs[0].dtype.element_dtype.scale[0]) * 127
+    assert amax < 7.0  # the logits reach -15; the sigmoid is flat below about -5.8
+    held = [[_objects(rng)] for _ in range(2)]
+    assert outputs_cosine(net, q, held) >= 0.99
