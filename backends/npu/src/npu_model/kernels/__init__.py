@@ -1,4 +1,4 @@
-"""Numba compute kernels of the NPU model (module-level ``@njit(cache=True)``).
+"""Numba compute kernels of the NPU model (module-level, compiled as `jit` says).
 
 `mpe`: convolution on the MPE array; `matmul`: its matmuls of two feature maps; `igemm`: the
 integer GEMM both use; `vector`: element-wise, pools, LUT, upsample, copy. Every kernel is a

@@ -36,8 +36,10 @@ import os
 import llvmlite.binding as ll
 import numpy as np
 from llvmlite import ir
-from numba import njit, types
+from numba import types
 from numba.extending import intrinsic
+
+from .jit import kernel
 
 #: micro-tile rows (pixels) and columns (output channels); NR16 for narrow outputs
 MR = 8
@@ -145,7 +147,7 @@ def pack_pairs(wf: np.ndarray, nr: int) -> np.ndarray:
     return np.ascontiguousarray(w.reshape(g, k2, 2, nb, nr).transpose(0, 3, 1, 4, 2))
 
 
-@njit(cache=True)
+@kernel
 def gemm_pairs(a, lda, rows, bq, k2, n, nr, c, coff, ldc):
     """``C[:rows, coff:coff+n] = A @ B`` for one group's packed B (`bq`, flat), whole micro
     tiles (see the module docstring for the room C and A need)."""
@@ -177,7 +179,7 @@ def chunk_pairs(xmax: int, dmax: int, k2: int) -> int:
     return max(1, min(max(k2, 1), (2**31 - 1) // (xmax * dmax) // 2))
 
 
-@njit(cache=True)
+@kernel
 def gemm_pairs_wide(a, lda, rows, bh, bl, k2, kc2, n, nr, tmp, c, coff, ldc):
     """``C[:rows, coff:coff+n] = A @ (256 * Bh + Bl)`` into int64 `c` for one group's packed
     digit panels `bh`, `bl` (flat, `pack_pairs` layout; `bh` empty: ``A @ Bl``), K in chunks

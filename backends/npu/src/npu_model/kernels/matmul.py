@@ -5,23 +5,23 @@ PV): the exact float K-chunk GEMM for any operand type, and int8 operands on the
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
 from xir.quant.fixed_point import requantize_one
 
 from .igemm import MR, gemm_pairs, gemm_pairs_wide
+from .jit import helper, kernel
 from .mpe import _cp, _requant_tile
 from .pool import Split
 
 #: kernels from other files these kernels call, with their source stamps (see `mpe`'s note)
 NUMBA_DEPENDS = {"xir.quant.fixed_point.requantize_one": "e5bd92a5402c36dd",
-                 "npu_model.kernels.igemm.gemm_pairs": "8af673d06de4f15f",
-                 "npu_model.kernels.igemm.gemm_pairs_wide": "98989f65e2012ae0",
-                 "npu_model.kernels.mpe._cp": "0a2adf34018fe80f",
-                 "npu_model.kernels.mpe._requant_tile": "b93b5f538d50384d"}
+                 "npu_model.kernels.igemm.gemm_pairs": "0ef95014f7dc6162",
+                 "npu_model.kernels.igemm.gemm_pairs_wide": "a5f9715e2922bfc7",
+                 "npu_model.kernels.mpe._cp": "df064e8e4cae48cd",
+                 "npu_model.kernels.mpe._requant_tile": "d3bc4fec47ae757e"}
 
 
-@njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def matmul_dynamic_int(a, ars, apitch, acoff, b, brs, bpitch, bcoff, batch, m, k, n, bt, nr,
                        bias, mult, shift, mult_neg, shift_neg, lo, hi, y, yrs, ypitch, ycoff,
                        ib_lo, ib_hi):
@@ -57,13 +57,13 @@ def matmul_dynamic_int(a, ars, apitch, acoff, b, brs, bpitch, bcoff, batch, m, k
                     d = pbase + (kk >> 1) * 2 * nr + (kk & 1)
                     for nn in range(wdt):
                         bq[np.uint64(d + 2 * nn)] = b[np.uint64(src + nn)]
-        gemm_pairs(at, lda, rows, bq, k2, n, nr, c, 0, ldc)
-        _requant_tile(c, ldc, none, bias, 0, ib * m, m, m, n, y, yrs, ypitch, ycoff, 0,
-                      mult, shift, mult_neg, shift_neg, lo, hi)
+        gemm_pairs(at, lda, rows, bq, k2, n, nr, c, np.int64(0), ldc)
+        _requant_tile(c, ldc, none, bias, np.int64(0), ib * m, m, m, n, y, yrs, ypitch, ycoff,
+                      np.int64(0), mult, shift, mult_neg, shift_neg, lo, hi)
     return y
 
 
-@njit(cache=True)
+@helper
 def _digits(v):
     """``(hi, lo)`` with ``v == 256 * hi + lo``, ``lo`` in [-128, 127] (`igemm.split_digits`)."""
     w = np.int32(v)
@@ -71,7 +71,7 @@ def _digits(v):
     return (w - lo) >> 8, lo
 
 
-@njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def matmul_dynamic_int16(a, ars, apitch, acoff, b, brs, bpitch, bcoff, batch, m, k, n, bt, nr,
                          bias, mult, shift, mult_neg, shift_neg, lo, hi, y, yrs, ypitch, ycoff,
                          ib_lo, ib_hi):
@@ -113,14 +113,14 @@ def matmul_dynamic_int16(a, ars, apitch, acoff, b, brs, bpitch, bcoff, batch, m,
                     bqh[d] = dh
                     bql[d] = dl
                     anyhi = anyhi or dh != 0
-        gemm_pairs_wide(at, lda, rows, bqh if anyhi else nohi, bql, k2, kc2, n, nr, tmp, c, 0,
-                        ldc)
-        _requant_tile(c, ldc, none, bias, 0, ib * m, m, m, n, y, yrs, ypitch, ycoff, 0,
-                      mult, shift, mult_neg, shift_neg, lo, hi)
+        gemm_pairs_wide(at, lda, rows, bqh if anyhi else nohi, bql, k2, kc2, n, nr, tmp, c,
+                        np.int64(0), ldc)
+        _requant_tile(c, ldc, none, bias, np.int64(0), ib * m, m, m, n, y, yrs, ypitch, ycoff,
+                      np.int64(0), mult, shift, mult_neg, shift_neg, lo, hi)
     return y
 
 
-@njit(cache=True)
+@kernel
 def matmul_dynamic(a, ars, apitch, acoff, b, brs, bpitch, bcoff,
                    batch, m, k, n, bt, fdummy, kc,
                    bias, mult, shift, mult_neg, shift_neg, lo, hi,

@@ -16,24 +16,24 @@ hardware's integer accumulation. Requantization is `xir.quant.fixed_point.requan
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
 from .igemm import MR, gemm_pairs, gemm_pairs_wide
+from .jit import helper, inline, kernel
 from .pool import Split
 
 #: Numba kernels called from this file's kernels but defined in other files, with a stamp of
 #: their source (and of the kernels they call). Numba's on-disk cache notices changes to this
 #: file only, so when a dependency changes, `tests/test_kernel_stamps.py`
 #: fails until the stamp here is updated, and that edit makes Numba recompile these kernels.
-NUMBA_DEPENDS = {"npu_model.kernels.igemm.gemm_pairs": "8af673d06de4f15f",
-                 "npu_model.kernels.igemm.gemm_pairs_wide": "98989f65e2012ae0"}
+NUMBA_DEPENDS = {"npu_model.kernels.igemm.gemm_pairs": "0ef95014f7dc6162",
+                 "npu_model.kernels.igemm.gemm_pairs_wide": "a5f9715e2922bfc7"}
 
 #: K-chunk lengths that keep float partial sums exact
 KC_INT8_F32 = 1024
 KC_INT16_F64 = 1 << 22
 
 
-@njit(cache=True)
+@kernel
 def unpack_conv_weights(packed, groups, kh, kw, cin_g, cout_g, icb, ocb, wf):
     """Packed ``(G, NOB, KH, KW, NIB, ICB, OCB)`` -> dense ``wf[g, (ky*KW+kx)*cin_g + c, o]``."""
     nob = (cout_g + ocb - 1) // ocb
@@ -57,20 +57,20 @@ def unpack_conv_weights(packed, groups, kh, kw, cin_g, cout_g, icb, ocb, wf):
     return wf
 
 
-@njit(cache=True)
+@helper
 def _cp(dst, src):
     """``dst[:] = src`` with conversion (contiguous 1-D slices, vectorises)."""
     for i in range(dst.shape[0]):
         dst[i] = src[i]
 
 
-@njit(cache=True)
+@helper
 def _zero(dst):
     for i in range(dst.shape[0]):
         dst[i] = 0
 
 
-@njit(cache=True)
+@helper
 def _requant_params(mult, shift, mult_neg, shift_neg, ch0, n):
     """Rows (mult, rounding, shift) for ``a >= 0`` then for ``a < 0`` of channels ch0..ch0+n:
     a non-positive shift means no shift (shift 0, rounding 0), as in `requantize_one`."""
@@ -84,7 +84,7 @@ def _requant_params(mult, shift, mult_neg, shift_neg, ch0, n):
     return prm
 
 
-@njit(cache=True)
+@helper
 def _tiled(prm, reps):
     """`prm` repeated `reps` times along its columns (parameters for `reps` pixels in a row)."""
     n = prm.shape[1]
@@ -100,7 +100,7 @@ def _tiled(prm, reps):
 RQ_RUN = 512
 
 
-@njit(cache=True)
+@helper
 def _requant_row(acc, prm, lo, hi, out):
     """``out[o] = requantize_one(acc[o], ...)`` for one pixel's channels, branch-free over the
     sign (both computed, one selected) so the channel loop vectorises."""
@@ -117,7 +117,7 @@ def _requant_row(acc, prm, lo, hi, out):
         out[o] = v
 
 
-@njit(cache=True)
+@helper
 def _requant_tile(src, ld, first, bias, boff, p0, npix, ow_n, n, y, yrs, ypitch, ycoff, ch0,
                   mult, shift, mult_neg, shift_neg, lo, hi):
     """Requantize the tile `src` (flat, float or int, rows `ld` apart) plus ``first`` (int64
@@ -153,7 +153,7 @@ def _requant_tile(src, ld, first, bias, boff, p0, npix, ow_n, n, y, yrs, ypitch,
         _put_pixels(y, tmp, p0 + r0, r1 - r0, n, ow_n, yrs, ypitch, ycoff + ch0)
 
 
-@njit(cache=True)
+@helper
 def _put_pixels(y, src, q0, npix, n, ow_n, yrs, ypitch, coff):
     """Copy `npix` pixels of `n` channels, dense in `src`, into y from output pixel `q0` on
     (rows `yrs`, pixels `ypitch` apart, channels from `coff`)."""
@@ -170,7 +170,7 @@ def _put_pixels(y, src, q0, npix, n, ow_n, yrs, ypitch, coff):
             oh += 1
 
 
-@njit(cache=True)
+@helper
 def _im2col(x, xrs, xpitch, cbase, ih_n, iw_n, colbuf, p0, npix, ow_n, klen,
             t0, t1, ncc, kw, sh, sw, dh, dw, pt, pl):
     """Rows ``p0..p0+npix`` of the im2col matrix for taps t0..t1 and ``ncc`` channels from
@@ -222,7 +222,7 @@ def _im2col(x, xrs, xpitch, cbase, ih_n, iw_n, colbuf, p0, npix, ow_n, klen,
             t += nrow
 
 
-@njit(cache=True)
+@helper
 def _pad_compact(x, xrs, xpitch, cbase, ih_n, iw_n, ncc, pt, pl, h0, h1, wp, xp):
     """Channels ``cbase..cbase+ncc`` of the input, zero-padded (``pt`` rows / ``pl`` columns
     before), as a dense map ``xp[(h * wp + w) * ncc + c]`` of `wp` pixels a row: rows
@@ -257,7 +257,7 @@ def _pad_compact(x, xrs, xpitch, cbase, ih_n, iw_n, ncc, pt, pl, h0, h1, wp, xp)
                 dst[np.uint64(j * ncc + c)] = xr[np.uint64(j * xpitch + c)]
 
 
-@njit(cache=True)
+@helper
 def _im2col_padded(xp, wp, colbuf, p0, npix, ow_n, ldc, t0, t1, ncc, kw, sh, sw, dh):
     """im2col rows from the padded dense map of `_pad_compact` (unit column dilation): a
     tap row is one contiguous run, no bounds checks. Rows are ``ldc`` apart; columns past
@@ -299,7 +299,7 @@ def _im2col_padded(xp, wp, colbuf, p0, npix, ow_n, ldc, t0, t1, ncc, kw, sh, sw,
             oh += 1
 
 
-@njit(cache=True)
+@helper
 def _rows_1x1(x, xrs, xpitch, cbase, colbuf, p0, npix, ow_n, ldc, ncc):
     """GEMM rows of a 1x1 convolution: pixel p's ``ncc`` channels from ``cbase``, rows ``ldc``
     apart (columns past ``ncc`` zeroed: K padding)."""
@@ -317,7 +317,7 @@ def _rows_1x1(x, xrs, xpitch, cbase, colbuf, p0, npix, ow_n, ldc, ncc):
             oh += 1
 
 
-@njit(cache=True)
+@helper
 def _grouped_1x1(x, xrs, xpitch, xcoff, wf, bias, mult, shift, mult_neg, shift_neg, lo, hi,
                  y, yrs, ypitch, ycoff, ow_n, npix_all, tile, groups, cin_g, cout_g, colbuf,
                  partbuf):
@@ -336,11 +336,12 @@ def _grouped_1x1(x, xrs, xpitch, xcoff, wf, bias, mult, shift, mult_neg, shift_n
             np.dot(rows, wf[g], part)
             for p in range(npix):
                 _cp(wide[p, g * cout_g:(g + 1) * cout_g], part[p])
-        _requant_tile(wide.reshape(tile * cout), cout, none, bias, 0, p0, npix, ow_n, cout, y,
-                      yrs, ypitch, ycoff, 0, mult, shift, mult_neg, shift_neg, lo, hi)
+        _requant_tile(wide.reshape(tile * cout), cout, none, bias, np.int64(0), p0, npix, ow_n,
+                      cout, y, yrs, ypitch, ycoff, np.int64(0), mult, shift, mult_neg, shift_neg,
+                      lo, hi)
 
 
-@njit(cache=True)
+@kernel
 def conv_dense(x, xrs, xpitch, xcoff, ih_n, iw_n,
                wf, bias, mult, shift, mult_neg, shift_neg, lo, hi,
                y, yrs, ypitch, ycoff, oh_n, ow_n,
@@ -405,7 +406,7 @@ def conv_dense(x, xrs, xpitch, xcoff, ih_n, iw_n,
         if padk:
             wpad[:ktot] = wg
         if padded:
-            _pad_compact(x, xrs, xpitch, cin0, ih_n, iw_n, cin_g, pt, pl, 0, hp, wp, xp)
+            _pad_compact(x, xrs, xpitch, cin0, ih_n, iw_n, cin_g, pt, pl, np.int64(0), hp, wp, xp)
         for p0 in range(0, npix_all, tile):
             npix = min(tile, npix_all - p0)
             part = partbuf[:npix]
@@ -452,7 +453,7 @@ def conv_dense(x, xrs, xpitch, xcoff, ih_n, iw_n,
     return y
 
 
-@njit(cache=True, nogil=True)
+@inline
 def _dense_plan(x, xrs, xpitch, xcoff, ih_n, iw_n, oh_n, ow_n, kh, kw, sh, sw, dh, dw, pt, pl,
                 groups, cin_g, cout_g, nr, p_lo, p_hi):
     """The geometry both dense convolutions share: K in int16 pairs (`k2`, rows `ldc` apart),
@@ -480,7 +481,7 @@ def _dense_plan(x, xrs, xpitch, xcoff, ih_n, iw_n, oh_n, ow_n, kh, kw, sh, sw, d
     return k2, ldc, cout, width, tile, tile_pad, pointwise, padded, wp, xp
 
 
-@njit(cache=True, nogil=True)
+@inline
 def _dense_rows(x, xrs, xpitch, cin0, ih_n, iw_n, colbuf, p0, npix, ow_n, ldc, cin_g,
                 kh, kw, sh, sw, dh, dw, pt, pl, pointwise, padded, xp, wp):
     """One group's im2col rows of pixels ``p0..p0+npix`` into `colbuf`, the way `_dense_plan`
@@ -489,13 +490,14 @@ def _dense_rows(x, xrs, xpitch, cin0, ih_n, iw_n, colbuf, p0, npix, ow_n, ldc, c
     if pointwise:
         _rows_1x1(x, xrs, xpitch, cin0, colbuf, p0, npix, ow_n, ldc, cin_g)
     elif padded:
-        _im2col_padded(xp, wp, colbuf, p0, npix, ow_n, ldc, 0, taps, cin_g, kw, sh, sw, dh)
+        _im2col_padded(xp, wp, colbuf, p0, npix, ow_n, ldc, np.int64(0), taps, cin_g, kw, sh, sw,
+                       dh)
     else:
-        _im2col(x, xrs, xpitch, cin0, ih_n, iw_n, colbuf, p0, npix, ow_n, ldc, 0, taps,
+        _im2col(x, xrs, xpitch, cin0, ih_n, iw_n, colbuf, p0, npix, ow_n, ldc, np.int64(0), taps,
                 cin_g, kw, sh, sw, dh, dw, pt, pl)
 
 
-@njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def conv_dense_int(x, xrs, xpitch, xcoff, ih_n, iw_n,
                    wq, nr, bias, mult, shift, mult_neg, shift_neg, lo, hi,
                    y, yrs, ypitch, ycoff, oh_n, ow_n,
@@ -521,12 +523,12 @@ def conv_dense_int(x, xrs, xpitch, xcoff, ih_n, iw_n,
                         ow_n, ldc, cin_g, kh, kw, sh, sw, dh, dw, pt, pl, pointwise, padded,
                         xp, wp)
             gemm_pairs(colbuf, ldc, rows, wq[g], k2, cout_g, nr, flat, g * cout_g, width)
-        _requant_tile(flat, width, none, bias, 0, p0, npix, ow_n, cout, y, yrs, ypitch,
-                      ycoff, 0, mult, shift, mult_neg, shift_neg, lo, hi)
+        _requant_tile(flat, width, none, bias, np.int64(0), p0, npix, ow_n, cout, y, yrs, ypitch,
+                      ycoff, np.int64(0), mult, shift, mult_neg, shift_neg, lo, hi)
     return y
 
 
-@njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def conv_dense_int16(x, xrs, xpitch, xcoff, ih_n, iw_n,
                      wqh, wql, nr, kc2, bias, mult, shift, mult_neg, shift_neg, lo, hi,
                      y, yrs, ypitch, ycoff, oh_n, ow_n,
@@ -552,12 +554,12 @@ def conv_dense_int16(x, xrs, xpitch, xcoff, ih_n, iw_n,
                         xp, wp)
             gemm_pairs_wide(colbuf, ldc, rows, wqh[g], wql[g], k2, kc2, cout_g, nr, tmp, flat,
                             g * cout_g, width)
-        _requant_tile(flat, width, none, bias, 0, p0, npix, ow_n, cout, y, yrs, ypitch,
-                      ycoff, 0, mult, shift, mult_neg, shift_neg, lo, hi)
+        _requant_tile(flat, width, none, bias, np.int64(0), p0, npix, ow_n, cout, y, yrs, ypitch,
+                      ycoff, np.int64(0), mult, shift, mult_neg, shift_neg, lo, hi)
     return y
 
 
-@njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def conv_depthwise(x, xrs, xpitch, xcoff, ih_n, iw_n,
                    packed, cu, bias, mult, shift, mult_neg, shift_neg, lo, hi,
                    y, yrs, ypitch, ycoff, oh_n, ow_n, c_n,
@@ -572,68 +574,20 @@ def conv_depthwise(x, xrs, xpitch, xcoff, ih_n, iw_n,
     full 64-bit multiply (`acc_like`'s dtype is the accumulator's: `depthwise_acc`). Output
     rows ``oh_lo..oh_hi`` only (the pool's part).
     """
-    taps = kh * kw
-    _dw_rows(x, xrs, xpitch, xcoff, ih_n, iw_n,
-             _dw_weights(packed, cu, taps, c_n, np.empty(0, np.int32)),
-             np.empty((ow_n, c_n), dtype=acc_like.dtype), bias, mult, shift, mult_neg,
-             shift_neg, lo, hi, y, yrs, ypitch, ycoff, oh_lo, oh_hi, ow_n, c_n, kh, kw, sh, sw,
-             dh, dw, pt, pl)
-    return y
-
-
-def depthwise_acc(itemsize: int, taps: int) -> np.ndarray:
-    """The ``acc_like`` of `conv_depthwise`: int32 accumulators for int8 operands up to 2^16
-    taps, int64 otherwise (chosen here, so each kernel type compiles one accumulator)."""
-    return _ACC_I32 if itemsize == 1 and taps <= 65536 else _ACC_I64
-
-
-_ACC_I32 = np.empty(0, np.int32)
-_ACC_I64 = np.empty(0, np.int64)
-
-
-@njit(cache=True)
-def _dw_weights(packed, cu, taps, c_n, like):
-    """Depthwise weights as ``(taps, C)`` in the accumulator's dtype (`like`)."""
-    w2 = np.empty((taps, c_n), dtype=like.dtype)
-    for c in range(c_n):
-        cb = c // cu
-        lane = c - cb * cu
-        for t in range(taps):
-            w2[t, c] = packed[(cb * taps + t) * cu + lane]
-    return w2
-
-
-@njit(cache=True)
-def _mac_run(acc, xs, ws):
-    """``acc += xs * ws`` elementwise (slices: no index wraparound test, so it vectorises)."""
-    for c in range(acc.shape[0]):
-        acc[c] += np.int32(xs[c]) * ws[c]
-
-
-@njit(cache=True)
-def _mac_pixels(acc, x, base, step, wt, ow0, ow1, c_n):
-    """``acc[ow] += x[base + ow * step:][:c_n] * wt`` for output pixels ow0..ow1 (a strided or
-    pitched row: one pixel's channels per vector, unsigned indices, no slices made)."""
-    for ow in range(ow0, ow1):
-        s0 = base + ow * step
-        for c in range(c_n):
-            acc[ow, c] += x[np.uint64(s0 + c)] * wt[c]
-
-
-@njit(cache=True)
-def _dw_rows(x, xrs, xpitch, xcoff, ih_n, iw_n, w2, acc, bias, mult, shift, mult_neg,
-             shift_neg, lo, hi, y, yrs, ypitch, ycoff, oh_lo, oh_hi, ow_n, c_n, kh, kw, sh, sw,
-             dh, dw, pt, pl):
-    """One output row at a time: every tap adds its weight row times the input pixels it
-    reaches (the columns inside the input, found once per tap, so no per-pixel bounds test).
-    With unit column stride over a dense map a tap's pixels are one run of the input row,
-    multiplied by the tap's weights repeated along the row: one long loop, whatever the
-    channel count (16 channels would leave a per-pixel loop one vector long)."""
+    # one output row at a time: every tap adds its weight row times the input pixels it
+    # reaches (the columns inside the input, found once per tap, so no per-pixel bounds
+    # test). With unit column stride over a dense map a tap's pixels are one run of the
+    # input row, multiplied by the tap's weights repeated along the row: one long loop,
+    # whatever the channel count (16 channels would leave a per-pixel loop one vector long).
+    # One kernel, not a driver and a row helper: a helper is compiled on its own and again
+    # inside its caller (issue 30, item 4).
+    w2 = _dw_weights(packed, cu, kh * kw, c_n, np.empty(0, dtype=np.int32))
+    acc = np.empty((ow_n, c_n), dtype=acc_like.dtype)
     # an output row is requantized in runs of pixels, parameters repeated: straight into y
     # where the row is dense, else into a scratch run copied out pixel by pixel
     dense_out = ypitch == c_n
     reps = max(1, min(ow_n, RQ_RUN // c_n))
-    prm = _tiled(_requant_params(mult, shift, mult_neg, shift_neg, 0, c_n), reps)
+    prm = _tiled(_requant_params(mult, shift, mult_neg, shift_neg, np.int64(0), c_n), reps)
     brep = _tiled(bias[:c_n].reshape((1, c_n)), reps)[0]
     tmp = np.empty(reps * c_n, dtype=np.int64)
     ytmp = np.empty(0 if dense_out else reps * c_n, dtype=y.dtype)
@@ -679,6 +633,46 @@ def _dw_rows(x, xrs, xpitch, xcoff, ih_n, iw_n, w2, acc, bias, mult, shift, mult
                 continue
             _requant_row(tmp[:m], prm, lo, hi, ytmp[:m])
             _put_pixels(y, ytmp, oh * ow_n + r0, r1 - r0, c_n, ow_n, yrs, ypitch, ycoff)
+    return y
+
+
+def depthwise_acc(itemsize: int, taps: int) -> np.ndarray:
+    """The ``acc_like`` of `conv_depthwise`: int32 accumulators for int8 operands up to 2^16
+    taps, int64 otherwise (chosen here, so each kernel type compiles one accumulator)."""
+    return _ACC_I32 if itemsize == 1 and taps <= 65536 else _ACC_I64
+
+
+_ACC_I32 = np.empty(0, np.int32)
+_ACC_I64 = np.empty(0, np.int64)
+
+
+@helper
+def _dw_weights(packed, cu, taps, c_n, like):
+    """Depthwise weights as ``(taps, C)`` in the accumulator's dtype (`like`)."""
+    w2 = np.empty((taps, c_n), dtype=like.dtype)
+    for c in range(c_n):
+        cb = c // cu
+        lane = c - cb * cu
+        for t in range(taps):
+            w2[t, c] = packed[(cb * taps + t) * cu + lane]
+    return w2
+
+
+@helper
+def _mac_run(acc, xs, ws):
+    """``acc += xs * ws`` elementwise (slices: no index wraparound test, so it vectorises)."""
+    for c in range(acc.shape[0]):
+        acc[c] += np.int32(xs[c]) * ws[c]
+
+
+@helper
+def _mac_pixels(acc, x, base, step, wt, ow0, ow1, c_n):
+    """``acc[ow] += x[base + ow * step:][:c_n] * wt`` for output pixels ow0..ow1 (a strided or
+    pitched row: one pixel's channels per vector, unsigned indices, no slices made)."""
+    for ow in range(ow0, ow1):
+        s0 = base + ow * step
+        for c in range(c_n):
+            acc[ow, c] += x[np.uint64(s0 + c)] * wt[c]
 
 
 _CONV_WORK = ("oh_n", "ow_n", "kh", "kw", "groups", "cin_g", "cout_g")

@@ -8,10 +8,11 @@ int8/int16 views plus row stride, pitch and first channel, in elements. One row 
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+
+from .jit import kernel
 
 
-@njit(cache=True)
+@kernel
 def softmax_rows(x, xrs, xpitch, xcoff, table, r, f, hi, y, yrs, ypitch, ycoff, h_n, w_n, c_n):
     """``y = min(floor((2 e R + S 2**F) / (S 2**(F+1))), hi)`` with ``e = table[min(max - x,
     len - 1)]`` and ``S`` the row's sum of ``e``."""
@@ -42,7 +43,7 @@ def softmax_rows(x, xrs, xpitch, xcoff, table, r, f, hi, y, yrs, ypitch, ycoff, 
     return y
 
 
-@njit(cache=True)
+@kernel
 def layer_norm_rows(x, xrs, xpitch, xcoff, prm, lo, hi, y, yrs, ypitch, ycoff, h_n, w_n, c_n):
     """Exact int64 row sums, one float64 scale per row, then ``round_half_away(((x - mean) *
     a) * G[c] + Bt[c])`` clipped to ``[lo, hi]``; `prm` is s_in, s_in**2, eps, (G, Bt)..."""

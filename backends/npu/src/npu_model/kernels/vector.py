@@ -8,9 +8,10 @@ Channels are the innermost loop everywhere.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
 from xir.quant.fixed_point import requantize_one
+
+from .jit import helper, inline, kernel
 
 #: Numba kernels called from this file's kernels but defined in other files, with a stamp of
 #: their source (and of the kernels they call). Numba's on-disk cache notices changes to this
@@ -23,7 +24,7 @@ ELTW_SUB = 1
 ELTW_MUL = 2
 
 
-@njit(cache=True)
+@inline
 def _eltw_run(av, bv, yv, op, ka, kb, mp, sp, rp, mn, sn, rn, lo, hi):
     """One contiguous channel run of `eltw`; `requantize_one` written branch-free (both
     signs computed and selected; ``sp``/``sn`` clamped to >= 0, rounding 0 when no shift)."""
@@ -44,7 +45,7 @@ def _eltw_run(av, bv, yv, op, ka, kb, mp, sp, rp, mn, sn, rn, lo, hi):
         yv[c] = v
 
 
-@njit(cache=True)
+@kernel
 def eltw(a, ars, apitch, acoff, b, brs, bpitch, bcoff, b_bcast,
          y, yrs, ypitch, ycoff, h_n, w_n, c_n,
          op, ka, kb, m, s, mn, sn, lo, hi):
@@ -72,7 +73,7 @@ def eltw(a, ars, apitch, acoff, b, brs, bpitch, bcoff, b_bcast,
     return y
 
 
-@njit(cache=True)
+@kernel
 def eltw_minmax(a, ars, apitch, acoff, b, brs, bpitch, bcoff, b_bcast,
                 y, yrs, ypitch, ycoff, h_n, w_n, c_n,
                 is_max, ma, sa, mb, sb, qlo, qhi, lo, hi):
@@ -93,21 +94,21 @@ def eltw_minmax(a, ars, apitch, acoff, b, brs, bpitch, bcoff, b_bcast,
     return y
 
 
-@njit(cache=True)
+@helper
 def _run_copy(xs, ys):
     """``ys[:] = xs`` over slices (no index wraparound test: the loop vectorises)."""
     for c in range(ys.shape[0]):
         ys[c] = xs[c]
 
 
-@njit(cache=True)
+@inline
 def _max_run(xs, best):
     for c in range(best.shape[0]):
         v = np.int64(xs[c])
         best[c] = v if v > best[c] else best[c]
 
 
-@njit(cache=True)
+@kernel
 def maxpool(x, xrs, xpitch, xcoff, ih_n, iw_n, y, yrs, ypitch, ycoff, oh_n, ow_n, c_n,
             kh, kw, sh, sw, dh, dw, pt, pl, lo, hi):
     """Max pool; padding never wins (it is -inf); an all-padding window gives `lo`."""
@@ -130,7 +131,7 @@ def maxpool(x, xrs, xpitch, xcoff, ih_n, iw_n, y, yrs, ypitch, ycoff, oh_n, ow_n
     return y
 
 
-@njit(cache=True)
+@inline
 def _clip_run(best, lo, hi, ys):
     """``ys[:] = clip(best, lo, hi)`` over a slice (vectorises)."""
     for c in range(ys.shape[0]):
@@ -139,7 +140,7 @@ def _clip_run(best, lo, hi, ys):
         ys[c] = hi if v > hi else v
 
 
-@njit(cache=True)
+@kernel
 def avgpool(x, xrs, xpitch, xcoff, ih_n, iw_n, y, yrs, ypitch, ycoff, oh_n, ow_n, c_n,
             kh, kw, sh, sw, pt, pl, include_pad, ih_pad_end, iw_pad_end, mult_tab, shift_tab,
             lo, hi):
@@ -181,7 +182,7 @@ def avgpool(x, xrs, xpitch, xcoff, ih_n, iw_n, y, yrs, ypitch, ycoff, oh_n, ow_n
     return y
 
 
-@njit(cache=True)
+@helper
 def _lut_run(xs, tab, off, ys):
     """``ys[i] = tab[xs[i] + off]`` over contiguous runs; the index is non-negative by
     construction (``off = -qmin``), so it is taken unsigned (no wraparound handling)."""
@@ -189,7 +190,7 @@ def _lut_run(xs, tab, off, ys):
         ys[i] = tab[np.uint64(np.int64(xs[i]) + off)]
 
 
-@njit(cache=True)
+@kernel
 def lut(x, xrs, xpitch, xcoff, table, qmin, y, yrs, ypitch, ycoff, h_n, w_n, c_n):
     """``y = table[x - qmin]`` (offset-binary index, docs/quantization.md section 5)."""
     nt = table.shape[0]
@@ -210,7 +211,7 @@ def lut(x, xrs, xpitch, xcoff, table, qmin, y, yrs, ypitch, ycoff, h_n, w_n, c_n
     return y
 
 
-@njit(cache=True)
+@kernel
 def upsample_nearest(x, xrs, xpitch, xcoff, y, yrs, ypitch, ycoff, oh_n, ow_n, c_n, sh, sw):
     """``y[h, w] = x[h // sh, w // sw]``."""
     for oh in range(oh_n):
@@ -222,7 +223,7 @@ def upsample_nearest(x, xrs, xpitch, xcoff, y, yrs, ypitch, ycoff, oh_n, ow_n, c
     return y
 
 
-@njit(cache=True)
+@kernel
 def resize_taps(x, xrs, xpitch, xcoff, y, yrs, ypitch, ycoff, oh_n, ow_n, c_n, taps, one, m, s,
                 lo, hi):
     """Table resize: `taps` (int64, rows then columns of (i0, i1, w1)) blends two input rows,
@@ -253,7 +254,7 @@ def resize_taps(x, xrs, xpitch, xcoff, y, yrs, ypitch, ycoff, oh_n, ow_n, c_n, t
     return y
 
 
-@njit(cache=True)
+@kernel
 def upsample_zeros(x, xrs, xpitch, xcoff, y, yrs, ypitch, ycoff, oh_n, ow_n, c_n, sh, sw):
     """Zero insertion: ``y[h * sh, w * sw] = x[h, w]``, every other element of y 0."""
     for oh in range(oh_n):
@@ -269,7 +270,7 @@ def upsample_zeros(x, xrs, xpitch, xcoff, y, yrs, ypitch, ycoff, oh_n, ow_n, c_n
     return y
 
 
-@njit(cache=True)
+@kernel
 def copy(x, xrs, xpitch, xcoff, y, yrs, ypitch, ycoff, h_n, w_n, c_n, step):
     """Copy an ``H x W x C`` block between layouts (re-pitch, channel offset, row stride);
     input channel c goes to output channel ``c * step``."""
