@@ -65,15 +65,18 @@ class ChipSteps:
 class _Segment:
     """The compiled plan of a chip segment (`Forwarder.forward_segment`)."""
 
-    #: per HardOp: (position in the run order, the HardOp, its run, its values fed from
+    #: per HardOp that does something: (position in the run order, the HardOp, its run --
+    #: None where an earlier HardOp of the segment starts that run --, its values fed from
     #: INPUT buffers)
-    steps: list[tuple[int, Any, Run, tuple[Any, ...]]]
+    steps: list[tuple[int, Any, Run | None, tuple[Any, ...]]]
     #: the values handed back, in the order asked
     outs: list[Any]
     #: results staged into the user's chunk (`userConnectNetwork`): (value, chunk)
     staged: list[tuple[Any, Any]]
     #: whether the segment holds the view's last HardOp (the device is released after it)
     ends: bool
+    #: the run-order position of its last HardOp
+    last_pos: int
 
 
 class Forwarder:
@@ -154,10 +157,11 @@ class Forwarder:
                         raise TensorError(f"HardOp {op.op_id} input v_id {v.v_id} ('{v.name}') "
                                           f"was not fed")
                     self._bind_input(op, v, t)
-                if op.op_id not in self.done:
+                if run is not None and op.op_id not in self.done:
                     self.pending_ms = {}
                     self._execute(run, steps, timed=False)
                     self.done.update(run.op_ids)
+            self.last_pos = seg.last_pos  # where the per-op path leaves it
             staged = {v.v_id: self._stage(v, chunk, to_user=True) for v, chunk in seg.staged}
             results = [staged[v.v_id] if v.v_id in staged else self.tensor_of(v, steps)
                        for v in seg.outs] if staged else \
@@ -172,8 +176,10 @@ class Forwarder:
     def _segment_of(self, ops: tuple[Any, ...], wanted: tuple[int, ...]) -> _Segment:
         """The compiled plan of a chip segment: what `forward_segment` needs that only the
         deployment decides."""
+        if not ops:
+            raise XrtError("forwardSegment: a chip segment holds at least one HardOp")
         order = self.layout.order
-        steps = []
+        every = []
         for op in ops:
             if op.op_id not in order:
                 raise XrtError(f"HardOp {op.op_id} is not in this backend's network view")
@@ -181,7 +187,18 @@ class Forwarder:
             if step is None:
                 step = self._steps[op.op_id] = self._step_of(op)
             pos, run, fed = step
-            steps.append((pos, op, run, tuple(op.inputs[k] for k in fed)))
+            every.append((pos, op, run, tuple(op.inputs[k] for k in fed)))
+        poses = [st[0] for st in every]
+        steps = every
+        if all(a < b for a, b in zip(poses, poses[1:])):
+            # in run order (as a session's view has them): only the HardOps that bind an input
+            # or come first of their run in this segment do anything -- the others' runs ran
+            steps, seen = [], set()
+            for pos, op, run, fed in every:
+                first = id(run) not in seen
+                seen.add(id(run))
+                if fed or first:
+                    steps.append((pos, op, run if first else None, fed))
         produced = {v.v_id: v for op in ops for v in op.outputs}
         missing = [vid for vid in wanted if vid not in produced]
         if missing:
@@ -190,7 +207,8 @@ class Forwarder:
         staged = self.settings.staged if not self.is_fork else {}
         return _Segment(steps=steps, outs=[produced[vid] for vid in wanted],
                         staged=[(v, staged[vid]) for vid, v in produced.items() if vid in staged],
-                        ends=any(order[op.op_id] == len(order) - 1 for op in ops))
+                        ends=any(order[op.op_id] == len(order) - 1 for op in ops),
+                        last_pos=poses[-1])
 
     def release(self) -> None:
         if self.holding:
