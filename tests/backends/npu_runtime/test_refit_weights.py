@@ -263,3 +263,18 @@ def test_a_weight_chunk_shared_by_networks_holding_the_same_params(chip, case):
         s.close()
     for c in chunks.values():
         c.free()
+
+
+def test_a_session_restored_from_a_snapshot_refits(chip, case):
+    """The refit records travel in the snapshot's network: a restored session refits as the
+    one it was dumped from."""
+    m0, m1, q, z, lowering, x = case
+    s = _session(chip, _copy(z))
+    r = Session.CreateWithSnapshot(s.dumpSnapshotToMemory(), [chip.backend, HostBackend],
+                                   [chip.dev, HostDevice.Default()])
+    s.close()
+    rep = r.refitWeights(m1)
+    assert len(rep.rows) == 9 and rep.hardops
+    for u, v in zip(_reference(_copy(q), m1, x), _out(r, x)):
+        np.testing.assert_array_equal(u, v)
+    r.close()
