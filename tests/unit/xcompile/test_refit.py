@@ -233,3 +233,24 @@ def test_an_equalized_network_is_refused(tiny):
     with pytest.raises(InvalidArgumentError, match="cross-layer equalisation"):
         s.refitWeights(m1)
     s.close()
+
+
+def test_per_tensor_weights_stay_per_tensor(tiny):
+    """A network compiled with per-tensor weights (no equalisation) is refitted per tensor: the
+    codes and the one scale a fresh per-tensor quantization of the new model computes."""
+    m0, m1, q = tiny
+    cal = _nchw(zoo.calibration_set("tiny_cnn", count=2))
+    kw = dict(bits=8, method="minmax", weight_rounding="nearest", per_channel=False,
+              equalize=False)
+    net = quantize_network(import_onnx(m0), cal, **kw)
+    s = _host(net)
+    rep = s.refitWeights(m1)
+    fresh = quantize_network(import_onnx(m1), cal, **kw)
+    assert len(rep.rows) == 9
+    for row in rep.rows:
+        mine, theirs = net.getOpById(row.op_id).inputs[1], fresh.getOpById(row.op_id).inputs[1]
+        assert mine.dtype.element_dtype.axis is None
+        np.testing.assert_array_equal(mine.data, theirs.data)
+        np.testing.assert_array_equal(mine.dtype.element_dtype.scale,
+                                      theirs.dtype.element_dtype.scale)
+    s.close()
