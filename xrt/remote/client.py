@@ -313,6 +313,13 @@ class RemoteRegRegion(RegRegion):
                  word_bytes: int) -> None:
         super().__init__(name, device, base, size, word_bytes)
         self._remote = remote
+        self._watches: list[tuple[int, int, Callable[[], None]]] = []
+
+    def watch(self, lo: int, hi: int, changed: Callable[[], None]) -> None:
+        """Call `changed()` after each write of this client to a register in [lo, hi)
+        (absolute) and after each reset: for a client's cache of server state that only its own
+        writes change (its MMU entries, which the server keeps per client)."""
+        self._watches.append((int(lo), int(hi), changed))
 
     def read(self, addr: int, relative: bool = False) -> int:
         a = self.absolute(addr, relative)
@@ -320,7 +327,12 @@ class RemoteRegRegion(RegRegion):
 
     def write(self, addr: int, data: int, relative: bool = False) -> None:
         a = self.absolute(addr, relative)
-        self._remote.request(Msg.REG_WRITE, P.REG_WRITE_REQ.pack(a, self._value(data), 0))
+        try:
+            self._remote.request(Msg.REG_WRITE, P.REG_WRITE_REQ.pack(a, self._value(data), 0))
+        finally:
+            for lo, hi, changed in self._watches:
+                if lo <= a < hi:
+                    changed()
 
     # the stored values live on the server: peek/poke and their batches (peek_words,
     # poke_words) read and write them raw, without hooks
@@ -331,7 +343,11 @@ class RemoteRegRegion(RegRegion):
         self._remote.request(Msg.REG_WRITE, P.REG_WRITE_REQ.pack(addr, value, P.REG_RAW))
 
     def reset(self) -> None:
-        self._remote.request(Msg.REG_RESET)
+        try:
+            self._remote.request(Msg.REG_RESET)
+        finally:
+            for _, _, changed in self._watches:
+                changed()
 
     def on_write(self, *args: Any, **kwargs: Any) -> Any:
         raise UnsupportedOpError(f"{self!r} is remote: register hooks live in the server's "

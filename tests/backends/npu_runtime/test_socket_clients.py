@@ -18,6 +18,7 @@ from runtime_cases import host_ref, run, x_of
 import xir
 from host_backend import HostBackend
 from npu_runtime import SegmentType
+from npu_runtime import regs as R
 from npu_runtime.sharing import SharedSegmentBusyError
 from xrt import Device, HostDevice, Session
 from xrt.errors import (
@@ -87,7 +88,7 @@ def test_one_device_class_and_one_set_of_fields_whatever_the_transport(chip, ser
         assert type(direct) is cls and direct.transport.remote is not None
         fields = set(vars(srv.device))
         assert set(vars(a)) == set(vars(direct)) == set(vars(mock)) == fields
-        assert a.sim is None and a.mmu_generation is None and a.confined is None
+        assert a.sim is None and a.confined is None
         assert srv.device.sim is not None and srv.device.mmu_generation >= 0
         assert direct.getRowsCols() == srv.device.getRowsCols()
         assert direct.version()["id"] == srv.device.version()["id"]
@@ -150,6 +151,52 @@ def test_a_paused_forward_on_a_shared_ftmp_chunk_blocks_only_its_own_client(chip
         for s in ss:
             s.close()
         chunk.free()
+
+
+def test_a_client_reprograms_the_mmu_only_when_its_own_entries_changed(chip, served):
+    """The server keeps each client's MMU entries apart, so a socket device counts its own
+    changes (mmuMap, mmuClear, MMU register writes, full resets) in `mmu_generation`; a session
+    forwarded again programs nothing, two sessions of one client take turns, another client's
+    changes do not count, and every output stays exact."""
+    srv, (a, b) = served
+    page = a.malloc(4096)
+    g = a.mmu_generation
+    a.mmuMap(0, 0x1000, page.addr, 4096)
+    assert a.mmu_generation == g + 1 and len(a.mmu_table()) == 1
+    a.writeReg(R.REG_BASE + R.mmu_entry(0) + R.MMU_FLAGS, 0)
+    assert a.mmu_generation == g + 2 and len(a.mmu_table()) == 0  # the cache followed
+    a.mmuMap(1, 0x1000, page.addr, 4096)
+    a.writeReg(R.REG_BASE + R.ICORE_CLK_HZ, 400_000_000)  # not an MMU register
+    a.reset(1)  # a fast reset keeps the MMU
+    assert a.mmu_generation == g + 3 and len(a.mmu_table()) == 1
+    other = b.malloc(4096)
+    b.mmuMap(0, 0x2000, other.addr, 4096)  # another client's entries
+    assert a.mmu_generation == g + 3 and len(a.mmu_table()) == 1
+    a.reset(0)
+    assert a.mmu_generation == g + 4 and len(a.mmu_table()) == 0
+    a.mmuMap(1, 0x1000, page.addr, 4096)
+    a.defaultRegRegion().reset()  # REG_RESET
+    assert a.mmu_generation == g + 6 and len(a.mmu_table()) == 0
+    q, z = chip.compiled("tiny_cnn")
+    x = x_of(q, 17)
+    ref = host_ref(q, x)
+    s1, s2 = _session(chip, z, a), _session(chip, z, a)
+    run(s1, x)
+    g = a.mmu_generation
+    before = srv.requests
+    for u, v in zip(ref, run(s1, x)):
+        np.testing.assert_array_equal(u, v)
+    assert a.mmu_generation == g  # programmed once, kept
+    alone = srv.requests - before
+    for s in (s2, s1, s2):
+        for u, v in zip(ref, run(s, x)):
+            np.testing.assert_array_equal(u, v)
+    assert a.mmu_generation > g  # the two sessions took turns
+    before = srv.requests
+    run(s1, x)
+    assert srv.requests - before > alone  # after s2: s1 programs its entries again
+    s1.close()
+    s2.close()
 
 
 def test_a_network_loaded_from_memory_runs_on_a_served_chip(chip, served):

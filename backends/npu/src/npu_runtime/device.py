@@ -104,15 +104,19 @@ class DeviceShare:
             return self._arena
 
 
-def served(cast: Callable[[Any], Any] | None = None) -> Callable[[Callable], Callable]:
+def served(cast: Callable[[Any], Any] | None = None, *,
+           mmu: bool = False) -> Callable[[Callable], Callable]:
     """Mark an `NpuDevice` method the served device runs as one CALL when the device's
     transport is a socket (it reads the model itself, or would cost many register round trips);
     in process the method runs as written. `cast` turns the CALL's JSON result back into the
-    method's type (a list into a tuple, ...). The method's name must be in the server's
-    allow-list (`remote.SOCKET_METHODS`, or a chip's own)."""
+    method's type (a list into a tuple, ...); `mmu`: the method changes MMU entries (a socket
+    transport counts that in its `mmu_generation`, as the register hooks do in process). The
+    method's name must be in the server's allow-list (`remote.SOCKET_METHODS`, or a chip's
+    own)."""
 
     def mark(method: Callable) -> Callable:
         sig = inspect.signature(method)
+        method.changes_mmu = mmu  # type: ignore[attr-defined]
 
         @functools.wraps(method)
         def run(self: NpuDevice, *args: Any, **kwargs: Any) -> Any:
@@ -222,8 +226,8 @@ class NpuDevice(Device):
 
     @property
     def mmu_generation(self) -> int | None:
-        """Bumped by every write to an MMU register and by a full reset (None on a served
-        device: its MMU is programmed on every run)."""
+        """Bumped by every change of the MMU entries and by a full reset (over a socket: by
+        this client's own, the only ones that reach its entries on the server)."""
         return self.transport.mmu_generation
 
     @property
@@ -383,7 +387,7 @@ class NpuDevice(Device):
         """The served device's mock flag and hardware variant (a socket client's `config`)."""
         return {"mock": self.mock, "config": dataclasses.asdict(self.config)}
 
-    @served()
+    @served(mmu=True)
     def mmuMap(self, index: int, logical: int, physical: int, size: int,
                valid: bool = True) -> None:
         """Program MMU entry `index` (registers MMU[index]): logical -> physical, `size` bytes."""
@@ -400,7 +404,7 @@ class NpuDevice(Device):
         """Map a whole ETM/OCM chunk of this device at `logical`."""
         self.mmuMap(index, logical, chunk.addr, chunk.byte_size)
 
-    @served()
+    @served(mmu=True)
     def mmuClear(self) -> None:
         """Invalidate every MMU entry."""
         for i in range(self.config.mmu_entries):
@@ -416,7 +420,7 @@ class NpuDevice(Device):
         """The MMU table as programmed in the registers (decoded again only after an MMU
         register changed)."""
         gen = self.mmu_generation
-        if gen is None:  # a socket device: the served device's MMU may change at any time
+        if gen is None:  # a transport that cannot tell: decode every time
             return self._decode_mmu()
         cached = self._mmu_cache
         if cached is not None and cached[0] == gen:

@@ -25,6 +25,7 @@ from xrt.remote import protocol as P
 from xrt.remote.client import RemoteEndpoint
 from xrt.url import DeviceUrl
 
+from . import regs as R
 from .transport import Transport
 
 #: NpuDevice methods a socket client may call on the served device (the rest of the traffic is
@@ -61,7 +62,10 @@ class SocketTransport(Transport):
             raise DeviceUrlError(f"{str(url)!r}: the {chip.name} plugin serves socket://"
                                  f"{' or '.join(chip.socket_names)}@host:port, not {url.name}")
         self.core = None
-        self.mmu_generation = None
+        # the server keeps each client's MMU entries apart (its serve guard): only this
+        # client's own mmuMap / mmuClear / MMU register writes / resets change them, and
+        # each one bumps the generation (so a backend programs the MMU only when it changed)
+        self.mmu_generation = 0
         self.confined = None
         #: the link to the server (set by `attach`)
         self.remote: RemoteEndpoint | None = None
@@ -82,6 +86,9 @@ class SocketTransport(Transport):
         self.config = _config(desc)
         self.mock = bool(desc.get("mock", False))
         remote.attach(device)
+        lo = R.REG_BASE + R.MMU_BASE
+        device.defaultRegRegion().watch(lo, lo + R.MMU_ENTRY_BYTES * self.config.mmu_entries,
+                                        self._mmu_changed)
         names = {m["name"] for m in desc["mem"]}
         return (device.getMemRegion("etm"),
                 device.getMemRegion("ocm") if "ocm" in names else None,
@@ -100,14 +107,25 @@ class SocketTransport(Transport):
         return self._link().server_info()
 
     def invoke(self, device: Any, method: Callable, args: tuple, cast: Callable | None) -> Any:
-        out = self.call(method.__name__, *args)
+        try:
+            out = self.call(method.__name__, *args)
+        finally:
+            if method.changes_mmu:  # (a refused change changed nothing; counted all the same)
+                self._mmu_changed()
         return cast(out) if cast is not None else out
+
+    def _mmu_changed(self) -> None:
+        self.mmu_generation += 1
 
     def run(self, addr: int, size: int) -> None:
         self.call("icoreCalc", int(addr), int(size))
 
     def reset(self, level: int) -> None:
-        self.call("reset", int(level))
+        try:
+            self.call("reset", int(level))
+        finally:
+            if level == 0:  # a full reset empties this client's MMU entries on the server
+                self._mmu_changed()
 
     def stats(self) -> dict[str, int]:
         return dict(self.call("stats"))

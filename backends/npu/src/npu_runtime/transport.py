@@ -48,9 +48,9 @@ class Transport(ABC):
     mock: bool
     #: the in-process hardware model; None where a served device runs it
     core: Icore | None = None
-    #: bumped by every write to an MMU register and by a full reset: a backend that programmed
-    #: the MMU at generation g need not program it again while it is still g. None where the
-    #: device cannot tell (a served device: the MMU is programmed on every run)
+    #: bumped by every change of the MMU entries and by a full reset: a backend that
+    #: programmed the MMU at generation g need not program it again while it is still g. None
+    #: where the transport cannot tell (the MMU is then programmed on every run)
     mmu_generation: int | None = None
     #: physical (addr, bytes) areas a served client's run may reach with the MMU off (set by
     #: the serve guard for that run, `confine`; None: all of ETM and OCM)
