@@ -60,12 +60,10 @@ def ocr_models(tmp_path_factory) -> Path:
     return where / "rapidocr_onnxruntime" / "models"
 
 
-#: known placement regressions (strict: they fail once fixed, so the mark goes)
-KNOWN = {"ch_PP-OCRv4_rec_infer.onnx": (
-    "two attention-scaling Multiplys (p2o.Mul.180/189) now act on a rank-5 value "
-    "[1, 20, 1, 8, 15] that has no NPU map form, so they run on the host (int16, still "
-    "exact): the import's transpose sinking (sink_transposes.py) moved the Transpose that "
-    "kept them in a chip-mappable view; found at the end of session 14, not yet fixed")}
+#: known placement regressions (strict: they fail once fixed, so the mark goes); none now: the
+#: recognizer's attention-scaling Multiplys on a rank-5 view (p2o.Mul.180 / 189) run on the
+#: chip since the lowering moves them below their head-splitting chain (lowering/commute.py)
+KNOWN: dict[str, str] = {}
 
 
 def _models():

@@ -2,6 +2,8 @@
 
 Steps (the contract is docs/zg330-lowering.md):
 
+0. **commute** element-wise ops off the rank-5 steps of data-movement chains (`commute`: SVTR's
+   attention scaling), so they and the chain both have chip forms;
 1. **select** the ops the NPU runs: every op with a rule in `layers.RULES` whose integer form
    the device reproduces exactly, plus the data-movement ops (`layers.ALIAS_OPS`) next to them;
 2. **fuse** a compute op with the lookup-table activation that is its only reader (Conv -> SiLU
@@ -44,6 +46,7 @@ from .common import (
     map3,
     npu_dtype,
 )
+from .commute import commute
 from .layers import ALIAS_OPS, EDGE_REASON, RULES, NotLowerable, OpLowering, alias_ok
 from .moves import MOVE_RULES, find_chain, lower_chain
 from .pointwise import RULES as POINTWISE_RULES
@@ -593,6 +596,7 @@ def _check_fits(L: _Lowering, seq: list[Any], etm: dict, target: TargetConfig) -
 def lower(adapted: Network, target: TargetConfig, options: dict | None = None) -> Network:
     """`target`'s generated stage of an adapted network (a new network; the input is kept)."""
     net, _ = clone_network(adapted)
+    commute(net)
     L = _Lowering(net, dict(options or {}), target)
     L.select()
     seq = L.plan()
