@@ -100,7 +100,7 @@ def test_one_specialisation_per_operand_type():
     # them, i.e. with a cold cache)
     used = {n: d.signatures for n, d in _dispatchers() if d.signatures}
     for name in ("conv_dense_int", "conv_dense_int16", "conv_depthwise", "matmul_dynamic_int",
-                 "matmul_dynamic_int16", "unpack_conv_weights"):
+                 "matmul_dynamic_int16"):
         assert any(n.endswith("." + name) for n in used), (name, sorted(used))
     for name, sigs in used.items():
         by_arrays: dict[tuple, list] = {}
@@ -112,3 +112,23 @@ def test_one_specialisation_per_operand_type():
             by_arrays.setdefault(key, []).append(sig)
         for key, group in by_arrays.items():
             assert len(group) == 1, f"{name}: {len(group)} specialisations for arrays {key}"
+
+
+@pytest.mark.parametrize("dtype", ["int8", "int16"])
+@pytest.mark.parametrize(("k", "cin_g", "cout", "groups"),
+                         [(3, 5, 7, 1), (1, 40, 96, 4), (6, 3, 70, 1), (3, 33, 130, 2)])
+def test_unpacked_weights_are_the_packed_ones(dtype, k, cin_g, cout, groups):
+    """`mpe.unpack_conv_weights` (numpy, no Numba kernel) inverts `asm.pack_conv_weights`."""
+    cfg = asm.DEFAULT
+    npdt = np.int16 if dtype == "int16" else np.int8
+    info = np.iinfo(npdt)
+    w = np.random.default_rng(k + cin_g).integers(info.min + 1, info.max + 1,
+                                                  (k, k, cin_g, cout)).astype(npdt)
+    packed = asm.pack_conv_weights(w, groups, dtype, cfg).view(npdt)
+    cout_g = cout // groups
+    for form in (np.int16, np.float32, np.float64):
+        wf = np.empty((groups, k * k * cin_g, cout_g), dtype=form)
+        mpe.unpack_conv_weights(packed, groups, k, k, cin_g, cout_g, cfg.channel_unit(dtype),
+                                cfg.oc_block(dtype), wf)
+        want = w.reshape(k * k * cin_g, groups, cout_g).transpose(1, 0, 2)
+        assert np.array_equal(wf, want.astype(form))

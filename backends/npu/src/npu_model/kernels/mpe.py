@@ -33,27 +33,17 @@ KC_INT8_F32 = 1024
 KC_INT16_F64 = 1 << 22
 
 
-@kernel
-def unpack_conv_weights(packed, groups, kh, kw, cin_g, cout_g, icb, ocb, wf):
-    """Packed ``(G, NOB, KH, KW, NIB, ICB, OCB)`` -> dense ``wf[g, (ky*KW+kx)*cin_g + c, o]``."""
-    nob = (cout_g + ocb - 1) // ocb
-    nib = (cin_g + icb - 1) // icb
-    for g in range(groups):
-        for ob in range(nob):
-            o0 = ob * ocb
-            on = min(ocb, cout_g - o0)
-            for ky in range(kh):
-                for kx in range(kw):
-                    t = ky * kw + kx
-                    for ib in range(nib):
-                        base = ((((g * nob + ob) * kh + ky) * kw + kx) * nib + ib) * icb * ocb
-                        c0 = ib * icb
-                        cn = min(icb, cin_g - c0)
-                        for i in range(cn):
-                            row = t * cin_g + c0 + i
-                            src = base + i * ocb
-                            for o in range(on):
-                                wf[g, row, o0 + o] = packed[src + o]
+def unpack_conv_weights(packed: np.ndarray, groups: int, kh: int, kw: int, cin_g: int,
+                        cout_g: int, icb: int, ocb: int, wf: np.ndarray) -> np.ndarray:
+    """Packed ``(G, NOB, KH, KW, NIB, ICB, OCB)`` -> dense ``wf[g, (ky*KW+kx)*cin_g + c, o]``
+    (converted to `wf`'s dtype). A reshape and a transpose in numpy, once per weight blob (the
+    caller caches the result): no Numba kernel to compile on a fresh install's first forward."""
+    nob = -(-cout_g // ocb)
+    nib = -(-cin_g // icb)
+    blocks = packed[:groups * nob * kh * kw * nib * icb * ocb].reshape(
+        groups, nob, kh, kw, nib, icb, ocb)
+    dense = blocks.transpose(0, 2, 3, 4, 5, 1, 6).reshape(groups, kh * kw, nib * icb, nob * ocb)
+    wf.reshape(groups, kh * kw, cin_g, cout_g)[...] = dense[:, :, :cin_g, :cout_g]
     return wf
 
 
