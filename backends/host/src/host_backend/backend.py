@@ -43,7 +43,7 @@ class _Plan:
     whether it takes types, its output types and numpy dtypes), made on its first forward."""
 
     __slots__ = ("kernel", "typed", "fake", "in_types", "out_types", "params", "outs",
-                 "identity")
+                 "identity", "no_params")
 
     def __init__(self, op, backend: HostBackend) -> None:
         self.kernel = backend.kernelFor(op)
@@ -52,6 +52,8 @@ class _Plan:
         self.in_types = [v.dtype for v in op.inputs]
         self.out_types = [v.dtype for v in op.outputs]
         self.params = [v.is_params for v in op.inputs]
+        #: every input is fed (no Params): the arrays are the input tensors' own
+        self.no_params = not any(self.params)
         outs = []
         for value in op.outputs:
             vtype = value.dtype
@@ -79,16 +81,10 @@ def _forward_kernel(op, inputs, outputs, backend: HostBackend):
         arr = inputs[0].numpy()
         if arr.dtype == npdt and arr.shape == shape:
             return [Tensor.over_array(arr, vtype, backend.memRegion())]
-    arrays: list[np.ndarray] = []
-    feed = iter(inputs)
-    for v, is_params in zip(op.inputs, plan.params):
-        if is_params:
-            if v.data is None:
-                raise TensorError(f"op {op.op_id} ({op.op_type}) params v_id {v.v_id} have no "
-                                  f"data: call network.loadParamsFromFile(raw) first")
-            arrays.append(v.data)
-        else:
-            arrays.append(next(feed).numpy())
+    if plan.no_params and len(inputs) == len(op.inputs):
+        arrays = [t.numpy() for t in inputs]
+    else:
+        arrays = _arrays(op, inputs, plan)
     if plan.typed:
         results = plan.kernel(arrays, op.attrs, plan.in_types, plan.out_types, fake=plan.fake)
     else:
@@ -104,10 +100,28 @@ def _forward_kernel(op, inputs, outputs, backend: HostBackend):
             np.copyto(dst.numpy(), arr.reshape(shape))
             tensors.append(dst)
         else:
-            if not (arr.flags.c_contiguous and arr.flags.writeable):
+            flags = arr.flags
+            if not (flags.c_contiguous and flags.writeable):
                 arr = np.array(arr, order="C")
-            tensors.append(Tensor.over_array(arr.reshape(shape), vtype, region))
+            if arr.shape != shape:
+                arr = arr.reshape(shape)
+            tensors.append(Tensor.over_array(arr, vtype, region))
     return tensors
+
+
+def _arrays(op, inputs, plan: _Plan) -> list[np.ndarray]:
+    """The kernel's input arrays: Params from the op, feature maps from `inputs` in order."""
+    arrays: list[np.ndarray] = []
+    feed = iter(inputs)
+    for v, is_params in zip(op.inputs, plan.params):
+        if is_params:
+            if v.data is None:
+                raise TensorError(f"op {op.op_id} ({op.op_type}) params v_id {v.v_id} have no "
+                                  f"data: call network.loadParamsFromFile(raw) first")
+            arrays.append(v.data)
+        else:
+            arrays.append(next(feed).numpy())
+    return arrays
 
 
 class HostBackend(Backend):
