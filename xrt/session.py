@@ -639,6 +639,10 @@ class Session:
                     ins[k] = t.to(backend.memRegion())
             if segment:
                 outs = backend.forwardSegment(what, dict(zip(sources, ins)), results)
+                if len(outs) != len(results):
+                    raise XrtError(f"{type(backend).__name__}.forwardSegment returned "
+                                   f"{len(outs)} tensors for the {len(results)} values asked "
+                                   f"of ops {[op.op_id for op in what]}")
             else:
                 op, fn = what
                 outs = fn(op, ins, [], backend) if fn is not None else \

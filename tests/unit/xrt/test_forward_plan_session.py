@@ -160,3 +160,18 @@ def test_clones_plan_over_their_own_backends():
     mine, twin = s.backends[0], deep.backends[0]
     assert twin is not mine
     assert SegHost.callers == [mine] * 4 + [twin] * 2  # a shallow clone shares the backends
+
+
+class ShortSegment(SegHost):
+    name = "ShortSegment"
+
+    def forwardSegment(self, ops, feeds, wanted):
+        return super().forwardSegment(ops, feeds, wanted)[1:]
+
+
+def test_a_segment_returning_too_few_tensors_is_named():
+    net, _ = _net()
+    s = _session(net, first=ShortSegment)
+    with pytest.raises(XrtError, match=r"ShortSegment.forwardSegment returned 1 tensors for the "
+                                       r"2 values asked of ops \[1, 2\]"):
+        s.forward([X])
