@@ -57,7 +57,7 @@ class SocketTransport(Transport):
     def __init__(self, url: DeviceUrl, chip: Any) -> None:
         self.url = url
         self.chip = chip
-        self.host, self.port = url.require_server()
+        url.require_server()  # a host and a port, or DeviceUrlError
         if url.name not in chip.socket_names:
             raise DeviceUrlError(f"{str(url)!r}: the {chip.name} plugin serves socket://"
                                  f"{' or '.join(chip.socket_names)}@host:port, not {url.name}")
