@@ -175,3 +175,31 @@ def test_forks_forward_their_plans_from_threads(chip):
     for f in forks:
         f.close()
     s.close()
+
+
+def test_a_sub_session_starting_inside_a_run_forwards_as_op_by_op(chip):
+    """`Session.sub` from the fourth HardOp (inside a merged run on the ZG330): the plan's
+    segment starts mid-run and gives what the per-op path gives, and what the whole view
+    gave."""
+    from xrt import Tensor
+
+    q, z = chip.compiled("tiny_cnn")
+    x = x_of(q, 3)
+    s = _session(chip, z)
+    seen = {}
+    s.setPostCallBack(lambda sess, op, b, outs: seen.update(
+        {v.v_id: np.array(np.asarray(t)) for v, t in zip(op.outputs, outs)}))
+    want = _out(s, x)
+    s.setPostCallBack(None)
+    k = [i for i, op in enumerate(z.ops) if op.op_type == "HardOp"][3]
+    sub = s.sub(k)
+    feed = [Tensor(seen[v.v_id], v.dtype) for v in sub.network_view.inputs()]
+    segs = _count(s.backends[0], "forwardSegment")
+    plain = [np.asarray(t).copy() for t in sub.forward(feed)]
+    assert len(segs) == 1 and segs[0][0].op_id == z.ops[k].op_id
+    sub.setPostCallBack(lambda *a: None)
+    by_op = [np.asarray(t).copy() for t in sub.forward(feed)]
+    assert len(segs) == 1
+    assert all(u.tobytes() == v.tobytes() for u, v in zip(plain, by_op))
+    assert all(u.tobytes() == v.tobytes() for u, v in zip(plain, want))
+    s.close()
