@@ -303,7 +303,36 @@ class _Lowering:
                 seq.append(spec)
                 continue
             seq.append(self._plan_alias(op))
-        return seq
+        return self._join_aliases(seq)
+
+    def _join_aliases(self, seq: list[Any]) -> list[Any]:
+        """Each pure alias (a Reshape, Squeeze, Split... placed as a view of its input's
+        buffer: no layer, no COPY) whose every input one computing HardOp writes joins that
+        HardOp: its outputs become the HardOp's (the same bytes, already written), so it costs
+        no HardOp of its own. A 1-D Conv's (N, L, C) <-> (N, 1, L, C) Reshapes ride with the
+        COPY PERMUTE or CONV before them, and the 1-D network has its 2-D twin's HardOps."""
+        made: dict[int, _HardSpec] = {}  # v_id -> the HardOp that outputs it
+        out: list[Any] = []
+        host = self.net.outputs()
+        for item in seq:
+            if not isinstance(item, _HardSpec):
+                out.append(item)
+                continue
+            srcs = {id(made.get(v.v_id)): made.get(v.v_id) for v in item.inputs}
+            if not item.lows and not item.copies and len(srcs) == 1 and \
+                    (spec := next(iter(srcs.values()))) is not None and spec.lows:
+                spec.ops += item.ops
+                inside = {op.op_id for op in spec.ops}
+                spec.outputs = [v for v in spec.outputs if v in host or any(
+                    c.op_id not in inside for c in v.consumers)] + \
+                    [v for v in item.outputs if v not in spec.outputs]
+                for v in item.outputs:
+                    made[v.v_id] = spec
+                continue
+            for v in item.outputs:
+                made[v.v_id] = item
+            out.append(item)
+        return out
 
     def _make_dense(self, v: Value) -> bool:
         """Fix `v`'s buffer to pitch = channels when `v` is its only member at offset 0 (a
@@ -398,12 +427,16 @@ class _Lowering:
                 addr = align(addr + blob.nbytes, ETM_ALIGN)
         w_hi = addr
         f_lo = addr
+        visible = {v.v_id for s in specs for v in s.inputs + s.outputs}
         for b in self.buffers:
             if b is None:
                 continue
             b.pitch = b.fixed if b.fixed is not None else \
                 align(max(o + c for o, c in b.members.values()), self.cfg.channel_unit(b.dtype))
-            b.owner = min(b.members, key=lambda v: (b.members[v][0], -b.members[v][1], v))
+            # the owner is a value the runtime sees (a HardOp's input or output) where one is:
+            # a value inside a HardOp (an alias joined to it, `_join_aliases`) is not
+            seen = [v for v in b.members if v in visible] or list(b.members)
+            b.owner = min(seen, key=lambda v: (b.members[v][0], -b.members[v][1], v))
             b.addr = addr
             addr = align(addr + b.nbytes, ETM_ALIGN)
         f_hi = addr
