@@ -96,15 +96,16 @@ def _op_bits(spec: Any) -> dict[str, int] | None:
     return out
 
 
-def _quantizer(optimized: Any, samples: Any, opts: dict[str, Any], runner: Runner | None
-               ) -> Any:
-    """`op_bits -> quantized network` with `opts`' bits, method, input bits and equalisation."""
+def _quantizer(optimized: Any, samples: Any, opts: dict[str, Any], runner: Runner | None,
+               outlier_aware: bool = False) -> Any:
+    """`op_bits -> quantized network` with `opts`' bits, method, input bits and equalisation
+    (`outlier_aware`: `quantize_network`'s, the int8 the mixed-precision search falls back on)."""
 
     def quantize(op_bits: Any) -> Any:
         return quantize_network(optimized, samples, bits=int(opts["bits"]),
                                 method=opts["method"], input_bits=opts.get("input_bits"),
                                 op_bits=op_bits, runner=runner,
-                                equalize=opts.get("equalize"))
+                                equalize=opts.get("equalize"), outlier_aware=outlier_aware)
 
     return quantize
 
@@ -126,10 +127,16 @@ def _quantize(optimized: Any, samples: Any, opts: dict[str, Any], runner: Runner
     if min_cos <= 0.0 or int(opts["bits"]) != 8:
         return quantize(user_bits)
     quantized, mixed = choose_bits(optimized, quantize(user_bits), quantize, samples, min_cos,
-                                   max_int16=max_int16, op_bits=user_bits, runner=runner)
+                                   max_int16=max_int16, op_bits=user_bits, runner=runner,
+                                   outlier_aware=_quantizer(optimized, samples, opts, runner,
+                                                            outlier_aware=True))
     quantized.tags["quantization"]["mixed_precision"] = mixed.to_tag()
     if mixed.warning:
         log.warning("%s: %s", name, mixed.warning)
+    elif mixed.outlier_aware_kept:
+        log.info("%s: int8 with outlier-aware thresholds kept: worst part %s %.4f -> %.4f",
+                 name, worst_part(mixed.before)[0], worst_part(mixed.before)[1],
+                 worst_part(mixed.after)[1])
     elif mixed.op_bits:
         log.info("%s: %d ops raised to int16 (%s): worst part %s %.4f -> %.4f", name,
                  len(mixed.op_bits), ", ".join(mixed.names), worst_part(mixed.before)[0],

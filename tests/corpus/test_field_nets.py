@@ -328,13 +328,87 @@ TRAINED_ON_CHIP = {
 }
 
 
+#: detectors among them: model -> held-out input seeds on which the integer network's
+#: detections must agree with onnxruntime's float run (`_detections_agree`)
+DETECTORS = {"ddddocr/common_det.onnx": (11, 12, 13, 14, 15, 16)}
+#: score threshold of a detection, and the margin around it within which a detection may go
+#: either way (a 0.31 read as 0.29 is a borderline flip, not a lost text line); a detection
+#: above the margin should keep its score within DET_DROP (not reached yet: the test xfails
+#: with the figures). With squared-error int8 thresholds ddddocr read 0.72 as 0.45 and 0.53 as
+#: 0.29: the activations at the text lines, the largest of their maps, were clipped; the
+#: outlier-aware thresholds the compile falls back on (docs/quantization.md section 8) keep
+#: them: 0.72 -> 0.59, 0.53 -> 0.28 at worst.
+DET_SCORE, DET_MARGIN, DET_DROP = 0.3, 0.1, 0.2
+
+
+def _yolox_boxes(out: np.ndarray, size: int, floor: float) -> tuple[np.ndarray, np.ndarray]:
+    """ddddocr's decoding of its YOLOX head ([1, anchors, 4 + 1 + classes], strides 8, 16,
+    32): boxes (x1, y1, x2, y2) in pixels and scores objectness x class, those above `floor`
+    after non-maximum suppression at IoU 0.45 (ddddocr's own)."""
+    out = np.asarray(out, np.float64).reshape(-1, out.shape[-1])
+    grids, strides = [], []
+    for s in (8, 16, 32):
+        n = size // s
+        yv, xv = np.meshgrid(np.arange(n), np.arange(n), indexing="ij")
+        grids.append(np.stack((xv, yv), 2).reshape(-1, 2))
+        strides.append(np.full((n * n, 1), s))
+    grid, stride = np.concatenate(grids), np.concatenate(strides)
+    xy = (out[:, :2] + grid) * stride
+    wh = np.exp(np.minimum(out[:, 2:4], 10.0)) * stride
+    boxes = np.concatenate([xy - wh / 2, xy + wh / 2], 1)
+    score = out[:, 4] * out[:, 5:].max(1)
+    order = [i for i in np.argsort(-score) if score[i] > floor]
+    keep: list[int] = []
+    while order:
+        i, order = order[0], order[1:]
+        keep.append(i)
+        order = [j for j in order if _iou(boxes[i:i + 1], boxes[j:j + 1])[0, 0] <= 0.45]
+    return boxes[keep], score[keep]
+
+
+def _iou(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    lt = np.maximum(a[:, None, :2], b[None, :, :2])
+    rb = np.minimum(a[:, None, 2:], b[None, :, 2:])
+    inter = np.prod(np.clip(rb - lt, 0, None), 2)
+    area = lambda x: np.prod(x[:, 2:] - x[:, :2], 1)  # noqa: E731
+    return inter / (area(a)[:, None] + area(b)[None] - inter + 1e-9)
+
+
+def _detections_agree(want: np.ndarray, got: np.ndarray, size: int
+                      ) -> tuple[bool, bool, str]:
+    """(found, kept, a line of figures): `found` when every detection one side scores at
+    least `DET_SCORE + DET_MARGIN` has one on the other side at IoU > 0.5 scoring at least
+    `DET_SCORE - DET_MARGIN` (the counts above `DET_SCORE` then differ only by borderline
+    detections); `kept` when moreover each of the float run's has one within `DET_DROP` of
+    its score."""
+    bw, sw = _yolox_boxes(want, size, DET_SCORE - DET_MARGIN)
+    bg, sg = _yolox_boxes(got, size, DET_SCORE - DET_MARGIN)
+
+    def best(b: np.ndarray, boxes: np.ndarray, scores: np.ndarray) -> float:
+        hit = _iou(b[None], boxes)[0] > 0.5 if len(boxes) else np.zeros(0, bool)
+        return float(scores[hit].max()) if hit.any() else 0.0
+
+    firm = DET_SCORE + DET_MARGIN
+    lost = [round(float(s), 3) for b, s in zip(bw, sw) if s >= firm and not best(b, bg, sg)]
+    extra = [round(float(s), 3) for b, s in zip(bg, sg) if s >= firm and not best(b, bw, sw)]
+    drop = [f"{s:.2f} -> {best(b, bg, sg):.2f}" for b, s in zip(bw, sw)
+            if s >= firm and best(b, bg, sg) < s - DET_DROP]
+    line = (f"float {int((sw >= DET_SCORE).sum())} detections > {DET_SCORE}, int8 "
+            f"{int((sg >= DET_SCORE).sum())}; float scores {np.round(sw, 2).tolist()}, int8 "
+            f"{np.round(sg, 2).tolist()}; lost {lost}, extra {extra}, dropped {drop}")
+    return not lost and not extra, not drop, line
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("model", sorted(TRAINED_ON_CHIP), ids=lambda m: m.rsplit("/", 1)[-1])
 def test_trained_field_model_runs_on_the_chip(trained_wheels, model, tmp_path):
     """A trained network from another field compiled for zg330 on four realistic inputs: its
     convolutions on the chip, every host op with its reason, bit-exact against the integer
     reference, and per output part against onnxruntime's float run on a held-out input (below
-    0.99: xfail with the measured parts; placement and bit-exactness still assert)."""
+    0.99: xfail with the measured parts; placement and bit-exactness still assert). A detector
+    (`DETECTORS`) finds the same text lines as onnxruntime's float run on six held-out inputs
+    (`_detections_agree`: asserted), and keeps their scores within `DET_DROP` (xfail with the
+    figures where not)."""
     import onnxruntime as ort
 
     target = "zg330"
@@ -362,6 +436,17 @@ def test_trained_field_model_runs_on_the_chip(trained_wheels, model, tmp_path):
     parts = output_parts(load_stage(written["optimized"]), reference=[want])
     res = compare_parts([want], [got], parts)
     figure = worst(res)
-    if figure < 0.99:
-        pytest.xfail(f"worst output part cosine {figure:.4f} < 0.99 (placement and "
-                     f"bit-exactness hold): {format_parts(res)}")
+    short = []
+    for seed in DETECTORS.get(model, ()):  # the integer reference: bit-exact with the chip
+        x = _trained_input(kind, shape, seed)
+        want = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(
+            None, {name: x})[0]
+        got = run_reference(written["adapted"], x).reshape(want.shape)
+        found, kept, line = _detections_agree(want, got, shape[-1])
+        print(f"{model} input {seed}: {line}")
+        assert found, f"{model} input {seed}: detections differ: {line}"
+        short += [] if kept else [f"input {seed}: {line}"]
+    if figure < 0.99 or short:
+        pytest.xfail(f"worst output part cosine {figure:.4f} < 0.99 (placement, bit-exactness "
+                     f"and the detections found hold): {format_parts(res)}; scores dropped by "
+                     f"more than {DET_DROP}: {short}")

@@ -91,10 +91,12 @@ ROW_OPS = frozenset({"Softmax", "LayerNorm"})
 #: bit of it buys headroom for values beyond the calibration set's range.
 INT16_HEADROOM = 2.0
 #: The power of the quantization error that `method="mse"` minimises for 8-bit activations
-#: (`MSEObserver(power=...)`): 3 weighs the few large values a threshold clips above the many
-#: small ones it rounds. Trained detectors put their objects in those few: with squared errors
-#: the thresholds clipped them (ddddocr's YOLOX detector: object features 5-8% low, scores
-#: 0.72 -> 0.45, worst part 0.906 -> 0.980 on the probes; docs/quantization.md section 8).
+#: with `outlier_aware=True` (`MSEObserver(power=...)`): 3 weighs the few large values a
+#: threshold clips above the many small ones it rounds. Trained detectors put their objects in
+#: those few: with squared errors the thresholds clipped them (ddddocr's YOLOX detector: object
+#: features 5-8% low, scores 0.72 -> 0.45, worst part 0.904 -> 0.980 on the probes with the
+#: table inputs clipped too; docs/quantization.md section 8). Elsewhere the coarser steps cost
+#: more than they keep (PP-OCRv4's detector), so the compile measures both (`mixed`).
 MSE_POWER = 3
 #: Ops a Concat's output may pass on its way to a network output and still be "at the output".
 OUTPUT_MOVE_OPS = frozenset({"Reshape", "Transpose", "Squeeze", "Unsqueeze", "AlignAxis",
@@ -437,11 +439,12 @@ def _assign_scales(amax: dict[int, float], uf: _UnionFind, dtype_of: Any
     return scales, groups
 
 
-def _observer_kw(method: str, bits: int, kw: dict) -> dict:
+def _observer_kw(method: str, bits: int, kw: dict, outlier_aware: bool = False) -> dict:
     out = dict(kw)
     if method == "mse":
         out.setdefault("dtype", np.int8 if bits == 8 else np.int16)
-        out.setdefault("power", MSE_POWER if bits == 8 else 2)
+        if outlier_aware and bits == 8:
+            out.setdefault("power", MSE_POWER)
     if method == "kl":
         out.setdefault("dtype", np.int8 if bits == 8 else np.int16)
         if bits == 16:
@@ -455,7 +458,7 @@ def quantize_network(net: Network, samples: Any, *, bits: int = 8, method: str =
                      headroom: float | None = None, op_bits: Any = None,
                      input_bits: int | None = None, runner: Runner | None = None,
                      equalize: bool | None = None, bias_correction: bool | None = None,
-                     **kw: Any) -> Network:
+                     outlier_aware: bool = False, **kw: Any) -> Network:
     """Quantize `net` (float) into a new network of integer ops; see the module docstring.
 
     `samples`: anything `load_calibration` accepts. `bits`: 8 or 16 (activations and weights).
@@ -474,6 +477,10 @@ def quantize_network(net: Network, samples: Any, *, bits: int = 8, method: str =
     default: with per-tensor weights only). `bias_correction`: subtract each layer's mean
     weight-rounding error (`xcompile.quant.bias_correction`; default: the layers GPTQ did not
     round). Where they pay is measured in docs/quantization.md.
+    `outlier_aware`: 8-bit "mse" thresholds minimise the cubed error (`MSE_POWER`), keeping
+    more of the few large values a squared error clips, and the inputs of Sigmoid / Tanh
+    tables are calibrated only to where the table still changes
+    (`xcompile.quant.saturation`); docs/quantization.md section 8 says where it pays.
     """
     if bits not in (8, 16):
         raise QuantizationError(f"bits must be 8 or 16, not {bits}", field="bits")
@@ -500,7 +507,7 @@ def quantize_network(net: Network, samples: Any, *, bits: int = 8, method: str =
         return INT8 if bits_of(vid) == 8 else INT16
 
     def observers() -> dict[int, dict]:
-        per = {vid: _observer_kw(method, b, kw) for vid, b in vbits.items()}
+        per = {vid: _observer_kw(method, b, kw, outlier_aware) for vid, b in vbits.items()}
         for op in opt.ops:  # a softmax's logits and probabilities: calibrated by their range
             if op.op_type in PROBABILITY_OPS:
                 for v in op.feature_inputs() + op.outputs:
@@ -515,7 +522,7 @@ def quantize_network(net: Network, samples: Any, *, bits: int = 8, method: str =
     means = {op.inputs[0].v_id: None for op in nearest} or None
     def thresholds() -> dict[int, float]:
         amax = calibrate(opt, data, method, per_value=per_value, runner=runner, means=means,
-                         **_observer_kw(method, bits, kw))
+                         **_observer_kw(method, bits, kw, outlier_aware))
         amax = {vid: a * (headroom if headroom is not None else
                           1.0 if bits_of(vid) == 8 else INT16_HEADROOM)
                 for vid, a in amax.items()}
@@ -537,7 +544,8 @@ def quantize_network(net: Network, samples: Any, *, bits: int = 8, method: str =
     int_ops -= floats
     # table inputs calibrated only to where the table still changes (objectness logits)
     clipped = clip_table_inputs(opt, int_ops, amax, uf.find,
-                                lambda vid: 127 if bits_of(vid) == 8 else 32767)
+                                lambda vid: 127 if bits_of(vid) == 8 else 32767) \
+        if outlier_aware else {}
     scales, groups = _assign_scales(amax, uf, lambda vid: el_of(vid).numpy_dtype)
     op_el = {op.op_id: el_of(op.feature_inputs()[0].v_id) for op in opt.ops
              if op.op_id in int_ops and op.feature_inputs()}
@@ -555,6 +563,7 @@ def quantize_network(net: Network, samples: Any, *, bits: int = 8, method: str =
                                                  1.0 if bits == 8 else INT16_HEADROOM),
                               "input_bits": input_bits, "equalized_pairs": n_eq,
                               "bias_corrected": n_bc, "concats": concats,
+                              "outlier_aware": bool(outlier_aware),
                               "table_inputs_clipped": len(clipped),
                               "op_bits": {str(oid): 16 for oid, el in op_el.items()
                                           if el.storage.bits > bits},

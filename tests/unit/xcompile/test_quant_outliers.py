@@ -96,10 +96,44 @@ def test_sigmoid_logits_are_clipped_where_the_table_is_flat():
     rng = np.random.default_rng(4)
     net = _logit_net(rng)
     samples = [[_objects(rng)] for _ in range(4)]
-    q = quantize_network(net, samples, weight_rounding="nearest")
+    plain = quantize_network(net, samples, weight_rounding="nearest")
+    assert plain.tags["quantization"]["table_inputs_clipped"] == 0  # only when asked
+    q = quantize_network(net, samples, weight_rounding="nearest", outlier_aware=True)
     assert q.tags["quantization"]["table_inputs_clipped"] == 1
+    assert q.tags["quantization"]["outlier_aware"]
     conv = next(op for op in q.ops if op.op_type == "Conv2d")
     amax = float(conv.outputs[0].dtype.element_dtype.scale[0]) * 127
     assert amax < 7.0  # the logits reach -15; the sigmoid is flat below about -5.8
     held = [[_objects(rng)] for _ in range(2)]
     assert outputs_cosine(net, q, held) >= 0.99
+
+
+def test_the_search_falls_back_on_outlier_aware_int8_when_it_misses(tmp_path, monkeypatch):
+    """When no raise within the cap reaches the target, `choose_bits` measures the int8
+    network the `outlier_aware` quantizer makes and keeps it where it beats what would be
+    kept (here a stand-in that beats it: conv_c's input in 16 bits, which the 1% cap refused
+    to the search), and says so; one that does not beat it is measured and dropped."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from test_mixed_precision import _setup
+
+    from xcompile.quant.mixed import choose_bits, worst_part
+
+    monkeypatch.setenv("XRT_PROGRESS", "0")
+    _, opt, cal, quantize = _setup(tmp_path, outlier=1000.0)
+    conv_c = next(op.op_id for op in opt.ops if op.op_type == "Conv2d" and op.name == "conv_c")
+    better = lambda op_bits: quantize({conv_c: 16})  # noqa: E731
+    best, mp = choose_bits(opt, quantize(None), quantize, cal, 0.99, max_int16=0.01,
+                           outlier_aware=better)
+    assert mp.outlier_aware_kept and mp.outlier_aware
+    assert worst_part(mp.after)[1] > worst_part(mp.before)[1]
+    assert best.tags["quantization"]["op_bits"]  # the stand-in's network is the one kept
+    tag = mp.to_tag()["outlier_aware"]
+    assert tag["kept"] and tag["worst"][1] == pytest.approx(worst_part(mp.after)[1])
+    assert mp.reached and mp.warning is None  # it reaches the target: no warning
+    same, mp = choose_bits(opt, quantize(None), quantize, cal, 0.99, max_int16=0.01,
+                           outlier_aware=quantize)
+    assert mp.outlier_aware and not mp.outlier_aware_kept  # measured, not better: int8 kept
+    assert same.tags["quantization"]["op_bits"] == {} and "int8 network is kept" in mp.warning
