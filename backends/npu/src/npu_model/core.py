@@ -38,7 +38,7 @@ from .isa import (
     decode_arrays,
     unpack_payload,
 )
-from .kernels import igemm, matmul, mpe, rownorm, vector
+from .kernels import bgemm, igemm, matmul, mpe, rownorm, vector
 from .mmu import MEM_ETM, MEM_OCM, MmuFault, MmuTable
 from .program import MAX_PROGRAMS, Program, Recording
 
@@ -137,6 +137,8 @@ class Icore:
         self.int_gemm = igemm.enabled()
         #: int16 convolutions and matmuls on the integer GEMM's digit form (else float64)
         self.int_gemm16 = igemm.enabled_int16()
+        #: of those, convolutions on the byte GEMM (AVX-512 VNNI ``vpdpbusd``, `bgemm`)
+        self.byte_gemm16 = bgemm.enabled()
         self._rec = Recording()  # the run being interpreted records into this
 
     # --- counters -----------------------------------------------------------------------------
@@ -601,6 +603,14 @@ class Icore:
                            bias, mult, shift, mneg, sneg, lo, hi, y.arr, y.rs, y.pitch, y.coff,
                            y.h, y.w, kh, kw, sh, sw, dh, dw, pt, pl, g, cin_g, cout_g)
             return
+        if (dtype == "int16" and self.int_gemm16 and self.byte_gemm16
+                and kh * kw * cin_g <= bgemm.MAX_K):
+            wq, corr = self._unpacked_weights(wmem, waddr, packed, "bytes", g, kh, kw, cin_g,
+                                              cout_g, cu, ocb)
+            self._rec.call(mpe.CONV_INT16_BYTES, x.arr, x.rs, x.pitch, x.coff, x.h, x.w, wq,
+                           bias + corr, mult, shift, mneg, sneg, lo, hi, y.arr, y.rs, y.pitch,
+                           y.coff, y.h, y.w, kh, kw, sh, sw, dh, dw, pt, pl, g, cin_g, cout_g)
+            return
         if dtype == "int16" and self.int_gemm16:
             nr = igemm.panel_width(cout_g)
             wqh, wql, dmax = self._unpacked_weights(wmem, waddr, packed, nr, g, kh, kw, cin_g,
@@ -623,17 +633,21 @@ class Icore:
         only while the packed bytes in memory are still identical. `form` is a float dtype
         (dense ``[g, K, cout_g]`` for the float GEMM) or a panel width (int16 pairs per group,
         `igemm.pack_pairs`; int16 weights: their digit panels ``(hi, lo, largest |digit|)``,
-        `igemm.split_digits`, ``hi`` of shape ``(G, 0)`` when every weight fits in ``lo``)."""
+        `igemm.split_digits`, ``hi`` of shape ``(G, 0)`` when every weight fits in ``lo``) or
+        ``"bytes"`` (int16 weights as `bgemm.int16_weights`: byte panels, bias correction)."""
         cache = self.__dict__.setdefault("_wf_cache", {})
         pairs = isinstance(form, int)
+        byts = isinstance(form, str)
         key = (wmem, waddr, packed.dtype.str, packed.size, g, kh, kw, cin_g, cout_g, cu, ocb,
-               form if pairs else np.dtype(form).str)
+               form if pairs or byts else np.dtype(form).str)
         hit = cache.get(key)
         if hit is not None and np.array_equal(hit[0], packed):
             return hit[1]
-        wf = np.empty((g, kh * kw * cin_g, cout_g), dtype=np.int16 if pairs else form)
+        wf = np.empty((g, kh * kw * cin_g, cout_g), dtype=np.int16 if pairs or byts else form)
         mpe.unpack_conv_weights(packed, g, kh, kw, cin_g, cout_g, cu, ocb, wf)
-        if pairs and packed.dtype == np.int16:
+        if byts:
+            wf = bgemm.int16_weights(wf)
+        elif pairs and packed.dtype == np.int16:
             hi, lo = igemm.split_digits(wf)
             dmax = int(max(np.abs(hi).max(initial=0), np.abs(lo).max(initial=0)))
             wh = (igemm.pack_pairs(hi, form).reshape(g, -1) if hi.any()

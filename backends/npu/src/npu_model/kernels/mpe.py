@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .bgemm import NR as BNR
+from .bgemm import byte_planes, gemm_int16_bytes
 from .igemm import MR, gemm_pairs, gemm_pairs_wide
 from .jit import helper, inline, kernel
 from .pool import Split
@@ -25,7 +27,9 @@ from .pool import Split
 #: their source (and of the kernels they call). Numba's on-disk cache notices changes to this
 #: file only, so when a dependency changes, `tests/test_kernel_stamps.py`
 #: fails until the stamp here is updated, and that edit makes Numba recompile these kernels.
-NUMBA_DEPENDS = {"npu_model.kernels.igemm.gemm_pairs": "0ef95014f7dc6162",
+NUMBA_DEPENDS = {"npu_model.kernels.bgemm.byte_planes": "c12b5a7aa4a50943",
+                 "npu_model.kernels.bgemm.gemm_int16_bytes": "23072a0494ca091a",
+                 "npu_model.kernels.igemm.gemm_pairs": "0ef95014f7dc6162",
                  "npu_model.kernels.igemm.gemm_pairs_wide": "a5f9715e2922bfc7"}
 
 #: K-chunk lengths that keep float partial sums exact
@@ -550,6 +554,42 @@ def conv_dense_int16(x, xrs, xpitch, xcoff, ih_n, iw_n,
 
 
 @kernel(nogil=True)
+def conv_dense_int16_bytes(x, xrs, xpitch, xcoff, ih_n, iw_n,
+                           wq, bias, mult, shift, mult_neg, shift_neg, lo, hi,
+                           y, yrs, ypitch, ycoff, oh_n, ow_n,
+                           kh, kw, sh, sw, dh, dw, pt, pl, groups, cin_g, cout_g, p_lo, p_hi):
+    """Dense / grouped int16 convolution on the byte GEMM (`bgemm`, AVX-512 VNNI only): each
+    group's im2col rows in int16 as by `conv_dense_int16`, turned into byte planes, three byte
+    GEMMs into an int64 tile. `wq[g]` and the bias come from `bgemm.int16_weights` (the bias
+    already holds its weight-plane correction). K <= `bgemm.MAX_K`. Output pixels
+    ``p_lo..p_hi`` only."""
+    k2, ldc, cout, width, tile, tile_pad, pointwise, padded, wp, xp = _dense_plan(
+        x, xrs, xpitch, xcoff, ih_n, iw_n, oh_n, ow_n, kh, kw, sh, sw, dh, dw, pt, pl,
+        groups, cin_g, cout_g, BNR, p_lo, p_hi)
+    k = kh * kw * cin_g
+    kp = (k + 3) // 4 * 4
+    colbuf = np.empty(tile_pad * ldc, dtype=np.int16)
+    ab = np.empty(tile_pad * 2 * kp, dtype=np.uint8)
+    rsum = np.empty(tile_pad, dtype=np.int64)
+    ctile = np.empty((tile_pad, width), dtype=np.int64)
+    flat = ctile.reshape(tile_pad * width)
+    tmp = np.empty(3 * MR * BNR, dtype=np.int32)
+    none = np.empty((0, cout), dtype=np.int64)
+    for p0 in range(p_lo, p_hi, tile):
+        npix = min(tile, p_hi - p0)
+        rows = (npix + MR - 1) // MR * MR
+        for g in range(groups):
+            _dense_rows(x, xrs, xpitch, xcoff + g * cin_g, ih_n, iw_n, colbuf, p0, npix,
+                        ow_n, ldc, cin_g, kh, kw, sh, sw, dh, dw, pt, pl, pointwise, padded,
+                        xp, wp)
+            byte_planes(colbuf, ldc, rows, k, kp, ab, rsum)
+            gemm_int16_bytes(ab, kp, rows, wq[g], cout_g, tmp, flat, g * cout_g, width, rsum)
+        _requant_tile(flat, width, none, bias, np.int64(0), p0, npix, ow_n, cout, y, yrs, ypitch,
+                      ycoff, np.int64(0), mult, shift, mult_neg, shift_neg, lo, hi)
+    return y
+
+
+@kernel(nogil=True)
 def conv_depthwise(x, xrs, xpitch, xcoff, ih_n, iw_n,
                    packed, cu, bias, mult, shift, mult_neg, shift_neg, lo, hi,
                    y, yrs, ypitch, ycoff, oh_n, ow_n, c_n,
@@ -670,5 +710,6 @@ _CONV_WORK = ("oh_n", "ow_n", "kh", "kw", "groups", "cin_g", "cout_g")
 #: thread pool (`pool.Split`)
 CONV_INT = Split(conv_dense_int, extent=("oh_n", "ow_n"), work=_CONV_WORK)
 CONV_INT16 = Split(conv_dense_int16, extent=("oh_n", "ow_n"), work=_CONV_WORK)
+CONV_INT16_BYTES = Split(conv_dense_int16_bytes, extent=("oh_n", "ow_n"), work=_CONV_WORK)
 CONV_DEPTHWISE = Split(conv_depthwise, extent=("oh_n",), work=("oh_n", "ow_n", "c_n", "kh", "kw"),
                        min_work=1 << 18)  # ~10x fewer MACs per second than the GEMMs
