@@ -24,6 +24,7 @@ from .errors import (
     XrtError,
 )
 from .tensor import Tensor
+from .weights_lock import weights_lock
 
 log = logging.getLogger(__name__)
 
@@ -257,15 +258,17 @@ class Session:
         from . import plugins
 
         self._require_applied("refitWeights")
-        root = getattr(self._view, "network", self._view)
+        root = self._root()
         plan = plugins.plugin_manager().hook.xrt_refit_plan(network=root, source=source)
         if plan is None:
             raise XrtError("refitWeights: no plugin implements xrt_refit_plan (the compile "
                            "pipeline, distribution icraft-xrt-sim's xcompile, is not loaded)")
-        commits = [b.prepareRefit(plan) for b in self._backends]
-        for commit in commits:
-            commit()
-        plan.finish(root)
+        # forwards of every session on this network (other threads): wholly before or after
+        with weights_lock(root).writing("refitWeights"):
+            commits = [b.prepareRefit(plan) for b in self._backends]
+            for commit in commits:
+                commit()
+            plan.finish(root)
         return plan.report
 
     refit_weights = refitWeights
@@ -281,7 +284,7 @@ class Session:
         from . import __version__
 
         self._require_applied(what)
-        root = getattr(self._view, "network", self._view)
+        root = self._root()
         raw = io.BytesIO()
         size, md5 = write_raw_stream(raw, root.params())
         obj = network_to_dict(root)
@@ -442,10 +445,11 @@ class Session:
         user_out = self._bind_user_outputs(outputs) if outputs is not None else {}
         self._profile = {}
         t0 = time.perf_counter()
-        if user_out or not self._plain():
-            self._run(0, len(self._view.ops), user_out)
-        else:
-            self._run_plan()
+        with weights_lock(self._root()).reading():  # a refit in another thread: all or none
+            if user_out or not self._plain():
+                self._run(0, len(self._view.ops), user_out)
+            else:
+                self._run_plan()
         self._total_ms = (time.perf_counter() - t0) * 1e3
         self._position = 0
         results = [self._values[v.v_id] for v in self._io()[1]]
@@ -470,13 +474,18 @@ class Session:
         if inputs:
             self._bind_inputs(inputs, only_missing=True)
         t0 = time.perf_counter()
-        self._run(self._position, target + 1, {})
+        with weights_lock(self._root()).reading():
+            self._run(self._position, target + 1, {})
         self._total_ms = (time.perf_counter() - t0) * 1e3
         self._position = target + 1 if target + 1 < len(self._view.ops) else 0
         op = self._view.ops[target]
         return [self._values[v.v_id] for v in op.outputs]
 
     # --- internals ------------------------------------------------------------------------
+    def _root(self) -> Any:
+        """The network object this session's view belongs to."""
+        return getattr(self._view, "network", self._view)
+
     def _require_applied(self, what: str) -> None:
         if self._closed:
             raise CallOrderError(f"Session.{what}() after close(): the backends gave their "

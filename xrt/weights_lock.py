@@ -24,19 +24,21 @@ from .errors import CallOrderError
 
 
 class WeightsLock:
-    """Many readers or one writer; a thread that reads may read again (nested forwards)."""
+    """Many readers or one writer; a thread that reads may read again (nested forwards). A
+    waiting writer holds new readers back, so a loop of forwards cannot starve a refit."""
 
     def __init__(self) -> None:
         self._cond = threading.Condition(threading.Lock())
         self._readers: dict[int, int] = {}  # thread id -> depth
         self._writer: int | None = None
+        self._waiting = 0  # writers waiting
 
     @contextmanager
     def reading(self) -> Iterator[None]:
         me = threading.get_ident()
         with self._cond:
             if me not in self._readers:
-                while self._writer is not None and self._writer != me:
+                while self._writer is not None or self._waiting:
                     self._cond.wait()
             self._readers[me] = self._readers.get(me, 0) + 1
         try:
@@ -58,8 +60,12 @@ class WeightsLock:
                 raise CallOrderError(f"{what}: called from inside a forward of a session on "
                                      f"the same network in this thread (a callback); call it "
                                      f"after the forward returns")
-            while self._writer is not None or self._readers:
-                self._cond.wait()
+            self._waiting += 1
+            try:
+                while self._writer is not None or self._readers:
+                    self._cond.wait()
+            finally:
+                self._waiting -= 1
             self._writer = me
         try:
             yield
