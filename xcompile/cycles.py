@@ -45,6 +45,17 @@ def _chip_backend(target: str) -> type:
     return found[0]
 
 
+def _finite(ins: list) -> None:
+    """Replace, in the list a host op is about to read, every float tensor holding NaN or
+    infinity by a copy with those set to 0 (placeholder numbers of a cycles-only forward)."""
+    from xrt import Tensor
+
+    for i, t in enumerate(ins):
+        a = np.asarray(t)
+        if a.dtype.kind == "f" and not np.isfinite(a).all():
+            ins[i] = Tensor(np.nan_to_num(a, nan=0.0, posinf=0.0, neginf=0.0))
+
+
 def forward_cycles(net: Any, target: str) -> int:
     """Chip cycles of one forward of `net` (a network lowered for `target`, in memory) on
     `sim://<target>?mode=cycles`: the sum of the chip backend's profiler cycles over its
@@ -64,8 +75,12 @@ def forward_cycles(net: Any, target: str) -> int:
         sess.apply()
         rng = np.random.default_rng(0)
         # a cycles-only chip writes no values: the host ops after it compute on placeholder
-        # zeros (a 0 / 0 in a LayerNorm's division), numbers nobody reads; one that cannot
-        # (a quantizing Cast refuses the NaN) leaves the cycles uncounted, said so
+        # zeros (a 0 / 0 in a LayerNorm's division), numbers nobody reads; their NaNs become
+        # zeros before the next host op reads them (a quantizing Cast refuses NaN), so the
+        # chip runs after them are counted too; a host op that still cannot compute leaves
+        # the cycles uncounted, said so
+        sess.setPreCallBack(lambda s, op, backend, ins: None if isinstance(backend, chip_cls)
+                            else _finite(ins))
         try:
             with np.errstate(all="ignore"):
                 sess.forward([Tensor(rng.standard_normal(v.shape).astype(v.dtype.numpy_dtype))
