@@ -157,13 +157,17 @@ def _pad_mode(attrs: dict) -> str:
 
 def _mm(a: np.ndarray, b: np.ndarray, kchunk: int | None) -> np.ndarray:
     """a @ b; with ``kchunk`` the reduction is split into chunks of at most ``kchunk`` terms
-    whose (exact, float32) results are summed in float64 (integer kernels, see ACC_CHUNK_F32)."""
+    whose (exact, float32) results are summed in float64 (integer kernels, see `_work_dtype`).
+    Exact float32 chunks of 2-D operands run on `sgemm` where it is enabled: every partial
+    sum is an integer below 2**24, so any order of the sums gives the same bits as BLAS."""
     k = a.shape[-1]
+    own = kchunk is not None and a.ndim == 2 and b.ndim == 2 and sgemm.enabled()
     if kchunk is None or k <= kchunk:
-        return np.matmul(a, b)
+        return sgemm.matmul(a, b) if own else np.matmul(a, b)
     acc = None
     for k0 in range(0, k, kchunk):
-        part = np.matmul(a[..., k0:k0 + kchunk], b[..., k0:k0 + kchunk, :])
+        ak, bk = a[..., k0:k0 + kchunk], b[..., k0:k0 + kchunk, :]
+        part = sgemm.matmul(ak, bk) if own else np.matmul(ak, bk)
         acc = part.astype(np.float64) if acc is None else acc + part
     return acc
 
@@ -298,11 +302,27 @@ def _conv_transpose2d_core(x: np.ndarray, w: np.ndarray, attrs: dict) -> np.ndar
 # --------------------------------------------------------------------------------------------
 
 
+#: float32 represents every integer up to this exactly
+_F32_EXACT = 2 ** 24
+
+
+def _code_max(t) -> int:
+    """The largest magnitude of a code of quantized TensorType `t` (128 for int8, 255 for
+    uint8)."""
+    st = t.element_dtype.storage
+    return (1 << st.bits) - 1 if st.kind == "uint" else 1 << (st.bits - 1)
+
+
 def _work_dtype(*types, fake: bool = False) -> tuple[type, int | None]:
-    """float32 with K-chunks of ACC_CHUNK_F32 when every operand is 8-bit (exact, fast BLAS);
-    float64 otherwise (int16 products < 2**30: exact for any K below 2**23) and for fakeQf."""
+    """float32 with K-chunks whose sums stay exact when every operand is 8-bit (fast GEMM):
+    each chunk's partial sums stay below 2**24 (int8 x int8: 1024 terms, ACC_CHUNK_F32; a
+    uint8 operand: fewer); float64 otherwise (int16 products < 2**30: exact for any K below
+    2**23) and for fakeQf."""
     if not fake and all(t.element_dtype.storage.bits <= 8 for t in types):
-        return np.float32, ACC_CHUNK_F32
+        bound = 1
+        for t in types:
+            bound *= _code_max(t)
+        return np.float32, min(ACC_CHUNK_F32, _F32_EXACT // bound)
     return np.float64, None
 
 
@@ -326,8 +346,30 @@ def conv2d_int(inputs, attrs, in_types, out_types, *, fake=False):
     work, kchunk = _work_dtype(in_types[0], in_types[1], fake=fake)
     x = np.asarray(inputs[0]).astype(work)
     w = np.asarray(inputs[1]).astype(work)
-    acc = _conv2d_core(x, w, attrs, kchunk)
+    if kchunk is not None and int_attr(attrs, "groups", 1) == 1 and sgemm.enabled() and \
+            w.ndim == 4 and w.shape[0] * w.shape[1] <= kchunk:
+        acc = _int_sums_sgemm(x, w, attrs, kchunk)
+    else:
+        acc = _conv2d_core(x, w, attrs, kchunk)
     return [_requant_conv(acc, inputs, attrs, in_types, out_types, fake, tscale(in_types[1]))]
+
+
+def _int_sums_sgemm(x: np.ndarray, w: np.ndarray, attrs: dict, kchunk: int) -> np.ndarray:
+    """The exact sums of an 8-bit Conv2d without groups on `sgemm` (float32 codes): the input
+    channels cut into as few slices as keep each GEMM's K = kh * kw * slice within `kchunk`,
+    whose sums are exact in float32 in any order; two slices or more are summed in float64.
+    Zero-padded convolutions read their taps in place (no im2col copy), as the float path."""
+    kh, kw, cin, _ = w.shape
+    if x.shape[-1] != cin:
+        raise ValueError(f"Conv2d: weights {w.shape} do not fit input channels {x.shape[-1]}")
+    per = kchunk // (kh * kw)
+    step = -(-cin // -(-cin // per))  # as many channels in each slice as the count allows
+    acc = None
+    for c0 in range(0, cin, step):
+        xs, ws = (x, w) if step >= cin else (x[..., c0:c0 + step], w[:, :, c0:c0 + step])
+        part = _conv2d_sgemm(xs, ws, None, attrs)
+        acc = part if step >= cin else (part.astype(np.float64) if acc is None else acc + part)
+    return acc
 
 
 def conv_transpose2d_int(inputs, attrs, in_types, out_types, *, fake=False):

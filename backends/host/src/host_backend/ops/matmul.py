@@ -6,6 +6,7 @@ import numpy as np
 
 from . import sgemm
 from ._common import f32, fold_act, out32
+from .int_gemv import FEW_ROWS, int_rows_matmul
 
 
 def _t(x: np.ndarray) -> np.ndarray:
@@ -31,6 +32,12 @@ def matmul(inputs: list[np.ndarray], attrs: dict) -> list[np.ndarray]:
     return [fold_act(y, attrs, "Matmul")]
 
 
+def _few_rows_of_ints(a: np.ndarray, b: np.ndarray) -> bool:
+    """Integer codes (not fakeQf floats), a weight matrix and at most `FEW_ROWS` rows."""
+    return a.dtype.kind in "iu" and b.dtype.kind in "iu" and a.ndim >= 2 and b.ndim == 2 \
+        and a.size // max(a.shape[-1], 1) <= FEW_ROWS and a.size > 0
+
+
 def matmul_int(inputs, attrs, in_types, out_types, *, fake=False):
     """Integer Matmul: acc = a_q @ b_q + bias_q (exact), requantized with
     requant_multiplier(s_a, s_b[n], s_out) per output column n (per tensor if b is)."""
@@ -40,16 +47,18 @@ def matmul_int(inputs, attrs, in_types, out_types, *, fake=False):
     from .conv import _mm, _work_dtype
 
     work, kchunk = _work_dtype(in_types[0], in_types[1], fake=fake)
-    a = np.asarray(inputs[0]).astype(work)
-    b = np.asarray(inputs[1]).astype(work)
+    a, b = np.asarray(inputs[0]), np.asarray(inputs[1])
     if attrs.get("transpose_a", False):
         a = _t(a)
     if attrs.get("transpose_b", False):
         b = _t(b)
-    if a.ndim == 1 or b.ndim == 1:
+    if _few_rows_of_ints(a, b):  # a fully connected layer: read the integer weights once
+        acc = int_rows_matmul(a.reshape(-1, a.shape[-1]), b).reshape(*a.shape[:-1],
+                                                                      b.shape[1])
+    elif a.ndim == 1 or b.ndim == 1:
         acc = np.matmul(a.astype(np.float64), b.astype(np.float64))
     else:
-        acc = _mm(a, b, kchunk)
+        acc = _mm(a.astype(work), b.astype(work), kchunk)
     s_a, s_out = scale1(in_types[0]), scale1(out_types[0])
     s_b = tscale(in_types[1])
     mult, shift = requant_multiplier(s_a, s_b, s_out)
