@@ -154,7 +154,7 @@ CASES = {"3x3": dict(h=7, w=6, cin=20, cout=24),
 def test_int16_conv_on_each_integer_path(hw16, monkeypatch, path, case):
     dev, hw = hw16
     dev.sim.int_gemm16 = True
-    dev.sim.byte_gemm16 = path == "bytes"
+    dev.sim.byte_gemm = path == "bytes"
     ran = _spy(monkeypatch)
     got, ref = _conv(hw, np.random.default_rng(len(case)), **CASES[case])
     np.testing.assert_array_equal(got, ref)
@@ -165,7 +165,7 @@ def test_int16_conv_on_each_integer_path(hw16, monkeypatch, path, case):
 @needs_vnni
 def test_int16_conv_extreme_operands_on_bytes(hw16, monkeypatch):
     dev, hw = hw16
-    dev.sim.int_gemm16 = dev.sim.byte_gemm16 = True
+    dev.sim.int_gemm16 = dev.sim.byte_gemm = True
     ran = _spy(monkeypatch)
     x = np.full((4, 4, 128), -32768, dtype=np.int16)
     x[1::2, :, ::3] = 32767
@@ -179,7 +179,7 @@ def test_int16_conv_extreme_operands_on_bytes(hw16, monkeypatch):
 @needs_vnni
 def test_int16_conv_past_max_k_takes_the_digit_gemm(hw16, monkeypatch):
     dev, hw = hw16
-    dev.sim.int_gemm16 = dev.sim.byte_gemm16 = True
+    dev.sim.int_gemm16 = dev.sim.byte_gemm = True
     ran = _spy(monkeypatch)
     monkeypatch.setattr(bgemm, "MAX_K", 100)  # 3 x 3 x 20 = 180 taps past it
     got, ref = _conv(hw, np.random.default_rng(2), 5, 5, 20, 8)
@@ -191,3 +191,114 @@ def test_digit_path_still_default_without_vnni(monkeypatch):
     monkeypatch.setattr(bgemm.ll, "get_host_cpu_features", lambda: {"avx2": True})
     monkeypatch.delenv("NPU_GEMM", raising=False)
     assert bgemm.enabled() is False and igemm.enabled_int16() is True
+
+
+# --- int8 operands: one byte GEMM, activations read as x + 128 -------------------------------
+
+def _bytes_gemm8(x: np.ndarray, w: np.ndarray, nr: int) -> np.ndarray:
+    """``x @ w`` (int8, 2-D) through `gemm_int8_bytes` plus the bias correction of
+    `int8_weights`, junk in the K padding and the rows past the last one."""
+    m, k = x.shape
+    n = w.shape[1]
+    rows = -(-m // bgemm.MR) * bgemm.MR
+    kp = -(-k // 4) * 4
+    a = np.full((rows, kp), -128, dtype=np.int8)
+    a[:m, :k] = x
+    bq, corr = bgemm.int8_weights(w[None], nr)
+    width = n + nr
+    c = np.full((rows, width), 7, dtype=np.int32)
+    bgemm.gemm_int8_bytes(a.reshape(-1), kp, rows, bq[0], kp // 4, n, nr, c.reshape(-1), 0,
+                          width)
+    return c[:m, :n] + corr
+
+
+@needs_vnni
+@pytest.mark.parametrize("nr", [bgemm.NR, bgemm.NR16])
+@pytest.mark.parametrize(("m", "k", "n"), [(1, 1, 1), (5, 3, 7), (17, 27, 40), (64, 1152, 128),
+                                           (9, 999, 33)])
+def test_int8_byte_gemm_is_exact(nr, m, k, n):
+    rng = np.random.default_rng(m * k + n + nr)
+    x = rng.integers(-128, 128, (m, k)).astype(np.int8)
+    w = rng.integers(-128, 128, (k, n)).astype(np.int8)
+    np.testing.assert_array_equal(_bytes_gemm8(x, w, nr), x.astype(np.int64) @ w.astype(np.int64))
+
+
+@needs_vnni
+@pytest.mark.parametrize("xv", [-128, -1, 0, 127])
+@pytest.mark.parametrize("wv", [-128, -1, 127])
+def test_int8_byte_gemm_extreme_operands(xv, wv):
+    k = bgemm.MAX_K8  # (x + 128) w summed to its int32 bound
+    x = np.full((2, k), xv, dtype=np.int8)
+    w = np.full((k, 3), wv, dtype=np.int8)
+    np.testing.assert_array_equal(_bytes_gemm8(x, w, bgemm.NR),
+                                  x.astype(np.int64) @ w.astype(np.int64))
+
+
+def test_max_k8_keeps_the_byte_gemm_in_int32():
+    assert bgemm.MAX_K8 * 255 * 128 < 2**31 <= (bgemm.MAX_K8 + 1) * 255 * 128
+
+
+@needs_vnni
+def test_int8_byte_gemm_is_vpdpbusd_with_the_sign_flip():
+    fresh = numba.njit(bgemm.gemm_int8_bytes.py_func)  # not from the disk cache: no asm there
+    nr, mr = bgemm.NR, bgemm.MR
+    fresh(np.zeros(mr * 4, np.int8), 4, mr, np.zeros(nr * 4, np.int8), 1, nr, nr,
+          np.zeros(mr * nr, np.int32), 0, nr)
+    text = "\n".join(fresh.inspect_asm().values())
+    assert len(re.findall(r"\bvpdpbusd\b", text)) >= mr * (nr + bgemm.NR16) // 16  # both widths
+    assert re.search(r"\bvpxor[dq]?\b|\bxorl\b", text)
+    assert "vpmaddwd" not in text and "vfmadd" not in text
+
+
+def _conv8(hw, rng, h, w, cin, cout, k=3, stride=1, pad=1, groups=1, x=None, wq=None):
+    if x is None:
+        x = rng.integers(-128, 128, (h, w, cin)).astype(np.int8)
+    if wq is None:
+        wq = rng.integers(-128, 128, (k, k, cin // groups, cout)).astype(np.int8)
+    bias = rng.integers(-500, 500, cout)
+    m, s = rand_requant(rng, cout, 2.0 / (k * k * cin // groups * 30))
+    oh, ow = asm.conv_out_hw(h, w, (k, k), (stride, stride), (pad,) * 4, (1, 1))
+    fo = hw.fmap_out(oh, ow, cout, "int8")
+    hw.run([asm.Conv(hw.fmap_in(x), fo, hw.put(asm.pack_conv_weights(wq, groups, "int8",
+                                                                    hw.cfg)),
+                     hw.put(asm.pack_requant_params(bias, m, s)), kernel=(k, k),
+                     stride=(stride, stride), pad=(pad,) * 4, groups=groups, clip=(-128, 127))])
+    acc = ref_conv_acc(x, wq, bias, (stride, stride), (pad,) * 4, (1, 1), groups)
+    return hw.read(fo), ref_requant(acc, m, s, -128, 127)
+
+
+def _spy8(monkeypatch):
+    ran: list[str] = []
+    for split in (mpe.CONV_INT, mpe.CONV_INT8_BYTES):
+        def spy(*args, _k=split.kernel, _n=split.__name__):
+            ran.append(_n)
+            return _k(*args)
+
+        monkeypatch.setattr(split, "kernel", spy)
+    return ran
+
+
+@pytest.mark.parametrize("path", [pytest.param("bytes", marks=needs_vnni), "pairs"])
+@pytest.mark.parametrize("case", list(CASES))
+def test_int8_conv_on_each_integer_path(hw16, monkeypatch, path, case):
+    dev, hw = hw16
+    dev.sim.int_gemm = True
+    dev.sim.byte_gemm = path == "bytes"
+    ran = _spy8(monkeypatch)
+    got, ref = _conv8(hw, np.random.default_rng(len(case) + 1), **CASES[case])
+    np.testing.assert_array_equal(got, ref)
+    assert ran and set(ran) == {"conv_dense_int8_bytes" if path == "bytes"
+                                else "conv_dense_int"}
+
+
+@needs_vnni
+def test_int8_conv_past_max_k8_takes_the_pair_gemm(hw16, monkeypatch):
+    dev, hw = hw16
+    dev.sim.int_gemm = dev.sim.byte_gemm = True
+    ran = _spy8(monkeypatch)
+    monkeypatch.setattr(bgemm, "MAX_K8", 100)
+    x = np.full((4, 4, 20), -128, dtype=np.int8)
+    wq = np.full((3, 3, 20, 8), -128, dtype=np.int8)
+    got, ref = _conv8(hw, np.random.default_rng(3), 4, 4, 20, 8, x=x, wq=wq)
+    np.testing.assert_array_equal(got, ref)
+    assert set(ran) == {"conv_dense_int"}

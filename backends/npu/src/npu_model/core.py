@@ -75,19 +75,29 @@ class MemoryBus:
                        f"[{c.etm_base:#x}, +{c.etm_size:#x}) nor OCM [{c.ocm_base:#x}, "
                        f"+{c.ocm_size:#x})")
 
+    def store(self, mem: int) -> Any:
+        """The byte store of memory `mem`."""
+        return self.etm if mem == MEM_ETM else self.ocm
+
     def view(self, mem: int, phys: int, n: int) -> np.ndarray:
-        store = self.etm if mem == MEM_ETM else self.ocm
-        v = store.view(phys, n)
+        """A view the icore may write through (a feature map operand, a record area)."""
+        v = self.store(mem).view(phys, n)
         if v is None:
             raise NpuFault("this memory store is remote; the simulator needs local memory")
         return v
+
+    def peek(self, mem: int, phys: int, n: int) -> np.ndarray:
+        """A view the icore only reads (instructions, constants): a store that watches its
+        bytes for the decoded runs (``peek``) counts it as no write."""
+        store = self.store(mem)
+        return store.peek(phys, n) if hasattr(store, "peek") else self.view(mem, phys, n)
 
     def whole(self, mem: int) -> np.ndarray:
         """All of memory `mem` as one array (index = physical address - the memory's base)."""
         c = self.cfg
         if mem == MEM_ETM:
-            return self.view(mem, c.etm_base, c.etm_size)
-        return self.view(mem, c.ocm_base, c.ocm_size)
+            return self.peek(mem, c.etm_base, c.etm_size)
+        return self.peek(mem, c.ocm_base, c.ocm_size)
 
 
 @dataclass
@@ -137,8 +147,9 @@ class Icore:
         self.int_gemm = igemm.enabled()
         #: int16 convolutions and matmuls on the integer GEMM's digit form (else float64)
         self.int_gemm16 = igemm.enabled_int16()
-        #: of those, convolutions on the byte GEMM (AVX-512 VNNI ``vpdpbusd``, `bgemm`)
-        self.byte_gemm16 = bgemm.enabled()
+        #: integer convolutions on the byte GEMM (AVX-512 VNNI ``vpdpbusd``, `bgemm`) where K
+        #: allows, before the two above
+        self.byte_gemm = bgemm.enabled()
         self._rec = Recording()  # the run being interpreted records into this
 
     # --- counters -----------------------------------------------------------------------------
@@ -184,14 +195,14 @@ class Icore:
             raise NpuFault(f"instruction fetch: {exc}") from None
         if mem != MEM_ETM:
             raise NpuFault(f"instruction fetch at {instr_addr:#x}: instructions are read from ETM")
-        code = self.bus.view(mem, instr_addr, nbytes)
+        code = self.bus.peek(mem, instr_addr, nbytes)
         rows = cfg.mpe_rows if rows_en is None else int(rows_en)
         cols = cfg.mpe_cols if cols_en is None else int(cols_en)
         # (the cycle model's parameters follow from the array shape and the clocks)
         key = (instr_addr, nbytes, rows, cols, icore_clk_hz, ddr_clk_hz, timer, profiler,
                int(layer_base))
         prog = self._programs.get(key)
-        if prog is not None and prog.bind(code, mmu, self.bus.view, self.bus.whole):
+        if prog is not None and prog.bind(code, mmu, self.bus):
             return self._replay(prog)
         hw = cfg.hw_vector(rows, cols, icore_clk_hz, ddr_clk_hz)
         self._fold()
@@ -365,7 +376,7 @@ class Icore:
     def _const(self, d: dict, mmu: MmuTable, fid: F, nbytes: int, what: str):
         logical = d.get(fid, 0)
         mem, phys = mmu.translate(logical, nbytes, what)
-        return mem, self._rec.const(self.bus.view(mem, phys, nbytes), logical, mem)
+        return mem, self._rec.const(self.bus.peek(mem, phys, nbytes), logical, mem)
 
     def _params(self, d: dict, mmu: MmuTable, n: int):
         _, raw = self._const(d, mmu, F.PRM_ADDR, n * PARAM_RECORD.itemsize, "requant params")
@@ -595,6 +606,15 @@ class Icore:
                            mpe.depthwise_acc(x.arr.itemsize, kh * kw))
             return
         waddr = d.get(F.WGT_ADDR, 0)
+        if dtype == "int8" and self.int_gemm and self.byte_gemm and kh * kw * cin_g <= \
+                bgemm.MAX_K8:
+            nr = igemm.panel_width(cout_g)
+            wq, corr = self._unpacked_weights(wmem, waddr, packed, ("bytes", nr), g, kh, kw,
+                                              cin_g, cout_g, cu, ocb)
+            self._rec.call(mpe.CONV_INT8_BYTES, x.arr, x.rs, x.pitch, x.coff, x.h, x.w, wq, nr,
+                           bias + corr, mult, shift, mneg, sneg, lo, hi, y.arr, y.rs, y.pitch,
+                           y.coff, y.h, y.w, kh, kw, sh, sw, dh, dw, pt, pl, g, cin_g, cout_g)
+            return
         if dtype == "int8" and self.int_gemm and kh * kw * cin_g <= igemm.MAX_K:
             nr = igemm.panel_width(cout_g)
             wq = self._unpacked_weights(wmem, waddr, packed, nr, g, kh, kw, cin_g, cout_g, cu,
@@ -603,10 +623,10 @@ class Icore:
                            bias, mult, shift, mneg, sneg, lo, hi, y.arr, y.rs, y.pitch, y.coff,
                            y.h, y.w, kh, kw, sh, sw, dh, dw, pt, pl, g, cin_g, cout_g)
             return
-        if (dtype == "int16" and self.int_gemm16 and self.byte_gemm16
+        if (dtype == "int16" and self.int_gemm16 and self.byte_gemm
                 and kh * kw * cin_g <= bgemm.MAX_K):
-            wq, corr = self._unpacked_weights(wmem, waddr, packed, "bytes", g, kh, kw, cin_g,
-                                              cout_g, cu, ocb)
+            wq, corr = self._unpacked_weights(wmem, waddr, packed, ("bytes", 0), g, kh, kw,
+                                              cin_g, cout_g, cu, ocb)
             self._rec.call(mpe.CONV_INT16_BYTES, x.arr, x.rs, x.pitch, x.coff, x.h, x.w, wq,
                            bias + corr, mult, shift, mneg, sneg, lo, hi, y.arr, y.rs, y.pitch,
                            y.coff, y.h, y.w, kh, kw, sh, sw, dh, dw, pt, pl, g, cin_g, cout_g)
@@ -634,10 +654,11 @@ class Icore:
         (dense ``[g, K, cout_g]`` for the float GEMM) or a panel width (int16 pairs per group,
         `igemm.pack_pairs`; int16 weights: their digit panels ``(hi, lo, largest |digit|)``,
         `igemm.split_digits`, ``hi`` of shape ``(G, 0)`` when every weight fits in ``lo``) or
-        ``"bytes"`` (int16 weights as `bgemm.int16_weights`: byte panels, bias correction)."""
+        ``("bytes", panel width)`` (the byte GEMM's panels and bias correction: int16 weights
+        as `bgemm.int16_weights`, int8 ones as `bgemm.int8_weights`)."""
         cache = self.__dict__.setdefault("_wf_cache", {})
         pairs = isinstance(form, int)
-        byts = isinstance(form, str)
+        byts = isinstance(form, tuple)
         key = (wmem, waddr, packed.dtype.str, packed.size, g, kh, kw, cin_g, cout_g, cu, ocb,
                form if pairs or byts else np.dtype(form).str)
         hit = cache.get(key)
@@ -646,7 +667,8 @@ class Icore:
         wf = np.empty((g, kh * kw * cin_g, cout_g), dtype=np.int16 if pairs or byts else form)
         mpe.unpack_conv_weights(packed, g, kh, kw, cin_g, cout_g, cu, ocb, wf)
         if byts:
-            wf = bgemm.int16_weights(wf)
+            wf = (bgemm.int16_weights(wf) if packed.dtype == np.int16
+                  else bgemm.int8_weights(wf, form[1]))
         elif pairs and packed.dtype == np.int16:
             hi, lo = igemm.split_digits(wf)
             dmax = int(max(np.abs(hi).max(initial=0), np.abs(lo).max(initial=0)))

@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from .bgemm import NR as BNR
-from .bgemm import byte_planes, gemm_int16_bytes
+from .bgemm import byte_planes, gemm_int8_bytes, gemm_int16_bytes
 from .igemm import MR, gemm_pairs, gemm_pairs_wide
 from .jit import helper, inline, kernel
 from .pool import Split
@@ -27,8 +27,9 @@ from .pool import Split
 #: their source (and of the kernels they call). Numba's on-disk cache notices changes to this
 #: file only, so when a dependency changes, `tests/test_kernel_stamps.py`
 #: fails until the stamp here is updated, and that edit makes Numba recompile these kernels.
-NUMBA_DEPENDS = {"npu_model.kernels.bgemm.byte_planes": "c12b5a7aa4a50943",
-                 "npu_model.kernels.bgemm.gemm_int16_bytes": "23072a0494ca091a",
+NUMBA_DEPENDS = {"npu_model.kernels.bgemm.gemm_int8_bytes": "88b52db7dfaf5160",
+                 "npu_model.kernels.bgemm.byte_planes": "c12b5a7aa4a50943",
+                 "npu_model.kernels.bgemm.gemm_int16_bytes": "6927f926e978fb08",
                  "npu_model.kernels.igemm.gemm_pairs": "0ef95014f7dc6162",
                  "npu_model.kernels.igemm.gemm_pairs_wide": "a5f9715e2922bfc7"}
 
@@ -554,6 +555,37 @@ def conv_dense_int16(x, xrs, xpitch, xcoff, ih_n, iw_n,
 
 
 @kernel(nogil=True)
+def conv_dense_int8_bytes(x, xrs, xpitch, xcoff, ih_n, iw_n,
+                          wq, nr, bias, mult, shift, mult_neg, shift_neg, lo, hi,
+                          y, yrs, ypitch, ycoff, oh_n, ow_n,
+                          kh, kw, sh, sw, dh, dw, pt, pl, groups, cin_g, cout_g, p_lo, p_hi):
+    """Dense / grouped int8 convolution on the byte GEMM (`bgemm`, AVX-512 VNNI only): im2col
+    rows in int8, K padded to quads, each activation read as ``x + 128`` by the GEMM (the
+    ``-128 sum(w)`` this adds is in the bias: `bgemm.int8_weights`), int32 accumulation,
+    ``K <= bgemm.MAX_K8``. Otherwise as `conv_dense_int`. Output pixels ``p_lo..p_hi``."""
+    k2, ldc, cout, width, tile, tile_pad, pointwise, padded, wp, xp = _dense_plan(
+        x, xrs, xpitch, xcoff, ih_n, iw_n, oh_n, ow_n, kh, kw, sh, sw, dh, dw, pt, pl,
+        groups, cin_g, cout_g, nr, p_lo, p_hi)
+    kp = (kh * kw * cin_g + 3) // 4 * 4
+    colbuf = np.empty(tile_pad * kp, dtype=np.int8)
+    ctile = np.empty((tile_pad, width), dtype=np.int32)
+    flat = ctile.reshape(tile_pad * width)
+    none = np.empty((0, cout), dtype=np.int64)
+    for p0 in range(p_lo, p_hi, tile):
+        npix = min(tile, p_hi - p0)
+        rows = (npix + MR - 1) // MR * MR
+        for g in range(groups):
+            _dense_rows(x, xrs, xpitch, xcoff + g * cin_g, ih_n, iw_n, colbuf, p0, npix,
+                        ow_n, kp, cin_g, kh, kw, sh, sw, dh, dw, pt, pl, pointwise, padded,
+                        xp, wp)
+            gemm_int8_bytes(colbuf, kp, rows, wq[g], kp // 4, cout_g, nr, flat, g * cout_g,
+                            width)
+        _requant_tile(flat, width, none, bias, np.int64(0), p0, npix, ow_n, cout, y, yrs, ypitch,
+                      ycoff, np.int64(0), mult, shift, mult_neg, shift_neg, lo, hi)
+    return y
+
+
+@kernel(nogil=True)
 def conv_dense_int16_bytes(x, xrs, xpitch, xcoff, ih_n, iw_n,
                            wq, bias, mult, shift, mult_neg, shift_neg, lo, hi,
                            y, yrs, ypitch, ycoff, oh_n, ow_n,
@@ -710,6 +742,7 @@ _CONV_WORK = ("oh_n", "ow_n", "kh", "kw", "groups", "cin_g", "cout_g")
 #: thread pool (`pool.Split`)
 CONV_INT = Split(conv_dense_int, extent=("oh_n", "ow_n"), work=_CONV_WORK)
 CONV_INT16 = Split(conv_dense_int16, extent=("oh_n", "ow_n"), work=_CONV_WORK)
+CONV_INT8_BYTES = Split(conv_dense_int8_bytes, extent=("oh_n", "ow_n"), work=_CONV_WORK)
 CONV_INT16_BYTES = Split(conv_dense_int16_bytes, extent=("oh_n", "ow_n"), work=_CONV_WORK)
 CONV_DEPTHWISE = Split(conv_depthwise, extent=("oh_n",), work=("oh_n", "ow_n", "c_n", "kh", "kw"),
                        min_work=1 << 18)  # ~10x fewer MACs per second than the GEMMs
