@@ -5,6 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+from numba import njit
+
+from xir.quant.fixed_point import requantize_one
 
 
 def f32(x: Any) -> np.ndarray:
@@ -233,26 +236,19 @@ def rescale(x: np.ndarray, s_in: float, s_out: float, out_dtype: Any, fake: bool
     return rq_any(x, m, s, out_dtype, fake=fake)
 
 
-def _make_rq_rows():
-    from numba import njit
-
-    from xir.quant.fixed_point import requantize_one
-
-    @njit(cache=True)
-    def rq_rows(acc, bias, has_bias, mult, shift, mneg, sneg, lo, hi, out):  # pragma: no cover
-        n, c = acc.shape
-        for i in range(n):
-            for j in range(c):
-                a = np.int64(acc[i, j])
-                if has_bias:
-                    a += bias[j]
-                out[i, j] = requantize_one(a, mult[j], shift[j], mneg[j], sneg[j], lo, hi)
-        return out
-
-    return rq_rows
-
-
-_rq_rows_nb = _make_rq_rows()
+@njit(cache=True)
+def _rq_rows_nb(acc, bias, has_bias, mult, shift, mneg, sneg, lo, hi, out):  # pragma: no cover
+    """`requant_channels`' loop, a module-level function so that Numba's cache serves it (a
+    closure made by a factory was compiled again in every process, 2-3 s of CPU per compile,
+    and wrote a cache file each time)."""
+    n, c = acc.shape
+    for i in range(n):
+        for j in range(c):
+            a = np.int64(acc[i, j])
+            if has_bias:
+                a += bias[j]
+            out[i, j] = requantize_one(a, mult[j], shift[j], mneg[j], sneg[j], lo, hi)
+    return out
 
 
 def _vec(p: Any, c: int) -> np.ndarray:
