@@ -9,10 +9,18 @@ a child process so its own peak is measured:
   at 128x256 on 4 text images;
 - vgg19: the onnx package's light model with seeded weights, 4 images.
 
+Each compile runs in a child process: wall seconds, the child's CPU seconds (user + system, all
+its threads: on this shared 2-core machine at load 7-10 the wall time of one compile swings 2x,
+its CPU time holds), its own peak RSS (VmHWM) and the int16 share. The targets (issue 30.5:
+yolov5s-640 within 2 minutes, vgg19 within 90 s, on a quiet machine) are checked on the CPU
+time, the quiet machine's wall time where the compile runs on one core; the load average is
+printed beside every figure.
+
 Slow (minutes each): not part of the default run; `python -m pytest benchmarks/bench_compile.py
---benchmark-only -s -m slow`. The load average is printed beside every figure.
+--benchmark-only -s -m slow`.
 """
 
+import resource
 import subprocess
 import sys
 import zipfile
@@ -25,8 +33,8 @@ from helpers import load_average, xrt_peak_rss
 pytest.importorskip("onnx")
 pytestmark = pytest.mark.slow
 
-#: issue 27's targets for yolov5s-640
-YOLO_SECONDS = 120.0
+#: issue 27's and 30's targets: yolov5s-640 and vgg19 compile seconds, int16 share of HardOps
+TARGET_SECONDS = {"yolov5s": 120.0, "vgg19": 90.0}
 INT16_SHARE = 0.10
 OCR_WHEEL = "rapidocr_onnxruntime==1.4.4"
 IMAGENET = dict(mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225))
@@ -69,6 +77,16 @@ def _vgg19(tmp_path: Path) -> tuple[Path, list[np.ndarray]]:
 NETS = {"yolov5s": _yolov5s, "ppocr_det": _ppocr_det, "vgg19": _vgg19}
 
 
+def compile_child(args: list[str]) -> tuple[float, float, int]:
+    """``xrt ARGS`` in a child process: (wall seconds, the child's CPU seconds, its peak
+    resident bytes)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    seconds, peak = xrt_peak_rss(args)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return seconds, cpu, peak
+
+
 def int16_hardops(zg_json: str) -> tuple[int, int]:
     """(HardOps computing in int16, all HardOps) of a compiled `_ZG` stage: a HardOp computes
     in int16 when one of its quantized feature inputs is 16-bit."""
@@ -94,16 +112,18 @@ def test_compile_time_memory_and_int16_share(benchmark, tmp_path, name):
     args = ["compile", str(path), "--target", "zg330", "--calib", str(cal_dir), "-o", str(out),
             "--name", name]
     load_before = load_average()
-    seconds, peak = benchmark.pedantic(lambda: xrt_peak_rss(args), rounds=1, iterations=1)
+    seconds, cpu, peak = benchmark.pedantic(lambda: compile_child(args), rounds=1, iterations=1)
     wide, hard = int16_hardops(str(out / f"{name}_ZG.json"))
     q = xir.Network.CreateFromJsonFile(str(out / f"{name}_quantized.json"))
     mp = q.tags["quantization"].get("mixed_precision", {})
     benchmark.extra_info.update(
-        seconds=round(seconds, 1), peak_rss_gb=round(peak / 1e9, 3), int16_hardops=wide,
+        seconds=round(seconds, 1), cpu_seconds=round(cpu, 1), peak_rss_gb=round(peak / 1e9, 3),
+        load=load_before, int16_hardops=wide,
         hardops=hard, int16_mac_share=mp.get("int16_mac_share"),
         worst_part_before=mp.get("worst_before"), worst_part_after=mp.get("worst_after"),
         raised=mp.get("raised"), warning=mp.get("warning"))
-    print(f"\n{name} compile: {seconds:.0f} s, peak RSS {peak / 1e9:.2f} GB, int16 HardOps "
+    print(f"\n{name} compile: {seconds:.0f} s wall, {cpu:.0f} s CPU, peak RSS "
+          f"{peak / 1e9:.2f} GB, int16 HardOps "
           f"{wide}/{hard}, int16 MACs {mp.get('int16_mac_share', 0.0):.1%}, worst part "
           f"{mp.get('worst_before')} -> {mp.get('worst_after')}, raised {mp.get('raised')} "
           f"({load_before} before, {load_average()} after)")
@@ -111,4 +131,6 @@ def test_compile_time_memory_and_int16_share(benchmark, tmp_path, name):
         f"{wide} of {hard} HardOps int16 with no warning saying why"
     if name == "yolov5s":
         assert wide <= INT16_SHARE * hard
-        assert seconds <= YOLO_SECONDS, f"yolov5s compile {seconds:.0f} s > {YOLO_SECONDS} s"
+    if name in TARGET_SECONDS:
+        limit = TARGET_SECONDS[name]
+        assert cpu <= limit, f"{name} compile {cpu:.0f} s CPU > {limit:.0f} s"
