@@ -14,6 +14,14 @@ mapping, or, if any address no longer translates into the same kind of memory, t
 interpreted again and faults as it would. A corrupted instruction word or weight therefore
 changes the result exactly as it would without the cache; the feature maps are read by the
 kernels at replay time, as on the chip.
+
+The byte comparison costs 0.2-0.4 ms a run on a small network. Where the memory can say when
+those bytes may have changed (a store with ``track``: the runtime's
+`npu_runtime.watched_memory.WatchedArena`), a program keeps a `Watch` over its instruction
+words and constant blocks: the store bumps its ``gen`` on every write or fill into them and
+counts in ``exposed`` every writable view over them that is still alive. While ``exposed`` is 0
+and ``gen`` is what it was when the program last compared its bytes, the bytes are those
+bytes and the comparison is skipped; otherwise it is made, as without a watch.
 """
 
 from __future__ import annotations
@@ -25,7 +33,7 @@ from typing import Any
 import numpy as np
 from numba import njit
 
-from .mmu import MmuFault, MmuTable
+from .mmu import MEM_ETM, MmuFault, MmuTable
 
 #: Programs kept per icore (a network deploys a few runs; a sweep may deploy many)
 MAX_PROGRAMS = 64
@@ -164,31 +172,58 @@ class Recording:
                            np.concatenate([c.seen for c in cs]).view(np.uint64)))
         return blocks
 
-    def rebind(self, mmu: MmuTable, view: Callable[[int, int, int], np.ndarray]) -> bool:
-        """Re-resolve every constant and operand through `mmu` (`view(mem, phys, n)` reads
-        physical memory); False, changing nothing, when one no longer translates into the
-        same memory, misaligned, or a constant's bytes differ."""
+    def rebind(self, mmu: MmuTable, peek: Callable[[int, int, int], np.ndarray],
+               view: Callable[[int, int, int], np.ndarray], trusted: bool = False) -> bool | None:
+        """Re-resolve every constant and operand through `mmu` (`peek(mem, phys, n)` reads a
+        constant, `view(mem, phys, n)` makes an operand); None, changing nothing, when one no
+        longer translates into the same memory, misaligned, or a constant's bytes differ;
+        else whether a constant moved. `trusted`: the constants' bytes are known unchanged
+        where they are (a clean watch), so one still at its place is not compared."""
+        moved = False
         try:
             consts = []
             for c in self.consts:
                 mem, phys = mmu.translate(c.logical, c.nbytes)
-                v = view(mem, phys, c.nbytes)
-                if mem != c.mem or not same_bytes(v, c.seen):
-                    return False
+                if mem != c.mem:
+                    return None
+                v = peek(mem, phys, c.nbytes)
+                here = _same_place(v, c.view)
+                if not (trusted and here) and not same_bytes(v, c.seen):
+                    return None
+                moved |= not here
                 consts.append((c, v))
             args = [list(a) for _, a in self.steps]
             for s in self.slots:
                 mem, phys = mmu.translate(s.logical, s.nbytes)
                 if mem != s.mem or phys % s.dtype.itemsize:
-                    return False
+                    return None
                 args[s.step][s.arg] = view(mem, phys, s.nbytes).view(s.dtype)
         except MmuFault:
-            return False
+            return None
         for c, v in consts:
             c.view = v
-        self._blocks = None
+        if moved:
+            self._blocks = None
         self.steps = [(fn, tuple(a)) for (fn, _), a in zip(self.steps, args)]
-        return True
+        return moved
+
+
+class Watch:
+    """What a store says about the bytes of one program (see the module docstring): `gen`
+    changes with every access that may have changed them, `exposed` counts the writable views
+    over them still alive."""
+
+    __slots__ = ("gen", "exposed", "__weakref__")
+
+    def __init__(self) -> None:
+        self.gen = 0
+        self.exposed = 0
+
+
+def _same_place(a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether two views are the same bytes of memory."""
+    return (a.__array_interface__["data"][0] == b.__array_interface__["data"][0]
+            and a.nbytes == b.nbytes)
 
 
 @dataclass
@@ -202,22 +237,59 @@ class Program:
     stats: dict[str, int]  # counters the run added
     rtiles: np.ndarray  # DMA tiles the run added per channel
     wtiles: np.ndarray
+    #: the stores' watch over the code and constants (None: none, the bytes are compared),
+    #: and its `gen` when the bytes were last found equal
+    watch: Watch | None = None
+    seen_gen: int = -1
+    armable: bool = True  # False once a store could not watch
 
-    def bind(self, code: np.ndarray, mmu: MmuTable,
-             view: Callable[[int, int, int], np.ndarray],
-             whole: Callable[[int], np.ndarray]) -> bool:
+    def bind(self, code: np.ndarray, mmu: MmuTable, bus: Any) -> bool:
         """Whether replaying gives what decoding `code` under `mmu` would (re-resolving the
-        operands when the MMU table changed). `view(mem, phys, n)` reads physical memory,
-        `whole(mem)` is all of memory `mem`."""
-        if not same_bytes(self.code, code):
-            return False
-        if mmu is self.mmu or mmu.segments == self.mmu.segments:
+        operands when the MMU table changed). `bus` is the icore's memory: ``peek(mem, phys,
+        n)`` reads the constants, ``view(mem, phys, n)`` makes operands, ``whole(mem)`` is
+        all of memory `mem`, ``store(mem)`` its byte store (a watch where it has ``track``)."""
+        w = self.watch
+        if w is None and self.armable:
+            w = self._arm(code, bus)
+        clean = w is not None and w.exposed == 0 and w.gen == self.seen_gen
+        same_mmu = mmu is self.mmu or mmu.segments == self.mmu.segments
+        if clean and same_mmu:
             self.mmu = mmu
-            return self.rec.consts_unchanged(whole)
-        if not self.rec.rebind(mmu, view):
+            return True
+        gen = w.gen if w is not None else -1  # taken before the bytes are read
+        if not clean and not same_bytes(self.code, code):
             return False
-        self.mmu = mmu
+        if same_mmu:
+            if not self.rec.consts_unchanged(bus.whole):
+                return False
+            self.mmu = mmu
+        else:
+            moved = self.rec.rebind(mmu, bus.peek, bus.view, trusted=clean)
+            if moved is None:
+                return False
+            self.mmu = mmu
+            if moved and w is not None:
+                w = self._arm(code, bus)
+                gen = w.gen if w is not None else -1
+        self.seen_gen = gen
         return True
+
+    def _arm(self, code: np.ndarray, bus: Any) -> Watch | None:
+        """A new watch over `code` (in ETM) and the constants, from the stores they are in;
+        None where a store cannot watch (the bytes are compared on every run then)."""
+        self.watch = None
+        self.seen_gen = -1
+        views: dict[int, list[np.ndarray]] = {MEM_ETM: [code]}
+        for c in self.rec.consts:
+            views.setdefault(c.mem, []).append(c.view)
+        w = Watch()
+        for mem, vs in views.items():
+            track = getattr(bus.store(mem), "track", None)
+            if track is None or not track(w, vs):
+                self.armable = False
+                return None
+        self.watch = w
+        return w
 
     def replay(self) -> None:
         for fn, args in self.rec.steps:

@@ -28,6 +28,7 @@ from xrt.memory.region import MemRegion
 
 from . import regs as R
 from .counter_regs import CounterRegs
+from .watched_memory import WatchedArena
 
 log = logging.getLogger(__name__)
 
@@ -137,13 +138,18 @@ class LocalCore(Transport):
         cfg = self.config
         self._name = repr(device)
         self._mmu_table = device.mmu_table  # the chip's view of the MMU (the Buyi's switch)
+        # (watched stores: the icore replays a decoded run without comparing its bytes while
+        # nothing may have written them, watched_memory.py)
         etm = device.add_mem_region(
-            MemRegion("etm", device, cfg.etm_base, cfg.etm_size, default_alignment=MEM_ALIGNMENT),
+            MemRegion("etm", device, cfg.etm_base, cfg.etm_size,
+                      WatchedArena(cfg.etm_base, cfg.etm_size, "region 'etm'"),
+                      default_alignment=MEM_ALIGNMENT),
             default=True)
         ocm = None  # a variant without OCM (``ocm_kib=0``) has no "ocm" region
         if cfg.ocm_size:
             ocm = device.add_mem_region(
                 MemRegion("ocm", device, cfg.ocm_base, cfg.ocm_size,
+                          WatchedArena(cfg.ocm_base, cfg.ocm_size, "region 'ocm'"),
                           default_alignment=MEM_ALIGNMENT))
         counters = {R.REG_BASE + R.mpe_bank(cid, rid, cfg.mpe_rows) + off
                     for cid in range(cfg.mpe_cols) for rid in range(cfg.mpe_rows)
