@@ -58,7 +58,7 @@ def test_results_are_byte_identical_at_any_thread_count(dtype, monkeypatch):
     seen: dict[str, list[tuple[int, int]]] = {}  # kernel -> (part start, thread) per part
     for split in (mpe.CONV_INT, mpe.CONV_INT16, mpe.CONV_INT8_BYTES, mpe.CONV_INT16_BYTES,
                   mpe.CONV_DEPTHWISE,
-                  matmul.MATMUL_INT,
+                  matmul.MATMUL_INT, matmul.MATMUL_INT8_BYTES,
                   matmul.MATMUL_INT16):
         kernel = split.kernel
 

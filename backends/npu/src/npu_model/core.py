@@ -703,6 +703,12 @@ class Icore:
         bias, mult, shift, mneg, sneg = self._params(d, mmu, y.c)
         if not compute:
             return
+        if dtype == "int8" and self.int_gemm and self.byte_gemm and a.c <= bgemm.MAX_K8:
+            self._rec.call(matmul.MATMUL_INT8_BYTES, a.arr, a.rs, a.pitch, a.coff, b.arr, b.rs,
+                           b.pitch, b.coff, a.h, a.w, a.c, y.c, bt, igemm.panel_width(y.c),
+                           bias, mult, shift, mneg, sneg, lo, hi, y.arr, y.rs, y.pitch,
+                           y.coff)
+            return
         if dtype == "int8" and self.int_gemm and a.c <= igemm.MAX_K:
             self._rec.call(matmul.MATMUL_INT, a.arr, a.rs, a.pitch, a.coff, b.arr, b.rs,
                            b.pitch, b.coff, a.h, a.w, a.c, y.c, bt, igemm.panel_width(y.c),

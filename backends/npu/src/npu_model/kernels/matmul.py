@@ -8,13 +8,15 @@ import numpy as np
 
 from xir.quant.fixed_point import requantize_one
 
+from .bgemm import gemm_int8_bytes
 from .igemm import MR, gemm_pairs, gemm_pairs_wide
 from .jit import helper, kernel
 from .mpe import _cp, _requant_tile
 from .pool import Split
 
 #: kernels from other files these kernels call, with their source stamps (see `mpe`'s note)
-NUMBA_DEPENDS = {"xir.quant.fixed_point.requantize_one": "e5bd92a5402c36dd",
+NUMBA_DEPENDS = {"npu_model.kernels.bgemm.gemm_int8_bytes": "88b52db7dfaf5160",
+                 "xir.quant.fixed_point.requantize_one": "e5bd92a5402c36dd",
                  "npu_model.kernels.igemm.gemm_pairs": "0ef95014f7dc6162",
                  "npu_model.kernels.igemm.gemm_pairs_wide": "a5f9715e2922bfc7",
                  "npu_model.kernels.mpe._cp": "df064e8e4cae48cd",
@@ -59,6 +61,58 @@ def matmul_dynamic_int(a, ars, apitch, acoff, b, brs, bpitch, bcoff, batch, m, k
                         bq[np.uint64(d + 2 * nn)] = b[np.uint64(src + nn)]
         gemm_pairs(at, lda, rows, bq, k2, n, nr, c, np.int64(0), ldc)
         _requant_tile(c, ldc, none, bias, np.int64(0), ib * m, m, m, n, y, yrs, ypitch, ycoff,
+                      np.int64(0), mult, shift, mult_neg, shift_neg, lo, hi)
+    return y
+
+
+@kernel(nogil=True)
+def matmul_dynamic_int8_bytes(a, ars, apitch, acoff, b, brs, bpitch, bcoff, batch, m, k, n, bt,
+                              nr, bias, mult, shift, mult_neg, shift_neg, lo, hi, y, yrs,
+                              ypitch, ycoff, ib_lo, ib_hi):
+    """`matmul_dynamic` of int8 operands on the byte GEMM (`bgemm.gemm_int8_bytes`, AVX-512
+    VNNI only, K <= `bgemm.MAX_K8`): per batch, A's rows with K padded to quads, B packed into
+    quad panels `nr` wide while its column sums make the bias's ``-128 sum(b)`` (A is read
+    as ``a + 128``). Batch items ``ib_lo..ib_hi`` only."""
+    k4 = (k + 3) // 4
+    kp = 4 * k4
+    rows = (m + MR - 1) // MR * MR
+    nb = (n + nr - 1) // nr
+    ldc = nb * nr
+    at = np.zeros(rows * kp, dtype=np.int8)  # K and row padding stay 0
+    bq = np.zeros(nb * k4 * nr * 4, dtype=np.int8)  # N and K padding stay 0
+    c = np.empty(rows * ldc, dtype=np.int32)
+    bb = np.empty(n, dtype=np.int64)
+    none = np.empty((0, n), dtype=np.int64)
+    for ib in range(ib_lo, ib_hi):
+        for i in range(m):
+            src = ib * ars + i * apitch + acoff
+            _cp(at[i * kp:i * kp + k], a[src:src + k])
+        for j in range(n):
+            bb[j] = bias[j]
+        for pb in range(nb):  # B into quad panels: bq[(pb, k // 4, n, k % 4)]
+            j0 = pb * nr
+            wdt = min(nr, n - j0)
+            pbase = pb * k4 * nr * 4
+            if bt:  # B^T rows: one column of B, contiguous over K
+                for nn in range(wdt):
+                    src = ib * brs + (j0 + nn) * bpitch + bcoff
+                    d = pbase + 4 * nn
+                    s = np.int64(0)
+                    for kk in range(k):
+                        v = b[np.uint64(src + kk)]
+                        bq[np.uint64(d + (kk >> 2) * 4 * nr + (kk & 3))] = v
+                        s += v
+                    bb[j0 + nn] -= 128 * s
+            else:
+                for kk in range(k):
+                    src = ib * brs + kk * bpitch + bcoff + j0
+                    d = pbase + (kk >> 2) * 4 * nr + (kk & 3)
+                    for nn in range(wdt):
+                        v = b[np.uint64(src + nn)]
+                        bq[np.uint64(d + 4 * nn)] = v
+                        bb[j0 + nn] -= 128 * np.int64(v)
+        gemm_int8_bytes(at, kp, rows, bq, k4, n, nr, c, np.int64(0), ldc)
+        _requant_tile(c, ldc, none, bb, np.int64(0), ib * m, m, m, n, y, yrs, ypitch, ycoff,
                       np.int64(0), mult, shift, mult_neg, shift_neg, lo, hi)
     return y
 
@@ -169,4 +223,6 @@ def matmul_dynamic(a, ars, apitch, acoff, b, brs, bpitch, bcoff,
 
 #: the integer matmuls split over batch items on the thread pool (`pool.Split`)
 MATMUL_INT = Split(matmul_dynamic_int, extent=("batch",), work=("batch", "m", "k", "n"))
+MATMUL_INT8_BYTES = Split(matmul_dynamic_int8_bytes, extent=("batch",),
+                          work=("batch", "m", "k", "n"))
 MATMUL_INT16 = Split(matmul_dynamic_int16, extent=("batch",), work=("batch", "m", "k", "n"))
