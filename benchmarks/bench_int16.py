@@ -6,10 +6,11 @@ full int16 scale, random requantization): one 3x3 layer of 128 -> 128 channels a
 (K = 1152), a vgg19-style stack (its sixteen 3x3 convolutions at 112x112 input) and a
 yolov5s-style backbone at 320x320 (6x6 stem, stride-2 3x3 downsamples, C3 bottlenecks of 1x1
 and 3x3). Each stream is emitted and uploaded once and run repeatedly (the decoded program
-replays), on three devices: int16 on `igemm.gemm_pairs_wide`, int16 on the float64 K-chunk
-path (`NPU_GEMM=float` for int16, the previous default), and the same stack in int8.
-The figures of record are the ratios (int16 float64 / int16 integer, int16 integer / int8),
-with the load average beside them: the machine is shared.
+replays), on four devices: int16 on the byte GEMM (`bgemm`, where the CPU has AVX-512 VNNI;
+else on the digit GEMM), int16 on the digit GEMM (`igemm.gemm_pairs_wide`), int16 on the
+float64 K-chunk path, and the same stack in int8 (on the byte GEMM where it runs).
+The figures of record are the ratios (digit / byte, float64 / integer, int16 / int8), with
+the load average beside them: the machine is shared.
 
     python -m pytest benchmarks/bench_int16.py --benchmark-only -s
 """
@@ -85,26 +86,32 @@ def _program(dev, spec, dtype, rng):
 
 @pytest.mark.parametrize("name", list(NETS))
 def test_int16_vs_float64_and_int8(benchmark, name):
+    from npu_model.kernels import bgemm
     from xrt import Device
 
-    devs = [Device.Open("sim://zg330") for _ in range(3)]
-    devs[0].sim.int_gemm16 = True
-    devs[1].sim.int_gemm16 = False
+    devs = [Device.Open("sim://zg330") for _ in range(4)]
+    for d in devs:
+        d.sim.int_gemm16 = True
+    devs[1].sim.byte_gemm = False  # int16 on the digit GEMM (the path before the byte GEMM)
+    devs[2].sim.int_gemm16 = False  # the float64 K-chunk path
     runs = []
-    for dev, dtype in zip(devs, ("int16", "int16", "int8"), strict=True):
+    for dev, dtype in zip(devs, ("int16", "int16", "int16", "int8"), strict=True):
         run, macs = _program(dev, NETS[name], dtype, np.random.default_rng(0))
         runs.append(run)
     rounds = 5 if name.startswith("conv") else 3
-    t_int, t_f64, t_i8 = interleaved_best(runs, rounds=rounds, warmup=1)
+    t_int, t_dig, t_f64, t_i8 = interleaved_best(runs, rounds=rounds, warmup=1)
     benchmark.pedantic(runs[0], rounds=1)
     for d in devs:
         d.close()
     gmac = macs / 1e9
-    print(f"\n{name}: {gmac:.2f} GMAC; int16 integer {t_int * 1e3:.0f} ms "
-          f"({gmac / t_int:.1f} GMAC/s), int16 float64 {t_f64 * 1e3:.0f} ms, int8 "
-          f"{t_i8 * 1e3:.0f} ms; float64/integer {t_f64 / t_int:.2f}x, int16/int8 "
+    form = "byte GEMM" if bgemm.enabled() else "digit GEMM (no AVX-512 VNNI)"
+    print(f"\n{name}: {gmac:.2f} GMAC; int16 on the {form} {t_int * 1e3:.0f} ms "
+          f"({gmac / t_int:.1f} GMAC/s), digit GEMM {t_dig * 1e3:.0f} ms, float64 "
+          f"{t_f64 * 1e3:.0f} ms, int8 {t_i8 * 1e3:.0f} ms; digit/{form.split()[0]} "
+          f"{t_dig / t_int:.2f}x, float64/integer {t_f64 / t_int:.2f}x, int16/int8 "
           f"{t_int / t_i8:.2f}x ({load_average()})")
-    benchmark.extra_info.update(int16_ms=t_int * 1e3, float64_ms=t_f64 * 1e3,
-                                int8_ms=t_i8 * 1e3, speedup=t_f64 / t_int,
+    benchmark.extra_info.update(int16_ms=t_int * 1e3, digits_ms=t_dig * 1e3,
+                                float64_ms=t_f64 * 1e3, int8_ms=t_i8 * 1e3,
+                                speedup=t_f64 / t_int, vs_digits=t_dig / t_int,
                                 vs_int8=t_int / t_i8, load=load_average())
     assert t_int < t_f64, "int16 on the integer GEMM is not faster than the float64 path"
