@@ -28,7 +28,7 @@ from xcompile.passes import optimize
 from xcompile.quant.calibrate import load_calibration
 from xcompile.quant.mixed import DEFAULT_MAX_INT16, choose_bits, parse_share, worst_part
 from xcompile.quant.qdq import import_qdq
-from xcompile.quant.quantize import quantize_network
+from xcompile.quant.quantize import quantize_network, reuse_float_statistics
 from xcompile.quant.report import accuracy_report
 from xcompile.runner import Runner
 from xir.errors import XirError
@@ -163,10 +163,12 @@ def _quantize(optimized: Any, samples: Any, opts: dict[str, Any], runner: Runner
     search, watch = (quantize, _same) if keep_int8 is None else \
         (keep_int8.wrap(quantize), keep_int8.watch)
     # choose_bits holds the only reference: it drops the int8 network once it keeps another
-    quantized, mixed = choose_bits(optimized, watch(quantize(user_bits)), search, samples, min_cos,
-                                   max_int16=max_int16, op_bits=user_bits, runner=runner,
-                                   outlier_aware=_quantizer(optimized, samples, opts, runner,
-                                                            outlier_aware=True))
+    with reuse_float_statistics():  # the search's quantizations share GPTQ's statistics
+        quantized, mixed = choose_bits(optimized, watch(quantize(user_bits)), search, samples,
+                                       min_cos, max_int16=max_int16, op_bits=user_bits,
+                                       runner=runner,
+                                       outlier_aware=_quantizer(optimized, samples, opts, runner,
+                                                                outlier_aware=True))
     quantized.tags["quantization"]["mixed_precision"] = mixed.to_tag()
     if mixed.warning:
         log.warning("%s: %s", name, mixed.warning)

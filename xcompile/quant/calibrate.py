@@ -39,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from xcompile.quant.observers import MinMaxObserver, make_observer
+from xcompile.quant.observers import AbsHistogram, KLObserver, MinMaxObserver, make_observer
 from xcompile.runner import Runner, default_runner
 from xir.errors import CalibrationError
 
@@ -239,7 +239,7 @@ def run_float(net: Any, samples: Iterable[list[np.ndarray]], on_value: Any,
 def calibrate(net: Any, samples: Any, method: str = "minmax", *,
               skip_zeros: bool | None = None, per_value: dict[int, dict] | None = None,
               runner: Runner | None = None, means: dict[int, np.ndarray] | None = None,
-              **kw: Any) -> dict[int, float]:
+              reuse: dict[int, tuple] | None = None, **kw: Any) -> dict[int, float]:
     """`{v_id: amax}` of every float value of `net` over `samples` (anything
     `load_calibration` accepts), with one `make_observer(method, **kw)` per value
     (`per_value[v_id]`, when given, replaces `kw` for that value -- mixed-precision networks
@@ -253,7 +253,18 @@ def calibrate(net: Any, samples: Any, method: str = "minmax", *,
 
     `means`, when given, maps v_ids to fill with their value's mean per channel (its last
     axis) over the samples, taken in the same pass (bias correction's input means).
+
+    `reuse`: a dict kept between calls on the same network and samples
+    (`xcompile.quant.quantize.reuse_float_statistics`). Empty, it is filled with every value's
+    `|x|` histogram and signed range; filled, the observers are answered from it without
+    running the network again, where all of them can be (histogram observers of the same bin
+    count and minmax; not with `means` or `skip_zeros`): a mixed-precision search's
+    quantizations differ in their observers' settings, not in what the float network computes.
     """
+    if reuse and means is None and not (method == "kl" if skip_zeros is None else skip_zeros):
+        served = _from_reuse(reuse, method, per_value or {}, kw)
+        if served is not None:
+            return served
     data = load_calibration(samples, net)
     sums: dict[int, list] = {}
     observers: dict[int, Any] = {}
@@ -271,13 +282,42 @@ def calibrate(net: Any, samples: Any, method: str = "minmax", *,
         if obs is None:
             own = dict(per_value.get(v.v_id, kw))
             obs = observers[v.v_id] = make_observer(own.pop("method", method), **own)
+        if reuse is not None and arr.size:
+            lo, hi = float(arr.min()), float(arr.max())
+            old = ranges.get(v.v_id)
+            ranges[v.v_id] = (lo, hi) if old is None else (min(old[0], lo), max(old[1], hi))
         if skip and not isinstance(obs, MinMaxObserver):
             arr = arr[arr != 0]
             if arr.size == 0:
                 return
         obs.update(arr)
 
+    ranges: dict[int, tuple[float, float]] = {}
     run_float(net, data, feed, runner, what="calibration")
+    if reuse is not None and not skip:
+        reuse.clear()
+        reuse.update({vid: (getattr(obs, "hist", None), ranges.get(vid))
+                      for vid, obs in observers.items()})
     if means is not None:
         means.update({vid: s / max(n, 1) for vid, (s, n) in sums.items()})
     return {vid: float(obs.amax()) for vid, obs in observers.items()}
+
+
+def _from_reuse(reuse: dict[int, tuple], method: str, per_value: dict[int, dict],
+                kw: dict) -> dict[int, float] | None:
+    """`calibrate`'s answer from kept histograms and ranges, or None where an observer cannot
+    be answered from them (another bin count, another kind)."""
+    out = {}
+    for vid, (hist, rng) in reuse.items():
+        own = dict(per_value.get(vid, kw))
+        obs = make_observer(own.pop("method", method), **own)
+        if isinstance(obs, MinMaxObserver):
+            if rng is not None:
+                obs.min, obs.max = rng
+        elif isinstance(getattr(obs, "hist", None), AbsHistogram) and hist is not None and \
+                obs.hist.bins == hist.bins and not isinstance(obs, KLObserver):
+            obs.hist = hist  # read only: amax() does not change it
+        else:
+            return None
+        out[vid] = float(obs.amax())
+    return out

@@ -50,7 +50,8 @@ the v_id of the float value (of the input network) it approximates, for per-laye
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -74,7 +75,8 @@ from xir.values import Params, Value
 
 log = logging.getLogger(__name__)
 
-__all__ = ["quantize_network", "PASS_THROUGH_OPS", "LUT_OPS", "integer_capable"]
+__all__ = ["quantize_network", "PASS_THROUGH_OPS", "LUT_OPS", "integer_capable",
+           "reuse_float_statistics"]
 
 #: Ops whose integer kernel moves codes without rescaling: their values share one scale.
 PASS_THROUGH_OPS = frozenset({"Concat", "Split", "Slice", "Reshape", "Transpose", "Squeeze",
@@ -522,6 +524,7 @@ def quantize_network(net: Network, samples: Any, *, bits: int = 8, method: str =
     means = {op.inputs[0].v_id: None for op in nearest} or None
     def thresholds() -> dict[int, float]:
         amax = calibrate(opt, data, method, per_value=per_value, runner=runner, means=means,
+                         reuse=_float_stats("calibration", (net, samples)),
                          **_observer_kw(method, bits, kw, outlier_aware))
         amax = {vid: a * (headroom if headroom is not None else
                           1.0 if bits_of(vid) == 8 else INT16_HEADROOM)
@@ -551,7 +554,7 @@ def quantize_network(net: Network, samples: Any, *, bits: int = 8, method: str =
              if op.op_id in int_ops and op.feature_inputs()}
     codes: dict[int, tuple[np.ndarray, np.ndarray]] = {}
     if gptq_ops:
-        codes = _gptq_codes(opt, data, gptq_ops, op_el, runner)
+        codes = _gptq_codes(opt, data, gptq_ops, op_el, runner, (net, samples))
     n_bc = _correct_biases(opt, nearest, means, op_el, bits, per_channel) if means else 0
 
     q = Network(opt.name, framework_kind=opt.framework_kind,
@@ -709,13 +712,51 @@ def _gptq_ops(opt: Network, int_ops: set[int]) -> list[Operation]:
                      and not op.attrs.get("transpose_b", False)))]
 
 
+#: the float statistics `reuse_float_statistics` keeps: {(id(net), id(samples), op ids):
+#: (net, samples, Hessians)} (the network and samples held, so their ids stay theirs)
+_FLOAT_STATS: dict | None = None
+
+
+@contextmanager
+def reuse_float_statistics() -> Iterator[None]:
+    """Within it, `quantize_network` calls on the same float network and samples object (the
+    same objects, not equal ones) share GPTQ's input second moments: they are statistics of
+    the float network alone, whatever the bits, op_bits or thresholds, so a mixed-precision
+    search's quantizations need not collect them again (yolov5s-640: 6 s of each of its
+    three). Outside it nothing is kept."""
+    global _FLOAT_STATS
+    before, _FLOAT_STATS = _FLOAT_STATS, {}
+    try:
+        yield
+    finally:
+        _FLOAT_STATS = before
+
+
+def _float_stats(kind: str, source: tuple) -> Any:
+    """What `reuse_float_statistics` keeps of `kind` for `source` (the float network and
+    samples objects), created empty on first use; None outside it. The value is the last item
+    of the entry (the network and samples before it keep their ids theirs)."""
+    if _FLOAT_STATS is None:
+        return None
+    key = (kind,) + tuple(id(x) for x in source)
+    if key not in _FLOAT_STATS:
+        _FLOAT_STATS[key] = (*source, {})
+    return _FLOAT_STATS[key][-1]
+
+
 def _gptq_codes(opt: Network, data: list, ops: list[Operation], op_el: dict[int, ScalarType],
-                runner: Runner | None) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+                runner: Runner | None, source: tuple = ()) -> dict[int, tuple[np.ndarray,
+                                                                         np.ndarray]]:
     """`{op_id: (codes, scales)}` for `ops` (`_gptq_ops`), rounded by GPTQ
-    (`xcompile.quant.gptq`) on the calibration samples."""
+    (`xcompile.quant.gptq`) on the calibration samples. `source`: the (float network,
+    samples) objects the statistics come from, their key in `reuse_float_statistics`."""
     from xrt.console import progress_bar
 
-    hess = collect_hessians(opt, data, ops, runner=runner)
+    key = tuple(id(x) for x in source) + tuple(op.op_id for op in ops)
+    kept = _FLOAT_STATS.get(key) if _FLOAT_STATS is not None and source else None
+    hess = kept[-1] if kept is not None else collect_hessians(opt, data, ops, runner=runner)
+    if _FLOAT_STATS is not None and source and kept is None:
+        _FLOAT_STATS[key] = (*source, hess)
     out = {}
     with progress_bar(len(ops), f"GPTQ weight rounding: {opt.name}") as advance:
         for op in ops:

@@ -137,3 +137,39 @@ def test_the_search_falls_back_on_outlier_aware_int8_when_it_misses(tmp_path, mo
                            outlier_aware=quantize)
     assert mp.outlier_aware and not mp.outlier_aware_kept  # measured, not better: int8 kept
     assert same.tags["quantization"]["op_bits"] == {} and "int8 network is kept" in mp.warning
+
+
+def test_quantizations_in_one_search_share_the_float_statistics(tmp_path, monkeypatch):
+    """Within `reuse_float_statistics` the float network runs once for calibration and once
+    for GPTQ, however many quantizations follow (int8, a raise, the outlier-aware int8), and
+    each is the network a fresh quantization makes."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from test_mixed_precision import _setup
+
+    import xcompile.quant.calibrate as calibrate_mod
+    from xcompile.quant.quantize import reuse_float_statistics
+
+    monkeypatch.setenv("XRT_PROGRESS", "0")
+    _, opt, cal, _ = _setup(tmp_path, outlier=30.0)
+    conv_c = next(op.op_id for op in opt.ops if op.op_type == "Conv2d" and op.name == "conv_c")
+    runs = [(), {conv_c: 16}, ()]
+    fresh = [quantize_network(opt, cal, op_bits=ob or None, outlier_aware=(k == 2))
+             for k, ob in enumerate(runs)]
+    calls = []
+    real = calibrate_mod.run_float
+    monkeypatch.setattr(calibrate_mod, "run_float",
+                        lambda *a, **k: calls.append(k.get("what")) or real(*a, **k))
+    with reuse_float_statistics():
+        shared = [quantize_network(opt, cal, op_bits=ob or None, outlier_aware=(k == 2))
+                  for k, ob in enumerate(runs)]
+    assert calls.count("calibration") == 1 and calls.count("GPTQ statistics") == 1
+
+    def codes(q):
+        return [(v.v_id, str(v.dtype), None if not v.is_params else np.asarray(v.data).tobytes())
+                for op in q.ops for v in op.inputs + op.outputs]
+
+    assert all(codes(a) == codes(b) for a, b in zip(fresh, shared))
+    assert shared[2].tags["quantization"]["outlier_aware"]
