@@ -135,3 +135,28 @@ def test_int8_conv_without_sgemm_gives_the_same_codes(rng, monkeypatch):
     assert not sgemm.enabled()
     blas = INT_KERNELS["Conv2d"]([x, w], attrs, types, [qt(INT8, 0.5, (1, 9, 9, 16))])[0]
     np.testing.assert_array_equal(own, blas)
+
+
+def _numpy_logistic(x):
+    """The former HostBackend Sigmoid, numpy's passes: the bits calibration was measured on."""
+    e = np.exp(-np.abs(x))
+    y = 1 / (1 + e)
+    return np.where(x >= 0, y, e * y)
+
+
+@pytest.mark.parametrize("op", ["Sigmoid", "Silu"])
+def test_sigmoid_and_silu_keep_numpys_bits(rng, op):
+    """The one-pass logistic (calibration's Silu of every yolov5s layer) gives numpy's float32
+    bits for every value: zeros of both signs, infinities, NaN, tiny and huge inputs, any
+    layout (a transposed view)."""
+    from host_backend.ops import FLOAT_KERNELS
+
+    x = (rng.standard_normal((2, 33, 17, 8)) * rng.choice([1e-3, 1.0, 30.0, 1e3],
+                                                           (2, 33, 17, 8))).astype(np.float32)
+    x.flat[:7] = [0.0, -0.0, np.inf, -np.inf, np.nan, 1e-40, -1e-40]
+    x = x.transpose(0, 2, 1, 3)  # not contiguous
+    with np.errstate(invalid="ignore"):  # inf * 0 in the reference Silu
+        want = _numpy_logistic(x) if op == "Sigmoid" else x * _numpy_logistic(x)
+    got = FLOAT_KERNELS[op]([x], {})[0]
+    assert got.dtype == np.float32 and got.shape == x.shape
+    np.testing.assert_array_equal(got.view(np.uint32), np.ascontiguousarray(want).view(np.uint32))
