@@ -137,6 +137,7 @@ def test_the_search_falls_back_on_outlier_aware_int8_when_it_misses(tmp_path, mo
                            outlier_aware=quantize)
     assert mp.outlier_aware and not mp.outlier_aware_kept  # measured, not better: int8 kept
     assert same.tags["quantization"]["op_bits"] == {} and "int8 network is kept" in mp.warning
+    assert "outlier-aware thresholds reaches" in mp.warning
 
 
 def test_quantizations_in_one_search_share_the_float_statistics(tmp_path, monkeypatch):
