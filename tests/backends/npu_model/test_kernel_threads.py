@@ -59,7 +59,7 @@ def test_results_are_byte_identical_at_any_thread_count(dtype, monkeypatch):
     for split in (mpe.CONV_INT, mpe.CONV_INT16, mpe.CONV_INT8_BYTES, mpe.CONV_INT16_BYTES,
                   mpe.CONV_DEPTHWISE,
                   matmul.MATMUL_INT, matmul.MATMUL_INT8_BYTES,
-                  matmul.MATMUL_INT16):
+                  matmul.MATMUL_INT16, matmul.MATMUL_INT16_BYTES):
         kernel = split.kernel
 
         def spy(*args, _k=kernel, _name=split.__name__):

@@ -336,3 +336,38 @@ def test_int8_matmul_on_each_integer_path(hw16, monkeypatch, path, transposed, b
     np.testing.assert_array_equal(hw.read(fo), ref_requant(acc, mult, shift, -128, 127))
     assert ran and set(ran) == {"matmul_dynamic_int8_bytes" if path == "bytes"
                                 else "matmul_dynamic_int"}
+
+
+@pytest.mark.parametrize("path", [pytest.param("bytes", marks=needs_vnni), "digits"])
+@pytest.mark.parametrize("transposed", [False, True])
+@pytest.mark.parametrize(("batch", "m", "k", "n"),
+                         [(2, 13, 601, 37), (3, 8, 3, 16), (1, 5, 130, 70)])
+def test_int16_matmul_on_each_integer_path(hw16, monkeypatch, path, transposed, batch, m, k, n):
+    from npu_model.kernels import matmul
+
+    dev, hw = hw16
+    dev.sim.int_gemm16 = True
+    dev.sim.byte_gemm = path == "bytes"
+    ran: list[str] = []
+    for split in (matmul.MATMUL_INT16, matmul.MATMUL_INT16_BYTES):
+        def spy(*args, _k=split.kernel, _n=split.__name__):
+            ran.append(_n)
+            return _k(*args)
+
+        monkeypatch.setattr(split, "kernel", spy)
+    rng = np.random.default_rng(batch * m + k)
+    a = rng.integers(-32768, 32768, (batch, m, k)).astype(np.int16)
+    b = rng.integers(-32768, 32768, (batch, k, n)).astype(np.int16)
+    a[0, 0], b[0, :, 0] = -32768, -32768
+    a[-1, -1], b[-1, :, -1] = 32767, 32767
+    bias = rng.integers(-3000, 3000, n)
+    mult, shift = rand_requant(rng, n, 1.0 / (k * 9000))
+    fa = hw.fmap_in(a)
+    fb = hw.fmap_in(np.ascontiguousarray(b.transpose(0, 2, 1)) if transposed else b)
+    fo = hw.fmap_out(batch, m, n, "int16")
+    hw.run([asm.Matmul(fa, fo, hw.put(asm.pack_requant_params(bias, mult, shift, n=n)), b=fb,
+                       clip=(-32767, 32767), b_transposed=transposed)])
+    acc = a.astype(np.int64) @ b.astype(np.int64) + bias
+    np.testing.assert_array_equal(hw.read(fo), ref_requant(acc, mult, shift, -32767, 32767))
+    assert ran and set(ran) == {"matmul_dynamic_int16_bytes" if path == "bytes"
+                                else "matmul_dynamic_int16"}

@@ -98,9 +98,10 @@ def test_one_specialisation_per_operand_type():
     # the kernels Python calls (helpers show signatures only where this process compiled
     # them, i.e. with a cold cache)
     used = {n: d.signatures for n, d in _dispatchers() if d.signatures}
-    dense16 = "conv_dense_int16_bytes" if bgemm.enabled() else "conv_dense_int16"
-    for name in ("conv_dense_int", dense16, "conv_depthwise", "matmul_dynamic_int",
-                 "matmul_dynamic_int16"):
+    tail = "_bytes" if bgemm.enabled() else ""
+    dense8 = "conv_dense_int8_bytes" if tail else "conv_dense_int"
+    for name in (dense8, "conv_dense_int16" + tail, "conv_depthwise", "matmul_dynamic_int8_bytes"
+                 if tail else "matmul_dynamic_int", "matmul_dynamic_int16" + tail):
         assert any(n.endswith("." + name) for n in used), (name, sorted(used))
     for name, sigs in used.items():
         by_arrays: dict[tuple, list] = {}

@@ -715,6 +715,11 @@ class Icore:
                            bias, mult, shift, mneg, sneg, lo, hi, y.arr, y.rs, y.pitch,
                            y.coff)
             return
+        if dtype == "int16" and self.int_gemm16 and self.byte_gemm and a.c <= bgemm.MAX_K:
+            self._rec.call(matmul.MATMUL_INT16_BYTES, a.arr, a.rs, a.pitch, a.coff, b.arr,
+                           b.rs, b.pitch, b.coff, a.h, a.w, a.c, y.c, bt, bgemm.NR, bias, mult,
+                           shift, mneg, sneg, lo, hi, y.arr, y.rs, y.pitch, y.coff)
+            return
         if dtype == "int16" and self.int_gemm16:
             self._rec.call(matmul.MATMUL_INT16, a.arr, a.rs, a.pitch, a.coff, b.arr,
                            b.rs, b.pitch, b.coff, a.h, a.w, a.c, y.c, bt,

@@ -8,14 +8,17 @@ import numpy as np
 
 from xir.quant.fixed_point import requantize_one
 
-from .bgemm import gemm_int8_bytes
+from .bgemm import NR as BNR
+from .bgemm import byte_planes, gemm_int8_bytes, gemm_int16_bytes
 from .igemm import MR, gemm_pairs, gemm_pairs_wide
 from .jit import helper, kernel
 from .mpe import _cp, _requant_tile
 from .pool import Split
 
 #: kernels from other files these kernels call, with their source stamps (see `mpe`'s note)
-NUMBA_DEPENDS = {"npu_model.kernels.bgemm.gemm_int8_bytes": "88b52db7dfaf5160",
+NUMBA_DEPENDS = {"npu_model.kernels.bgemm.byte_planes": "c12b5a7aa4a50943",
+                 "npu_model.kernels.bgemm.gemm_int16_bytes": "6927f926e978fb08",
+                 "npu_model.kernels.bgemm.gemm_int8_bytes": "88b52db7dfaf5160",
                  "xir.quant.fixed_point.requantize_one": "e5bd92a5402c36dd",
                  "npu_model.kernels.igemm.gemm_pairs": "0ef95014f7dc6162",
                  "npu_model.kernels.igemm.gemm_pairs_wide": "a5f9715e2922bfc7",
@@ -112,6 +115,63 @@ def matmul_dynamic_int8_bytes(a, ars, apitch, acoff, b, brs, bpitch, bcoff, batc
                         bq[np.uint64(d + 4 * nn)] = v
                         bb[j0 + nn] -= 128 * np.int64(v)
         gemm_int8_bytes(at, kp, rows, bq, k4, n, nr, c, np.int64(0), ldc)
+        _requant_tile(c, ldc, none, bb, np.int64(0), ib * m, m, m, n, y, yrs, ypitch, ycoff,
+                      np.int64(0), mult, shift, mult_neg, shift_neg, lo, hi)
+    return y
+
+
+@kernel(nogil=True)
+def matmul_dynamic_int16_bytes(a, ars, apitch, acoff, b, brs, bpitch, bcoff, batch, m, k, n, bt,
+                               nr, bias, mult, shift, mult_neg, shift_neg, lo, hi, y, yrs,
+                               ypitch, ycoff, ib_lo, ib_hi):
+    """`matmul_dynamic` of int16 operands on the byte GEMM (`bgemm.gemm_int16_bytes`, AVX-512
+    VNNI only, K <= `bgemm.MAX_K`): per batch, A's rows as byte planes, B split into the
+    planes ``wh``, ``wl'`` of `bgemm.int16_weights` and packed into its panels (`nr` is
+    unused: the panels are `bgemm.NR` wide) while their column sums make the bias's
+    correction. Batch items ``ib_lo..ib_hi`` only."""
+    kp = (k + 3) // 4 * 4
+    k4 = kp // 4
+    ldx = 2 * ((k + 1) // 2)
+    rows = (m + MR - 1) // MR * MR
+    nb = (n + BNR - 1) // BNR
+    ldc = nb * BNR
+    xt = np.zeros(rows * ldx, dtype=np.int16)  # row padding stays 0
+    ab = np.empty(rows * 2 * kp, dtype=np.uint8)
+    rsum = np.empty(rows, dtype=np.int64)
+    bq = np.zeros(nb * 2 * k4 * BNR * 4, dtype=np.int8)  # N and K padding stay 0
+    c = np.empty(rows * ldc, dtype=np.int64)
+    tmp = np.empty(3 * MR * BNR, dtype=np.int32)
+    bb = np.empty(n, dtype=np.int64)
+    none = np.empty((0, n), dtype=np.int64)
+    half = k4 * BNR * 4  # the wl' quads follow the wh quads in a panel
+    for ib in range(ib_lo, ib_hi):
+        for i in range(m):
+            src = ib * ars + i * apitch + acoff
+            _cp(xt[i * ldx:i * ldx + k], a[src:src + k])
+        byte_planes(xt, ldx, rows, k, kp, ab, rsum)
+        for j in range(n):
+            bb[j] = bias[j]
+        for pb in range(nb):
+            j0 = pb * BNR
+            wdt = min(BNR, n - j0)
+            pbase = pb * 2 * half
+            for nn in range(wdt):
+                sh = np.int64(0)
+                sl = np.int64(0)
+                for kk in range(k):
+                    if bt:  # B^T rows: one column of B, contiguous over K
+                        v = np.int32(b[np.uint64(ib * brs + (j0 + nn) * bpitch + bcoff + kk)])
+                    else:
+                        v = np.int32(b[np.uint64(ib * brs + kk * bpitch + bcoff + j0 + nn)])
+                    vh = v >> 8
+                    vl = (v & 255) - 128
+                    q = np.uint64(pbase + (kk >> 2) * BNR * 4 + 4 * nn + (kk & 3))
+                    bq[q] = vh
+                    bq[q + np.uint64(half)] = vl
+                    sh += vh
+                    sl += vl
+                bb[j0 + nn] -= (sh << 23) + (sl << 15)
+        gemm_int16_bytes(ab, kp, rows, bq, n, tmp, c, np.int64(0), ldc, rsum)
         _requant_tile(c, ldc, none, bb, np.int64(0), ib * m, m, m, n, y, yrs, ypitch, ycoff,
                       np.int64(0), mult, shift, mult_neg, shift_neg, lo, hi)
     return y
@@ -225,4 +285,6 @@ def matmul_dynamic(a, ars, apitch, acoff, b, brs, bpitch, bcoff,
 MATMUL_INT = Split(matmul_dynamic_int, extent=("batch",), work=("batch", "m", "k", "n"))
 MATMUL_INT8_BYTES = Split(matmul_dynamic_int8_bytes, extent=("batch",),
                           work=("batch", "m", "k", "n"))
+MATMUL_INT16_BYTES = Split(matmul_dynamic_int16_bytes, extent=("batch",),
+                           work=("batch", "m", "k", "n"))
 MATMUL_INT16 = Split(matmul_dynamic_int16, extent=("batch",), work=("batch", "m", "k", "n"))
