@@ -81,6 +81,23 @@ def test_a_split_read_by_the_host_is_a_copy(target):
 
 
 @pytest.mark.parametrize("target", CHIPS)
+def test_an_alias_into_more_batch_items_keeps_its_own_hardop(target):
+    """A 3x3 MaxPool on one (1, 8, 8, 8) map, then a Reshape into (2, 4, 8, 8), two items of
+    the same pixels: joined, the pool's HardOp would run once per item of its largest map;
+    so the Reshape keeps its own HardOp and the pool stays one layer."""
+    b = NetworkBuilder("items")
+    x = b.input([1, 8, 8, 8], QuantizedType(INT8, 0.05), "NHWC", "x")
+    p = b.op("MaxPool2d", [x], out_types=[_t((1, 8, 8, 8), 0.05)], pool_height=3,
+             pool_width=3, pad_top=1, pad_bottom=1, pad_left=1, pad_right=1)
+    r = b.op("Reshape", [p], out_types=[_t((2, 4, 8, 8), 0.05)], shape=[2, 4, 8, 8])
+    b.output(b.op("Tanh", [r], out_types=[_t((2, 4, 8, 8), 1 / 120)]))
+    net = b.build()
+    z = check_quantized(net, target, seed=5)
+    assert _origin(z, net) == [["MaxPool2d"], ["Reshape"], ["Tanh"]]
+    assert [op.device_info["layers"] for op in _hardops(z)] == [1, 0, 1]
+
+
+@pytest.mark.parametrize("target", CHIPS)
 def test_an_alias_of_a_host_value_keeps_its_own_hardop(target):
     """A Reshape of the network's input (written by the host) has no HardOp to join: it
     stays a zero-layer HardOp, and the Sigmoid after it reads the same buffer."""

@@ -321,14 +321,17 @@ class _Lowering:
             srcs = {id(made.get(v.v_id)): made.get(v.v_id) for v in item.inputs}
             if not item.lows and not item.copies and len(srcs) == 1 and \
                     (spec := next(iter(srcs.values()))) is not None and spec.lows:
+                before = (list(spec.ops), list(spec.outputs), self._items(spec))
                 spec.ops += item.ops
                 inside = {op.op_id for op in spec.ops}
                 spec.outputs = [v for v in spec.outputs if v in host or any(
                     c.op_id not in inside for c in v.consumers)] + \
                     [v for v in item.outputs if v not in spec.outputs]
-                for v in item.outputs:
-                    made[v.v_id] = spec
-                continue
+                if self._items(spec) == before[2]:  # the HardOp's layers run as before
+                    for v in item.outputs:
+                        made[v.v_id] = spec
+                    continue
+                spec.ops, spec.outputs = before[0], before[1]
             for v in item.outputs:
                 made[v.v_id] = item
             out.append(item)
