@@ -436,6 +436,51 @@ def check_memory_and_tensors(s: Subject) -> None:
             sess.close()
 
 
+def has_forward_segment(backend: type) -> bool:
+    """Whether a backend class implements the optional `forwardSegment` (the base has none)."""
+    return callable(getattr(backend, "forwardSegment", None))
+
+
+def check_forward_segment(s: Subject) -> None:
+    """A backend with the optional `forwardSegment`: a plain `Session.forward` calls it (one
+    call per run of consecutive ops on the backend) and gives exactly, byte for byte, what the
+    op-by-op forward gives (`forwardOp` per op, taken when a callback asks about single ops),
+    forward after forward."""
+    with s.devices() as (dev, host):
+        net, inputs, label = s.network(dev)
+        sess = s.session(net, [dev, host])
+        try:
+            mine = next(b for b in sess.backends if isinstance(b, s.backend))
+            calls = [0]
+            segment = mine.forwardSegment
+
+            def counted(*args: Any, **kwargs: Any) -> Any:
+                calls[0] += 1
+                return segment(*args, **kwargs)
+
+            mine.forwardSegment = counted
+            try:
+                plain = _arrays(sess.forward(inputs))
+            except XrtError as exc:
+                raise ConformanceError(f"{label}: the plain forward through "
+                                       f"{s.name}.forwardSegment failed: {exc}") from None
+            if not calls[0]:
+                raise SkipCheck(f"{label}: no op of the network ran on {s.name}")
+            segments = calls[0]
+            sess.setPostCallBack(lambda *args: None)  # asks about single ops: per-op path
+            per_op = _arrays(sess.forward(inputs))
+            if calls[0] != segments:
+                raise ConformanceError(f"{label}: a forward with a callback called "
+                                       f"{s.name}.forwardSegment; it goes op by op")
+            _same(plain, per_op, f"{label}: forwardSegment (plain forward) against forwardOp "
+                                 f"(op by op)")
+            sess.setPostCallBack(None)
+            _same(_arrays(sess.forward(inputs)), per_op,
+                  f"{label}: a plain forward after an op-by-op one")
+        finally:
+            sess.close()
+
+
 def check_profile(s: Subject) -> None:
     """With the time profile on, every op of the backend has a row of four finite,
     non-negative times; a backend with `profileInfo` gives per-op hardware figures."""
@@ -544,4 +589,7 @@ def checks(s: Subject) -> list[Check]:
                      ("memory_and_tensors", check_memory_and_tensors), ("profile", check_profile),
                      ("fork", check_fork), ("snapshot", check_snapshot)):
         out.append(Check(name, lambda f=fn: f(s), fn.__doc__))
+    if has_forward_segment(s.backend):  # optional: checked where the backend has it
+        out.append(Check("forward_segment", lambda: check_forward_segment(s),
+                         check_forward_segment.__doc__))
     return out
