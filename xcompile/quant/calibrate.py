@@ -256,15 +256,22 @@ def calibrate(net: Any, samples: Any, method: str = "minmax", *,
 
     `reuse`: a dict kept between calls on the same network and samples
     (`xcompile.quant.quantize.reuse_float_statistics`). Empty, it is filled with every value's
-    `|x|` histogram and signed range; filled, the observers are answered from it without
-    running the network again, where all of them can be (histogram observers of the same bin
-    count and minmax; not with `means` or `skip_zeros`): a mixed-precision search's
-    quantizations differ in their observers' settings, not in what the float network computes.
+    `|x|` histogram and signed range, and the per-channel means of every convolution's or
+    matmul's input; filled, the observers (and `means`) are answered from it without running
+    the network again, where all of them can be (histogram observers of the same bin count
+    and minmax; not with `skip_zeros`): a mixed-precision search's quantizations differ in
+    their observers' settings, not in what the float network computes.
     """
-    if reuse and means is None and not (method == "kl" if skip_zeros is None else skip_zeros):
-        served = _from_reuse(reuse, method, per_value or {}, kw)
+    if reuse and not (method == "kl" if skip_zeros is None else skip_zeros) and \
+            (means is None or set(means) <= set(reuse["means"])):
+        served = _from_reuse(reuse["values"], method, per_value or {}, kw)
         if served is not None:
+            if means is not None:
+                means.update({vid: reuse["means"][vid] for vid in means})
             return served
+    # with `reuse`, bias correction's candidates too, for a later call that wants them
+    extra = {op.inputs[0].v_id for op in net.ops if op.op_type in ("Conv2d", "Matmul")
+             and op.inputs} - set(means or {}) if reuse is not None else set()
     data = load_calibration(samples, net)
     sums: dict[int, list] = {}
     observers: dict[int, Any] = {}
@@ -274,7 +281,7 @@ def calibrate(net: Any, samples: Any, method: str = "minmax", *,
     def feed(v, arr):
         if arr.dtype.kind != "f":
             return
-        if means is not None and v.v_id in means and arr.size:
+        if ((means is not None and v.v_id in means) or v.v_id in extra) and arr.size:
             acc = sums.setdefault(v.v_id, [0.0, 0])
             acc[0] = acc[0] + arr.reshape(-1, arr.shape[-1]).sum(axis=0, dtype=np.float64)
             acc[1] += arr.size // arr.shape[-1]
@@ -294,12 +301,14 @@ def calibrate(net: Any, samples: Any, method: str = "minmax", *,
 
     ranges: dict[int, tuple[float, float]] = {}
     run_float(net, data, feed, runner, what="calibration")
+    got = {vid: s / max(n, 1) for vid, (s, n) in sums.items()}
     if reuse is not None and not skip:
         reuse.clear()
-        reuse.update({vid: (getattr(obs, "hist", None), ranges.get(vid))
-                      for vid, obs in observers.items()})
+        reuse["values"] = {vid: (getattr(obs, "hist", None), ranges.get(vid))
+                           for vid, obs in observers.items()}
+        reuse["means"] = got
     if means is not None:
-        means.update({vid: s / max(n, 1) for vid, (s, n) in sums.items()})
+        means.update({vid: m for vid, m in got.items() if vid in means})
     return {vid: float(obs.amax()) for vid, obs in observers.items()}
 
 

@@ -239,6 +239,8 @@ class MixedPrecision:
     #: cosine per part (empty: not tried), and whether it is the network kept
     outlier_aware: dict[str, float] = field(default_factory=dict)
     outlier_aware_kept: bool = False
+    #: which of the outlier-aware quantizers gave it (their label: the weight rounding)
+    outlier_aware_variant: str | None = None
 
     @property
     def reached(self) -> bool:
@@ -267,7 +269,8 @@ class MixedPrecision:
                 "outlier_aware": {"cosine": r6(self.outlier_aware),
                                   "worst": list(worst_part(self.outlier_aware))
                                   if self.outlier_aware else None,
-                                  "kept": self.outlier_aware_kept},
+                                  "kept": self.outlier_aware_kept,
+                                  "weights": self.outlier_aware_variant},
                 "warning": self.warning}
 
 
@@ -375,7 +378,8 @@ def _fewest(n: int, passes: Callable[[int], bool], first: int = 1,
 def choose_bits(float_net: Any, quantized: Any, quantize: Callable[[dict], Any],
                 samples: list, min_cosine: float, *, max_int16: float = DEFAULT_MAX_INT16,
                 op_bits: dict | None = None, runner: Any = None, max_tries: int = MAX_TRIES,
-                keep_short: bool | None = None, outlier_aware: Callable[[dict], Any] | None = None
+                keep_short: bool | None = None,
+                outlier_aware: dict[str, Callable[[dict], Any]] | None = None
                 ) -> tuple[Any, MixedPrecision]:
     """The network to keep and what was measured: `quantized` (the int8 network made with the
     user's `op_bits`) when its worst part reaches `min_cosine` or when no raise within the cap
@@ -387,11 +391,12 @@ def choose_bits(float_net: Any, quantized: Any, quantize: Callable[[dict], Any],
     to `quantized`: it is dropped as soon as a better network to keep exists, so at most two
     quantized networks are alive at once (a vgg19's are 0.35 GB each).
 
-    `outlier_aware`: `op_bits -> network` quantizing int8 with outlier-aware thresholds
-    (`quantize_network(outlier_aware=True)`). When the search cannot reach the target, that
-    int8 network is measured too and kept if it beats what would be kept by more than
-    `OUTLIER_AWARE_MARGIN` (int8 before int16: ddddocr's YOLOX detector 0.904 -> 0.967, where
-    20 raised ops reached 0.951). Not
+    `outlier_aware`: {label: `op_bits -> network`} quantizing int8 with outlier-aware
+    thresholds (`quantize_network(outlier_aware=True)`; the labels name their weight
+    rounding). When the search cannot reach the target, those int8 networks are measured too
+    and the best kept if it beats what would be kept by more than `OUTLIER_AWARE_MARGIN` (int8
+    before int16: ddddocr's YOLOX detector 0.904 -> 0.986, where 20 raised ops reached 0.951).
+    Not
     tried before the search: where a raise reaches the target, the squared-error thresholds it
     starts from are the better base (PP-OCRv4's detector: 0.9947-0.9973 held out with 25% of
     its MACs in int16 from them, 0.9884 from the outlier-aware ones)."""
@@ -447,22 +452,27 @@ def choose_bits(float_net: Any, quantized: Any, quantize: Callable[[dict], Any],
 
     first = _first_guess(order, ranked, worst_part(before)[1], min_cosine)
     found = _fewest(len(order), passes, first, max_tries)
-    if found is None and outlier_aware is not None:
-        with _stage("int8 with outlier-aware thresholds"):
-            q = outlier_aware(dict(base))
+    for label, alt in (outlier_aware or {}).items() if found is None else ():
+        with _stage(f"int8 with outlier-aware thresholds, {label} weights"):
+            q = alt(dict(base))
             parts = probe.measure(q)
-        result.outlier_aware = parts
-        log.info("mixed precision: int8 with outlier-aware thresholds, worst part %s %.4f",
-                 *worst_part(parts))
-        if worst_part(parts)[1] > worst_part(keep["parts"])[1] + OUTLIER_AWARE_MARGIN:
-            keep.clear()
+        log.info("mixed precision: int8 with outlier-aware thresholds, %s weights, worst part "
+                 "%s %.4f", label, *worst_part(parts))
+        if result.outlier_aware and worst_part(parts)[1] <= worst_part(result.outlier_aware)[1]:
+            del q
+            continue
+        result.outlier_aware, result.outlier_aware_variant = parts, label
+        if worst_part(parts)[1] > worst_part(keep["parts"])[1] + OUTLIER_AWARE_MARGIN or \
+                result.outlier_aware_kept:
+            keep.clear()  # the network kept before is dropped here
             keep.update(k=0, net=q, parts=parts)
             result.outlier_aware_kept = True
             result.after = parts
-            if worst_part(parts)[1] >= min_cosine:
-                found = 0
         del q
         _release()
+    if found is None and result.outlier_aware_kept and \
+            worst_part(result.after)[1] >= min_cosine:
+        found = 0
     if found is None:
         name, cos = worst_part(before)
         capped = max(result.attempts, key=lambda a: a.raised, default=None)

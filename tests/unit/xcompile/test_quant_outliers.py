@@ -126,15 +126,16 @@ def test_the_search_falls_back_on_outlier_aware_int8_when_it_misses(tmp_path, mo
     conv_c = next(op.op_id for op in opt.ops if op.op_type == "Conv2d" and op.name == "conv_c")
     better = lambda op_bits: quantize({conv_c: 16})  # noqa: E731
     best, mp = choose_bits(opt, quantize(None), quantize, cal, 0.99, max_int16=0.01,
-                           outlier_aware=better)
+                           outlier_aware={"worse": quantize, "stand-in": better})
     assert mp.outlier_aware_kept and mp.outlier_aware
     assert worst_part(mp.after)[1] > worst_part(mp.before)[1]
     assert best.tags["quantization"]["op_bits"]  # the stand-in's network is the one kept
     tag = mp.to_tag()["outlier_aware"]
     assert tag["kept"] and tag["worst"][1] == pytest.approx(worst_part(mp.after)[1])
+    assert tag["weights"] == "stand-in"  # the best of the quantizers given
     assert mp.reached and mp.warning is None  # it reaches the target: no warning
     same, mp = choose_bits(opt, quantize(None), quantize, cal, 0.99, max_int16=0.01,
-                           outlier_aware=quantize)
+                           outlier_aware={"gptq": quantize})
     assert mp.outlier_aware and not mp.outlier_aware_kept  # measured, not better: int8 kept
     assert same.tags["quantization"]["op_bits"] == {} and "int8 network is kept" in mp.warning
     assert "outlier-aware thresholds reaches" in mp.warning
