@@ -239,11 +239,23 @@ class Tensor:
         dtype = self._dtype
         if mregion is HostDevice.MemRegion():
             # a copy to the host is a fresh array, its chunk made only when asked (as a host
-            # kernel's result): no allocation and finalizer per device -> host crossing
-            raw = np.empty(dtype.storageBytes(), dtype=np.uint8)
-            self.read(raw, 0, raw.size)
+            # kernel's result): no allocation and finalizer per device -> host crossing. The
+            # bytes come from the store's own copying read (no view handed out, no argument
+            # checks beyond the chunk's range: this tensor's type and offset are its own)
+            n = dtype.storageBytes()
+            st, at = self._chunk._range(self._offset, n, "read")  # type: ignore[union-attr]
+            raw = st.region.storage.read(st.addr + at, n) if n and st.region is not None \
+                else None
+            if not (isinstance(raw, np.ndarray) and raw.dtype == np.uint8 and raw.size == n
+                    and raw.flags.writeable and raw.flags.c_contiguous):
+                out = np.empty(n, dtype=np.uint8)
+                if raw is not None:
+                    out[:] = np.frombuffer(raw, np.uint8) if isinstance(raw, (bytes, bytearray,
+                                                                              memoryview)) \
+                        else raw
+                raw = out
             return Tensor.over_array(raw.view(dtype.numpy_dtype).reshape(dtype.shape), dtype,
-                                mregion)
+                                     mregion)
         out = Tensor(dtype).mallocOn(mregion)
         out.copyFrom(0, self, 0, dtype.storageBytes())  # type: ignore[union-attr]
         return out
