@@ -228,3 +228,65 @@ def test_socket_client_write_is_seen(chip):
     finally:
         dev.close()
         srv.shutdown()
+
+
+def test_socket_requests_per_chip_run(chip, monkeypatch):
+    """A plain forward over a socket asks the served device per chip run only what a run
+    changes (icoreCalc, the layer count, the profiler records); the MMU mode, the enabled
+    MPEs, the profiler area and the Buyi's data type are read or set once per chip segment.
+    The outputs are the in-process device's; the per-op path (a callback) still asks per
+    run, and the Buyi's data type is the last run's after either."""
+    import collections
+
+    import xrt.remote.client as client
+    import xrt.remote.protocol as P
+    from xrt import Device
+    from xrt.remote.server import DeviceServer
+
+    q, z = chip.compiled("tiny_cnn")
+    x = x_of(q, 9)
+    local, _ = chip.session(z, profile=False, merge=False)
+    want = np.asarray(local.forward([x])[0]).copy()
+    local.close()
+    calls: collections.Counter = collections.Counter()
+    request = client.RemoteEndpoint.request
+
+    def counted(self, mtype, *parts, **kw):
+        if mtype == P.Msg.CALL:
+            calls[P.decode_json(bytearray(parts[0]))["m"]] += 1
+        else:
+            calls[P.Msg(mtype).name] += 1
+        return request(self, mtype, *parts, **kw)
+
+    srv = DeviceServer(Device.Open(f"sim://{chip.kind}"), close_device=True).start()
+    host, port = srv.address
+    dev = Device.Open(f"socket://{chip.kind}@{host}:{port}")
+    try:
+        s, b = chip.session(z, dev, profile=False, merge=False)  # a run per HardOp
+        s.forward([x])
+        monkeypatch.setattr(client.RemoteEndpoint, "request", counted)
+        np.testing.assert_array_equal(np.asarray(s.forward([x])[0]), want)
+        runs = calls["icoreCalc"]
+        assert runs >= 3
+        assert calls["layerCount"] == runs + 1
+        per_segment = ("modeInfo", "getRowsCols") if chip.kind == "buyi" else ("getRowsCols",)
+        for name in per_segment:
+            assert calls[name] == 1, (name, dict(calls))
+        keys = [r.key for r in b._forwarder.dep.runs if r.instr_size]
+        if chip.kind == "buyi":
+            changes = 1 + sum(a != c for a, c in zip(keys, keys[1:]))
+            assert calls["setDType"] == changes
+            assert dev.dtype() == keys[-1]
+        assert sum(calls.values()) <= 4 * runs + 12, dict(calls)
+        calls.clear()
+        s.setPostCallBack(lambda *args: None)  # the per-op path asks per run, as before
+        np.testing.assert_array_equal(np.asarray(s.forward([x])[0]), want)
+        assert calls["getRowsCols"] == calls["icoreCalc"]
+        if chip.kind == "buyi":
+            assert calls["setDType"] == calls["modeInfo"] == calls["icoreCalc"]
+            assert dev.dtype() == keys[-1]
+        s.close()
+    finally:
+        monkeypatch.undo()
+        dev.close()
+        srv.shutdown()

@@ -154,7 +154,15 @@ class BuyiBackend(NpuBackend):
         return 16 if any(v.tags[TAG]["dtype"] == "int16" for v in op.inputs) else 8
 
     def before_run(self, run: Run) -> None:
-        self._device.setDType(run.key)  # the runtime sets the NPU's data type per run
+        """The runtime sets the NPU's data type per run; within one chip segment call
+        (`Forwarder.run_cache`: no user code runs between its runs) only where it changes."""
+        fw = self._forwarder
+        cache = fw.run_cache if fw is not None else None
+        if cache is not None and cache.get("buyi_dtype") == run.key:
+            return
+        self._device.setDType(run.key)
+        if cache is not None:
+            cache["buyi_dtype"] = run.key
 
     def result_tensor(self, t: Tensor, is_ocm: bool) -> Tensor:
         return OcmTensor(t.dtype(), t.chunk(), t.offset()) if is_ocm else t

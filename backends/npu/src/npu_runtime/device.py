@@ -481,10 +481,12 @@ class NpuDevice(Device):
         return self._area(R.PROF_ADDR_LO, R.PROF_SIZE)
 
     def _record_bytes(self, lo: int, size_reg: int, itemsize: int, from_idx: int,
-                      count: int) -> Any:
+                      count: int, area: Any = False) -> Any:
         """The bytes of records [from_idx, from_idx + count) of the timer (`lo` =
-        TIMER_ADDR_LO) or profiler area, clipped to the area (a bytes-like copy)."""
-        area = self._area(lo, size_reg)
+        TIMER_ADDR_LO) or profiler area, clipped to the area (a bytes-like copy). `area`:
+        the area as its registers say now, when the caller read them (False: read here)."""
+        if area is False:
+            area = self._area(lo, size_reg)
         if area is None:
             what = "timer" if lo == R.TIMER_ADDR_LO else "profiler"
             raise DeviceError(f"{self!r}: no {what} chunk configured; configure one first "
@@ -502,11 +504,13 @@ class NpuDevice(Device):
         raw = self._record_bytes(lo, size_reg, dtype.itemsize, from_idx, count)
         return np.frombuffer(raw, dtype=dtype).copy()  # a read gives bytes or a uint8 copy
 
-    def profile_bytes(self, from_idx: int = 0, op_cnt: int | None = None) -> bytes:
+    def profile_bytes(self, from_idx: int = 0, op_cnt: int | None = None, *,
+                      area: Any = False) -> bytes:
         """`profile` as the records' raw bytes (the runtime compares them with the last run's
-        before making records of them)."""
+        before making records of them). `area`: `profiler_area()` as the caller read it
+        since the registers last changed (the runtime, once per chip segment), else read."""
         raw = self._record_bytes(R.PROF_ADDR_LO, R.PROF_SIZE, PROFILE_RECORD.itemsize, from_idx,
-                                 op_cnt if op_cnt is not None else 1 << 30)
+                                 op_cnt if op_cnt is not None else 1 << 30, area)
         return raw if isinstance(raw, bytes) else raw.tobytes()
 
     def layerTimes(self, from_idx: int = 0, op_cnt: int | None = None) -> np.ndarray:

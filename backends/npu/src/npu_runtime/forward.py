@@ -109,6 +109,12 @@ class Forwarder:
         self._places: dict[int, tuple[TensorType, Any, int, bool, int]] = {}
         #: (HardOps, wanted v_ids) -> the compiled plan of that chip segment
         self._segments: dict[tuple[tuple[Any, ...], tuple[int, ...]], _Segment] = {}
+        #: device state read once per `forward_segment` call and reused by its runs (None
+        #: outside one): no user code runs between the runs of one call, so the MMU mode,
+        #: the enabled MPEs, the profiler area, the layer count after the last run and the
+        #: data type a chip step set stay what they were ("mmu", "rows_cols", "area",
+        #: "layers", and the chip's own keys). A socket device saves a request for each.
+        self.run_cache: dict[str, Any] | None = None
         self.restore_io()
 
     # --- one HardOp ------------------------------------------------------------------------------
@@ -146,6 +152,7 @@ class Forwarder:
         if not self.holding:
             self.device.share.lock.acquire()
             self.holding = True
+        self.run_cache = {}
         try:
             for pos, op, run, fed in seg.steps:
                 if pos <= self.last_pos or not self.done:
@@ -169,6 +176,8 @@ class Forwarder:
         except BaseException:
             self.release()
             raise
+        finally:
+            self.run_cache = None
         if seg.ends:
             self.release()
         return results
@@ -281,6 +290,8 @@ class Forwarder:
 
     def _start_forward(self) -> None:
         dev = self.device
+        if self.run_cache:
+            self.run_cache.clear()  # a fast reset and perhaps a new profiler area follow
         self.done = set()
         self._prof_runs = []
         self.restore_io()
@@ -404,15 +415,28 @@ class Forwarder:
         collected; returns the run's simulated ms (0.0 when not `timed`: nobody reads it)."""
         if not run.instr_size:
             return 0.0
-        self._check_mmu_mode()
+        cache = self.run_cache
+        if cache is None or "mmu" not in cache:
+            self._check_mmu_mode()
+            if cache is not None:
+                cache["mmu"] = True
         if self.settings.mmu_on:
             self._program_mmu()
         steps.before_run(run)
         dev = self.device
-        base = dev.layerCount() if not dev.mock else 0
+        profiled = self.dep.prof_chunk is not None  # (else no layer count is read)
+        base = 0
+        if profiled and not dev.mock:
+            base = cache.get("layers") if cache is not None else None
+            if base is None:
+                base = dev.layerCount()
         dev.icoreCalc(self.dep.instr_phys(self.layout, run), run.instr_size)
         hard_ms = dev.calcTime() if timed else 0.0
-        self._collect_profile(base, dev.layerCount() - base)
+        if profiled:
+            after = dev.layerCount()
+            if cache is not None:
+                cache["layers"] = after
+            self._collect_profile(base, after - base)
         return hard_ms
 
     def _layer_ms(self, run: Run, run_ms: float) -> dict[int, float]:
@@ -468,10 +492,20 @@ class Forwarder:
         if self.dep.prof_chunk is None or n <= 0:
             return
         dev = self.device
-        raw = dev.profile_bytes(base, n)
+        cache = self.run_cache
+        if cache is None:
+            raw = dev.profile_bytes(base, n)
+        else:
+            if "area" not in cache:
+                cache["area"] = dev.profiler_area()
+            raw = dev.profile_bytes(base, n, area=cache["area"])
         if not raw:
             return
-        rows, cols = dev.getRowsCols()
+        if cache is None:
+            rows, cols = dev.getRowsCols()
+        else:
+            rows, cols = cache.get("rows_cols") or cache.setdefault("rows_cols",
+                                                                     dev.getRowsCols())
         peak = dev.config.peak_macs_per_cycle("int8", rows, cols)
         key = (raw, peak)
         summary = self._prof_sums.get(key)
