@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from xrt.errors import InvalidArgumentError
 from xrt.regs import RegRegion
 
 
@@ -27,6 +28,28 @@ class CounterRegs(RegRegion):
         self._touches: dict[tuple[int, ...], bool] = {}
         #: offsets -> {absolute address: 0} (`clear_words`)
         self._zeros: dict[tuple[int, ...], dict[int, int]] = {}
+
+    def plain(self, offsets: tuple[int, ...]) -> tuple[int, ...]:
+        """The absolute addresses of base-relative `offsets` (checked), for `peek_plain` and
+        `poke_plain`: none may be a counter word (those need their adds landed first)."""
+        self._check_offsets(offsets)
+        addrs = tuple(self.base + off for off in offsets)
+        if not self._counters.isdisjoint(addrs):
+            raise InvalidArgumentError(f"register region {self.name!r}: offsets "
+                                       f"{[hex(o) for o in offsets]} include an MPE counter word")
+        return addrs
+
+    def peek_plain(self, addrs: tuple[int, ...]) -> list[int]:
+        """Stored values at absolute `addrs` from `plain` (a model reading its own registers
+        after every run: `peek_words` without the checks)."""
+        values = self._values
+        return [values.get(a, 0) for a in addrs]
+
+    def poke_plain(self, addrs: tuple[int, ...], values: Any) -> None:
+        """Store `values` (ints, masked to the word) at absolute `addrs` from `plain` without
+        hooks (`poke_words` without the checks)."""
+        mask = self.mask
+        self._values.update(zip(addrs, [v & mask for v in values]))
 
     def add_counters(self, offsets: tuple[int, ...], macs: int, busy: int) -> None:
         """Add `macs` to the MACS and `busy` to the BUSY counter of each MPE whose four words

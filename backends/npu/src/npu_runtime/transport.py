@@ -170,6 +170,12 @@ class LocalCore(Transport):
         #: register offsets of the read tile counters, then the write ones, per channel
         self._tile_offsets = tuple(base + 4 * cid for base in (R.RTILE_BASE, R.WTILE_BASE)
                                    for cid in range(min(cfg.mpe_cols, R.MAX_CHANNELS)))
+        #: absolute addresses of what a run reads, and of what it writes: the cycles, layer and
+        #: run counts, the read then the write tile counters, the status (`_start`)
+        self._in_addrs = reg.plain(self._RUN_INPUTS)
+        self._out_addrs = reg.plain((R.CYCLES_LO, R.CYCLES_HI, R.LAYER_COUNT, R.RUN_COUNT,
+                                     *self._tile_offsets, R.STATUS))
+        self._status_addr = reg.plain((R.STATUS,))
         #: register offsets a fast reset sets to 0: status, counters, every MPE's counters
         self._fast_reset_clears = (*R.FAST_RESET_CLEARS, *self._tile_offsets,
                                    *self._mpe_counter_offsets(cfg.mpe_rows, cfg.mpe_cols))
@@ -234,12 +240,13 @@ class LocalCore(Transport):
 
     def _start(self) -> None:
         self.last_error = ""
-        self._poke(R.STATUS, R.STATUS_BUSY)
+        reg = self.reg
+        reg.poke_plain(self._status_addr, (R.STATUS_BUSY,))
         if self.mock:
             self._fault(R.ERR_MOCK, self.mock_message())
             return
         (mpe_en, ia_lo, ia_hi, isize, t_lo, t_hi, t_size, p_lo, p_hi, p_size, base, icore_hz,
-         ddr_hz, runs) = self.reg.peek_words(self._RUN_INPUTS)
+         ddr_hz, runs) = reg.peek_plain(self._in_addrs)
         cfg = self.config
         rows = min(mpe_en & 0xFFFF, cfg.mpe_rows) or cfg.mpe_rows
         cols = min(mpe_en >> 16 & 0xFFFF, cfg.mpe_cols) or cfg.mpe_cols
@@ -257,16 +264,14 @@ class LocalCore(Transport):
             self._fault(R.ERR_MMU if "MMU fault" in str(exc) else R.ERR_ILLEGAL,
                         f"{self._name}: {exc}")
             return
-        words = {R.CYCLES_LO: res.cycles & 0xFFFF_FFFF, R.CYCLES_HI: res.cycles >> 32,
-                 R.LAYER_COUNT: base + res.syncs, R.RUN_COUNT: runs + 1}
         n = len(self._tile_offsets) // 2
         tiles = self.core.tiles
-        words.update(zip(self._tile_offsets,
-                         (*tiles.read[:n].tolist(), *tiles.write[:n].tolist())))
-        self.reg.add_counters(self._mpe_counter_offsets(rows, cols),
-                              res.macs // max(rows * cols, 1), res.compute)
-        words[R.STATUS] = R.STATUS_DONE
-        self.reg.poke_words(words)  # masks the tile counts to 32 bits
+        reg.add_counters(self._mpe_counter_offsets(rows, cols),
+                         res.macs // max(rows * cols, 1), res.compute)
+        # (masked to 32 bits: the cycles' low word, the tile counts)
+        reg.poke_plain(self._out_addrs, (res.cycles, res.cycles >> 32, base + res.syncs,
+                                         runs + 1, *tiles.read[:n].tolist(),
+                                         *tiles.write[:n].tolist(), R.STATUS_DONE))
         self.last_result = res
 
     def _mpe_counter_offsets(self, rows: int, cols: int) -> tuple[int, ...]:
