@@ -133,3 +133,4 @@ def test_unpacked_weights_are_the_packed_ones(dtype, k, cin_g, cout, groups):
                                 cfg.oc_block(dtype), wf)
         want = w.reshape(k * k * cin_g, groups, cout_g).transpose(1, 0, 2)
         assert np.array_equal(wf, want.astype(form))
+

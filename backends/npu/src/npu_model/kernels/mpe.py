@@ -667,6 +667,9 @@ def conv_depthwise(x, xrs, xpitch, xcoff, ih_n, iw_n,
             if ih < 0 or ih >= ih_n:
                 continue
             rb = ih * xrs + xcoff
+            if flat and kw == 3:
+                _dw_row3(accf, x, rb, wrep, ky * 3, ow_n, c_n, iw_n, dw, pl)
+                continue
             for kx in range(kw):
                 off = kx * dw - pl
                 # 0 <= ow * sw + off <= iw_n - 1
@@ -718,6 +721,52 @@ def _dw_weights(packed, cu, taps, c_n, like):
         for t in range(taps):
             w2[t, c] = packed[(cb * taps + t) * cu + lane]
     return w2
+
+
+@helper
+def _dw_row3(accf, x, rb, wrep, t0, ow_n, c_n, iw_n, dw, pl):
+    """The three taps of one kernel row of a depthwise layer with unit column stride over a
+    dense map (`conv_depthwise`'s flat case): one pass over the output pixels all three taps
+    reach, the accumulators read and written once instead of three times, then each tap alone
+    over the pixels at the ends that only it reaches."""
+    a = 0
+    b = ow_n
+    for k in range(3):  # the pixels every tap reaches: 0 <= ow + off < iw_n
+        off = k * dw - pl
+        a = max(a, -off)
+        b = min(b, iw_n - off)
+    if b > a:
+        n = (b - a) * c_n
+        s = a * c_n
+        x0 = rb + (a - pl) * c_n
+        x1 = x0 + dw * c_n
+        x2 = x1 + dw * c_n
+        _mac_run3(accf[s:s + n], x[x0:x0 + n], x[x1:x1 + n], x[x2:x2 + n],
+                  wrep[t0, s:s + n], wrep[t0 + 1, s:s + n], wrep[t0 + 2, s:s + n])
+    for k in range(3):
+        off = k * dw - pl
+        ak = max(0, -off)
+        bk = max(ak, min(ow_n, iw_n - off))
+        if b > a:  # the ends outside the common run
+            for p, q in ((ak, min(bk, a)), (max(ak, b), bk)):
+                if q > p:
+                    n = (q - p) * c_n
+                    src = rb + (p + off) * c_n
+                    _mac_run(accf[p * c_n:p * c_n + n], x[src:src + n],
+                             wrep[t0 + k, p * c_n:p * c_n + n])
+        elif bk > ak:
+            n = (bk - ak) * c_n
+            src = rb + (ak + off) * c_n
+            _mac_run(accf[ak * c_n:ak * c_n + n], x[src:src + n],
+                     wrep[t0 + k, ak * c_n:ak * c_n + n])
+
+
+@helper
+def _mac_run3(acc, x0, x1, x2, w0, w1, w2):
+    """``acc += x0 * w0 + x1 * w1 + x2 * w2`` elementwise (slices, so it vectorises)."""
+    for c in range(acc.shape[0]):
+        acc[c] += (np.int32(x0[c]) * w0[c] + np.int32(x1[c]) * w1[c]
+                   + np.int32(x2[c]) * w2[c])
 
 
 @helper
