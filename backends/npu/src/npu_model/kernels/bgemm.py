@@ -5,8 +5,8 @@ products into an int32 lane in one instruction: 64 multiply-adds, where the int1
 (`igemm`, ``vpmaddwd`` + ``vpaddd``) does 32 in two. Measured on an 8 x 32 micro tile
 (3136 x 1152 x 128, one thread's CPU time): 1.4 ms against 4.5 ms for the pair GEMM.
 
-int8 operands (`mpe.conv_dense_int8_bytes`): the kernel reads each activation ``x`` as the
-unsigned ``x + 128`` (its sign bit flipped, one ``vpxord`` per row of a quad), so the GEMM
+int8 operands (`mpe.conv_dense_int8_bytes`): `gemm_int8_bytes` turns each activation ``x``
+into the unsigned ``x + 128`` (its sign bit flipped, in place, once per tile), so the GEMM
 gives ``sum((x + 128) w)``, exact in int32 for K <= `MAX_K8`; the ``128 sum(w)`` it adds per
 output channel is taken off the bias (`int8_weights`). One byte GEMM for what the pair GEMM
 did in two K-halves: 3x3 128 -> 128 at 56x56, 5.7 -> 2.7 ms per layer.
@@ -57,11 +57,10 @@ MAX_K = (2**31 - 1) // (2 * 255 * 128)
 MAX_K8 = (2**31 - 1) // (255 * 128)
 
 
-def _micro_kernel(nr: int, flip: bool = False):
+def _micro_kernel(nr: int):
     """An intrinsic ``mk(a, aoff, lda, b, boff, c, coff, ldc, k4n)``: the ``MR x nr`` int32
     tile ``C = A[:, :4*k4n] @ B_panel`` (A unsigned bytes, B signed bytes) at
-    ``c[coff + r * ldc + n]``. `flip`: A holds signed bytes ``x``, read as ``x + 128`` (the
-    sign bit flipped, one ``vpxord`` per row and quad)."""
+    ``c[coff + r * ldc + n]``."""
     lanes = nr // 16
 
     @intrinsic
@@ -105,8 +104,6 @@ def _micro_kernel(nr: int, flip: bool = False):
             new = []
             for r in range(MR):
                 quad = builder.load(builder.gep(rows[r], [k]), align=1)
-                if flip:
-                    quad = builder.xor(quad, ir.Constant(i32, 0x80808080))
                 av = builder.insert_element(ir.Constant(v16i32, ir.Undefined), quad,
                                             ir.Constant(i32, 0))
                 av = builder.bitcast(builder.shuffle_vector(av, av, splat0), v64i8)
@@ -138,8 +135,7 @@ def _micro_kernel(nr: int, flip: bool = False):
 
 
 _mk = _micro_kernel(NR)
-_mks32 = _micro_kernel(NR, flip=True)
-_mks16 = _micro_kernel(NR16, flip=True)
+_mk16 = _micro_kernel(NR16)
 
 
 def pack_quads(wb: np.ndarray, nr: int = NR) -> np.ndarray:
@@ -236,15 +232,20 @@ def gemm_int16_bytes(ab, kp, rows, bq, n, tmp, c, coff, ldc, rsum):
 def gemm_int8_bytes(a, lda, rows, bq, k4, n, nr, c, coff, ldc):
     """``C[:rows, coff:coff+n] = (X + 128) @ W`` (int32) for one group: X int8 rows of `lda`
     bytes (K in quads, ``lda >= 4 k4``), W packed by `int8_weights` with panels `nr` wide
-    (the ``-128 sum(w)`` is the caller's, in the bias); whole micro tiles."""
+    (the ``-128 sum(w)`` is the caller's, in the bias); whole micro tiles. X is the caller's
+    scratch: its first ``rows * lda`` bytes are turned into the unsigned ``x + 128`` in place
+    (the sign bit flipped once per byte, not once per byte and output panel in the micro
+    kernel: 1.9 -> 1.3 ms on 3136 x 1152 x 128)."""
+    for i in range(rows * lda):
+        a[i] = a[i] ^ -128
     nb = (n + nr - 1) // nr
     for pb in range(nb):
         boff = pb * k4 * nr * 4
         for m0 in range(0, rows, MR):
             if nr == NR:
-                _mks32(a, m0 * lda, lda, bq, boff, c, m0 * ldc + coff + pb * nr, ldc, k4)
+                _mk(a, m0 * lda, lda, bq, boff, c, m0 * ldc + coff + pb * nr, ldc, k4)
             else:
-                _mks16(a, m0 * lda, lda, bq, boff, c, m0 * ldc + coff + pb * nr, ldc, k4)
+                _mk16(a, m0 * lda, lda, bq, boff, c, m0 * ldc + coff + pb * nr, ldc, k4)
     return c
 
 
