@@ -17,8 +17,8 @@ from .pool import Split
 
 #: kernels from other files these kernels call, with their source stamps (see `mpe`'s note)
 NUMBA_DEPENDS = {"npu_model.kernels.bgemm.byte_planes": "c12b5a7aa4a50943",
-                 "npu_model.kernels.bgemm.gemm_int16_bytes": "c1330d143c226cc9",
-                 "npu_model.kernels.bgemm.gemm_int8_bytes": "8895273c15da06ff",
+                 "npu_model.kernels.bgemm.gemm_int16_bytes": "1ab1468d97ccde9c",
+                 "npu_model.kernels.bgemm.gemm_int8_bytes": "e6f20004b1623a0c",
                  "xir.quant.fixed_point.requantize_one": "e5bd92a5402c36dd",
                  "npu_model.kernels.igemm.gemm_pairs": "0ef95014f7dc6162",
                  "npu_model.kernels.igemm.gemm_pairs_wide": "a5f9715e2922bfc7",

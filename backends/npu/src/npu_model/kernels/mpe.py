@@ -27,9 +27,9 @@ from .pool import Split
 #: their source (and of the kernels they call). Numba's on-disk cache notices changes to this
 #: file only, so when a dependency changes, `tests/test_kernel_stamps.py`
 #: fails until the stamp here is updated, and that edit makes Numba recompile these kernels.
-NUMBA_DEPENDS = {"npu_model.kernels.bgemm.gemm_int8_bytes": "8895273c15da06ff",
+NUMBA_DEPENDS = {"npu_model.kernels.bgemm.gemm_int8_bytes": "e6f20004b1623a0c",
                  "npu_model.kernels.bgemm.byte_planes": "c12b5a7aa4a50943",
-                 "npu_model.kernels.bgemm.gemm_int16_bytes": "c1330d143c226cc9",
+                 "npu_model.kernels.bgemm.gemm_int16_bytes": "1ab1468d97ccde9c",
                  "npu_model.kernels.igemm.gemm_pairs": "0ef95014f7dc6162",
                  "npu_model.kernels.igemm.gemm_pairs_wide": "a5f9715e2922bfc7"}
 
