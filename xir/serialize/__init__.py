@@ -1,4 +1,4 @@
-"""Vendor-style network files: the json graph (`json.py`) and the .raw parameter file (`raw.py`).
+"""Vendor-style network files: the json graph (`json/`) and the .raw parameter file (`raw.py`).
 
 The format is described in docs/xir-format.md. Every malformed input raises an `xir.XirError`
 subclass that names the file, the op id and the field at fault.
