@@ -290,3 +290,53 @@ def test_socket_requests_per_chip_run(chip, monkeypatch):
         monkeypatch.undo()
         dev.close()
         srv.shutdown()
+
+
+def _kernel(dst, src):
+    """A stand-in kernel: dst = src + 1."""
+    np.add(src, 1, out=dst)
+
+
+def _steps_of(mem, with_kernel_on=None):
+    """Record writes into slots 0..3 (16 bytes each, adjacent) of `mem`'s area at 64, a kernel
+    between them on `mem[0:16]` (or on `with_kernel_on`)."""
+    recs = [np.full(16, k + 1, np.uint8) for k in range(4)]
+    kin = np.arange(16, dtype=np.uint8)
+    kout = mem[0:16] if with_kernel_on is None else with_kernel_on
+    steps = []
+    for k, r in enumerate(recs):
+        steps.append((_kernel, (kout, kin)))
+        steps.append((np.copyto, (mem[64 + 16 * k:80 + 16 * k], r)))
+    return steps
+
+
+def _run(steps):
+    for fn, args in steps:
+        fn(*args)
+
+
+def test_record_writes_join_exactly():
+    """Adjacent record writes become one copy after the kernels, with the same bytes as
+    the writes one by one."""
+    mem_a, mem_b = np.zeros(256, np.uint8), np.zeros(256, np.uint8)
+    steps_a, steps_b = _steps_of(mem_a), _steps_of(mem_b)
+    joined = program.join_record_writes(steps_b)
+    assert len(joined) == 5 and joined[-1][0] is np.copyto and joined[-1][1][0].size == 64
+    _run(steps_a)
+    _run(joined)
+    np.testing.assert_array_equal(mem_a, mem_b)
+
+
+def test_record_writes_a_kernel_touches_stay_in_place():
+    """A kernel that reads or writes a record slot (here: writes over slot 1) keeps every
+    write where it was; so does a write whose slots are not adjacent."""
+    mem = np.zeros(256, np.uint8)
+    steps = _steps_of(mem, with_kernel_on=mem[80:96])
+    assert program.join_record_writes(steps) == steps
+    mem_a, mem_b = np.zeros(256, np.uint8), np.zeros(256, np.uint8)
+    _run(_steps_of(mem_a, with_kernel_on=mem_a[80:96]))
+    _run(program.join_record_writes(_steps_of(mem_b, with_kernel_on=mem_b[80:96])))
+    np.testing.assert_array_equal(mem_a, mem_b)
+    gap = [(np.copyto, (mem[0:16], np.ones(16, np.uint8))),
+           (np.copyto, (mem[32:48], np.ones(16, np.uint8)))]
+    assert program.join_record_writes(gap) == gap

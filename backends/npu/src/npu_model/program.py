@@ -33,6 +33,11 @@ from typing import Any
 import numpy as np
 from numba import njit
 
+try:
+    from numpy.lib.array_utils import byte_bounds
+except ImportError:  # numpy < 2
+    byte_bounds = np.byte_bounds
+
 from .mmu import MEM_ETM, MmuFault, MmuTable
 
 #: Programs kept per icore (a network deploys a few runs; a sweep may deploy many)
@@ -79,6 +84,67 @@ def _same_blocks(arena, starts, sizes, seen):
     return True
 
 
+def _bounds(a: np.ndarray) -> tuple[int, int]:
+    """The [first, last + 1) byte addresses an array touches."""
+    lo, hi = byte_bounds(a)
+    return lo, hi
+
+
+def join_record_writes(steps: list[tuple[Callable[..., Any], tuple]]
+                       ) -> list[tuple[Callable[..., Any], tuple]]:
+    """`steps` with the profiler/timer record writes of a run (``np.copyto`` of a record's
+    bytes into its slot, one per layer: a microsecond each) joined into one copy per span of
+    adjacent slots, run after the kernels. Exact where it is done: a span is joined only when
+    its slots are byte-contiguous and distinct, and no other step's array (a kernel's
+    operands, another write) touches the span or the records' bytes -- so no kernel reads or
+    writes a slot and the order of the writes cannot be seen. Writes that do not qualify
+    stay where they were."""
+    writes = []
+    for i, (fn, args) in enumerate(steps):
+        if fn is np.copyto and len(args) == 2:
+            dst, src = args
+            if (isinstance(dst, np.ndarray) and isinstance(src, np.ndarray)
+                    and dst.dtype == np.uint8 and src.dtype == np.uint8 and dst.ndim == 1
+                    and src.shape == dst.shape and dst.flags.c_contiguous and dst.size):
+                writes.append((dst.__array_interface__["data"][0], i, dst, src))
+    if len(writes) < 2:
+        return steps
+    writes.sort(key=lambda w: w[0])
+    spans: list[list[tuple[int, int, np.ndarray, np.ndarray]]] = [[writes[0]]]
+    for w in writes[1:]:
+        last = spans[-1][-1]
+        if w[0] == last[0] + last[2].size:
+            spans[-1].append(w)
+        else:
+            spans.append([w])
+    spans = [sp for sp in spans if len(sp) >= 2]
+    if not spans:
+        return steps
+    others = []  # (step, first byte, last byte + 1) of every array of every step
+    for i, (_, args) in enumerate(steps):
+        for a in args:
+            if isinstance(a, np.ndarray) and a.size:
+                others.append((i, *_bounds(a)))
+    table = np.array(others, dtype=np.int64).reshape(-1, 3)
+    joined: set[int] = set()
+    tail = []
+    for sp in spans:
+        lo = sp[0][0]
+        hi = sp[-1][0] + sp[-1][2].size
+        mine = {w[1] for w in sp}
+        rest = table[~np.isin(table[:, 0], list(mine))]
+        srcs = np.array([_bounds(w[3]) for w in sp], dtype=np.int64)
+        if np.any((rest[:, 1] < hi) & (rest[:, 2] > lo)) or np.any(
+                (rest[:, 1][:, None] < srcs[:, 1]) & (rest[:, 2][:, None] > srcs[:, 0])):
+            continue
+        dst = np.lib.stride_tricks.as_strided(sp[0][2], shape=(hi - lo,), strides=(1,))
+        tail.append((np.copyto, (dst, np.concatenate([w[3] for w in sp]))))
+        joined |= mine
+    if not joined:
+        return steps
+    return [st for i, st in enumerate(steps) if i not in joined] + tail
+
+
 def _offset_in(view: np.ndarray, arena: np.ndarray) -> int:
     """Where `view` starts in `arena` (-1 when it is not inside it)."""
     off = view.__array_interface__["data"][0] - arena.__array_interface__["data"][0]
@@ -121,6 +187,16 @@ class Recording:
     #: memory (`consts_unchanged`); False: compared one by one; None until first needed and
     #: after a rebind
     _blocks: list[tuple[int, np.ndarray, np.ndarray, np.ndarray]] | bool | None = None
+    #: the steps as the replay runs them (`replay_steps`); None until first needed and after a
+    #: rebind
+    _fast: list[tuple[Callable[..., Any], tuple]] | None = None
+
+    def replay_steps(self) -> list[tuple[Callable[..., Any], tuple]]:
+        """`steps` with the record writes joined (`join_record_writes`)."""
+        fast = self._fast
+        if fast is None:
+            fast = self._fast = join_record_writes(self.steps)
+        return fast
 
     def call(self, fn: Callable[..., Any], *args: Any) -> None:
         """Run a kernel (or memory write) now and keep it for the replay."""
@@ -205,6 +281,7 @@ class Recording:
         if moved:
             self._blocks = None
         self.steps = [(fn, tuple(a)) for (fn, _), a in zip(self.steps, args)]
+        self._fast = None
         return moved
 
 
@@ -292,5 +369,5 @@ class Program:
         return w
 
     def replay(self) -> None:
-        for fn, args in self.rec.steps:
+        for fn, args in self.rec.replay_steps():
             fn(*args)
