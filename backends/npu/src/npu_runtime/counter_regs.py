@@ -51,6 +51,19 @@ class CounterRegs(RegRegion):
         mask = self.mask
         self._values.update(zip(addrs, [v & mask for v in values]))
 
+    def write_plain(self, addrs: tuple[int, ...], values: Any) -> None:
+        """`write` of `values` (ints) at absolute `addrs` from `plain`, one after the other:
+        each checked, stored and its hooks run, as `write` does (without its address and
+        type checks: the addresses were checked once, the values are ints)."""
+        check, mask, hooks = self._write_check, self.mask, self._write_hooks
+        for a, v in zip(addrs, values):
+            v &= mask
+            if check is not None:
+                check(a, v)
+            self._values[a] = v
+            for hook in list(hooks.get(a, ())):
+                hook(a, v)
+
     def add_counters(self, offsets: tuple[int, ...], macs: int, busy: int) -> None:
         """Add `macs` to the MACS and `busy` to the BUSY counter of each MPE whose four words
         are at base-relative `offsets` (checked once per set)."""

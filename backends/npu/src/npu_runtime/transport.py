@@ -176,6 +176,7 @@ class LocalCore(Transport):
         self._out_addrs = reg.plain((R.CYCLES_LO, R.CYCLES_HI, R.LAYER_COUNT, R.RUN_COUNT,
                                      *self._tile_offsets, R.STATUS))
         self._status_addr = reg.plain((R.STATUS,))
+        self._launch_addrs = reg.plain((R.INSTR_ADDR_LO, R.INSTR_ADDR_HI, R.INSTR_SIZE, R.CTRL))
         #: register offsets a fast reset sets to 0: status, counters, every MPE's counters
         self._fast_reset_clears = (*R.FAST_RESET_CLEARS, *self._tile_offsets,
                                    *self._mpe_counter_offsets(cfg.mpe_rows, cfg.mpe_cols))
@@ -218,11 +219,11 @@ class LocalCore(Transport):
 
     def run(self, addr: int, size: int) -> None:
         reg = self.reg
-        reg.write(R.INSTR_ADDR_LO, int(addr) & 0xFFFF_FFFF, relative=True)
-        reg.write(R.INSTR_ADDR_HI, int(addr) >> 32 & 0xFFFF_FFFF, relative=True)
-        reg.write(R.INSTR_SIZE, int(size), relative=True)
-        reg.write(R.CTRL, R.CTRL_START, relative=True)
-        if reg.peek(R.STATUS, relative=True) & R.STATUS_ERROR:
+        addr = int(addr)
+        # four register writes, each checked and its hooks run (CTRL's starts the icore)
+        reg.write_plain(self._launch_addrs, (addr & 0xFFFF_FFFF, addr >> 32 & 0xFFFF_FFFF,
+                                             int(size), R.CTRL_START))
+        if reg.peek_plain(self._status_addr)[0] & R.STATUS_ERROR:
             raise DeviceError(self.last_error)
 
     def _on_ctrl(self, addr: int, value: int) -> None:
