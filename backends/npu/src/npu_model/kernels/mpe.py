@@ -723,7 +723,7 @@ def _dw_weights(packed, cu, taps, c_n, like):
     return w2
 
 
-@helper
+@inline
 def _dw_row3(accf, x, rb, wrep, t0, ow_n, c_n, iw_n, dw, pl):
     """The three taps of one kernel row of a depthwise layer with unit column stride over a
     dense map (`conv_depthwise`'s flat case): one pass over the output pixels all three taps
