@@ -344,18 +344,19 @@ def conv2d_int(inputs, attrs, in_types, out_types, *, fake=False):
     """Integer Conv2d: acc = sum(x_q * w_q) + b_q (exact), then per-channel requantization
     with requant_multiplier(s_in, s_w[c], s_out) and the folded activation."""
     work, kchunk = _work_dtype(in_types[0], in_types[1], fake=fake)
-    x = np.asarray(inputs[0]).astype(work)
-    w = np.asarray(inputs[1]).astype(work)
+    x, w = np.asarray(inputs[0]), np.asarray(inputs[1])
     if kchunk is not None and int_attr(attrs, "groups", 1) == 1 and sgemm.enabled() and \
             w.ndim == 4 and w.shape[0] * w.shape[1] <= kchunk:
+        # the codes as they are: the GEMM's padded input and packed weights take float32
+        # copies of them anyway (one pass over the feature map fewer)
         acc = _int_sums_sgemm(x, w, attrs, kchunk)
     else:
-        acc = _conv2d_core(x, w, attrs, kchunk)
+        acc = _conv2d_core(x.astype(work), w.astype(work), attrs, kchunk)
     return [_requant_conv(acc, inputs, attrs, in_types, out_types, fake, tscale(in_types[1]))]
 
 
 def _int_sums_sgemm(x: np.ndarray, w: np.ndarray, attrs: dict, kchunk: int) -> np.ndarray:
-    """The exact sums of an 8-bit Conv2d without groups on `sgemm` (float32 codes): the input
+    """The exact sums of an 8-bit Conv2d without groups on `sgemm` (codes as float32): the input
     channels cut into as few slices as keep each GEMM's K = kh * kw * slice within `kchunk`,
     whose sums are exact in float32 in any order; two slices or more are summed in float64.
     Zero-padded convolutions read their taps in place (no im2col copy), as the float path."""
