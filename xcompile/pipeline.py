@@ -145,8 +145,11 @@ class _KeepInt8:
         def raised(op_bits: Any) -> Any:
             int8 = self._ref() if self._ref is not None and not self.saved else None
             if int8 is not None:
-                int8.save(self.path)
-                self.saved = True
+                try:
+                    int8.save(self.path)
+                    self.saved = True
+                except OSError as exc:  # only a figure depends on it: quantize it again then
+                    log.info("the int8 network was not kept for the cost of a raise: %s", exc)
             del int8
             return quantize(op_bits)
 
