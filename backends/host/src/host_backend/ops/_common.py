@@ -9,6 +9,10 @@ from numba import njit
 
 from xir.quant.fixed_point import requantize_one
 
+#: kernels of other files that this file's kernels call, with their source stamps
+#: (tests/test_kernel_stamps.py): a change there makes Numba recompile these
+NUMBA_DEPENDS = {"xir.quant.fixed_point.requantize_one": "e5bd92a5402c36dd"}
+
 
 def f32(x: Any) -> np.ndarray:
     """The input as a float32 array (no copy when it already is one)."""
