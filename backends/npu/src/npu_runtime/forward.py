@@ -21,6 +21,7 @@ none of the runs, INPUT/OUTPUT bindings or result places a plan holds.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -111,9 +112,10 @@ class Forwarder:
         self._segments: dict[tuple[tuple[Any, ...], tuple[int, ...]], _Segment] = {}
         #: device state read once per `forward_segment` call and reused by its runs (None
         #: outside one): no user code runs between the runs of one call, so the MMU mode,
-        #: the enabled MPEs, the profiler area, the layer count after the last run and the
-        #: data type a chip step set stay what they were ("mmu", "rows_cols", "area",
-        #: "layers", and the chip's own keys). A socket device saves a request for each.
+        #: the enabled MPEs, the profiler area and the data type a chip step set stay what
+        #: they were ("mmu", "rows_cols", "area", and the chip's own keys); and the profiler
+        #: records of its runs are read once, after the last ("prof_base": the layer count
+        #: before the first, `_flush_profile`). A socket device saves requests on each.
         self.run_cache: dict[str, Any] | None = None
         self.restore_io()
 
@@ -168,12 +170,17 @@ class Forwarder:
                     self.pending_ms = {}
                     self._execute(run, steps, timed=False)
                     self.done.update(run.op_ids)
+            self._flush_profile()
             self.last_pos = seg.last_pos  # where the per-op path leaves it
             staged = {v.v_id: self._stage(v, chunk, to_user=True) for v, chunk in seg.staged}
             results = [staged[v.v_id] if v.v_id in staged else self.tensor_of(v, steps)
                        for v in seg.outs] if staged else \
                 [self.tensor_of(v, steps) for v in seg.outs]
         except BaseException:
+            # the records of the runs that ran, as the per-op path keeps them; the run's
+            # own error is the one raised
+            with contextlib.suppress(Exception):
+                self._flush_profile()
             self.release()
             raise
         finally:
@@ -425,19 +432,26 @@ class Forwarder:
         steps.before_run(run)
         dev = self.device
         profiled = self.dep.prof_chunk is not None  # (else no layer count is read)
-        base = 0
-        if profiled and not dev.mock:
-            base = cache.get("layers") if cache is not None else None
-            if base is None:
-                base = dev.layerCount()
+        if cache is not None:  # a chip segment: its records are read after its last run
+            if profiled and "prof_base" not in cache:
+                cache["prof_base"] = dev.layerCount() if not dev.mock else 0
+            dev.icoreCalc(self.dep.instr_phys(self.layout, run), run.instr_size)
+            return dev.calcTime() if timed else 0.0
+        base = dev.layerCount() if profiled and not dev.mock else 0
         dev.icoreCalc(self.dep.instr_phys(self.layout, run), run.instr_size)
         hard_ms = dev.calcTime() if timed else 0.0
         if profiled:
-            after = dev.layerCount()
-            if cache is not None:
-                cache["layers"] = after
-            self._collect_profile(base, after - base)
+            self._collect_profile(base, dev.layerCount() - base)
         return hard_ms
+
+    def _flush_profile(self) -> None:
+        """Collect the profiler records of the runs a `forward_segment` call made so far (one
+        span of consecutive layers: their HardOps' tags tell them apart, as `profile` sums
+        them per tag)."""
+        cache = self.run_cache
+        base = cache.pop("prof_base", None) if cache is not None else None
+        if base is not None:
+            self._collect_profile(base, self.device.layerCount() - base)
 
     def _layer_ms(self, run: Run, run_ms: float) -> dict[int, float]:
         """Simulated ms of each HardOp of `run` from its profiler records (cycles) and the
