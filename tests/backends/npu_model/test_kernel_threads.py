@@ -51,15 +51,15 @@ def _layers(hw, rng, dtype):
     return out
 
 
-@pytest.mark.parametrize("dtype", ["int8", "int16"])
-def test_results_are_byte_identical_at_any_thread_count(dtype, monkeypatch):
-    from xrt import Device
+_SPLITS = (mpe.CONV_INT, mpe.CONV_INT16, mpe.CONV_INT8_BYTES, mpe.CONV_INT16_BYTES,
+           mpe.CONV_DEPTHWISE, matmul.MATMUL_INT, matmul.MATMUL_INT8_BYTES, matmul.MATMUL_INT16,
+           matmul.MATMUL_INT16_BYTES)
 
-    seen: dict[str, list[tuple[int, int]]] = {}  # kernel -> (part start, thread) per part
-    for split in (mpe.CONV_INT, mpe.CONV_INT16, mpe.CONV_INT8_BYTES, mpe.CONV_INT16_BYTES,
-                  mpe.CONV_DEPTHWISE,
-                  matmul.MATMUL_INT, matmul.MATMUL_INT8_BYTES,
-                  matmul.MATMUL_INT16, matmul.MATMUL_INT16_BYTES):
+
+def _spy(monkeypatch) -> dict[str, list[tuple[int, int]]]:
+    """kernel name -> (part start, thread) per part run, filled as the kernels run."""
+    seen: dict[str, list[tuple[int, int]]] = {}
+    for split in _SPLITS:
         kernel = split.kernel
 
         def spy(*args, _k=kernel, _name=split.__name__):
@@ -67,23 +67,85 @@ def test_results_are_byte_identical_at_any_thread_count(dtype, monkeypatch):
             return _k(*args)
 
         monkeypatch.setattr(split, "kernel", spy)
+        monkeypatch.setattr(split, "_seconds", {})  # no shape measured yet
+    return seen
+
+
+def _run_stream(dtype, runs=1):
+    """The outputs of `_layers` run `runs` times on one device (a list per run)."""
+    from xrt import Device
+
+    dev = Device.Open("sim://zg330")
+    dev.sim.int_gemm = dev.sim.int_gemm16 = True
+    try:
+        hw = Harness(dev, size=32 << 20)
+        layers = _layers(hw, np.random.default_rng(5), dtype)
+        out = []
+        for _ in range(runs):
+            hw.run([layer for layer, _ in layers])
+            out.append([hw.read(fo).tobytes() for _, fo in layers])
+        return out
+    finally:
+        dev.close()
+
+
+@pytest.mark.parametrize("dtype", ["int8", "int16"])
+def test_results_are_byte_identical_at_any_thread_count(dtype, monkeypatch):
+    """Parts sized by work count alone (no timing): every layer cut at 2 and 4 threads."""
+    monkeypatch.setattr(pool, "INLINE_S", 0.0)
+    seen = _spy(monkeypatch)
     results = {}
     for n in (1, 2, 4):
         pool.set_threads(n)
         seen.clear()
-        dev = Device.Open("sim://zg330")
-        dev.sim.int_gemm = dev.sim.int_gemm16 = True
-        hw = Harness(dev, size=32 << 20)
-        layers = _layers(hw, np.random.default_rng(5), dtype)
-        hw.run([layer for layer, _ in layers])
-        results[n] = [hw.read(fo).tobytes() for _, fo in layers]
-        dev.close()
+        results[n] = _run_stream(dtype)[0]
         assert len(seen) == 3, seen  # dense, depthwise, matmul of this dtype
-        for parts in seen.values():  # every layer cut into n parts, run on n threads at most
+        for name, parts in seen.items():  # cut into parts at n > 1, run on n threads at most
             calls = sum(1 for lo, _ in parts if lo == 0)
-            assert len(parts) == n * calls
+            if n == 1:
+                assert len(parts) == calls, name
+            else:
+                assert calls < len(parts) <= calls * n * pool.PARTS_PER_THREAD, name
             assert len({t for _, t in parts}) <= n
     assert results[1] == results[2] == results[4]
+
+
+@pytest.mark.parametrize("dtype", ["int8", "int16"])
+def test_measured_shapes_are_cut_by_their_time(dtype, monkeypatch):
+    """A shape not seen before runs inline and timed; the next call of it is cut by the time
+    measured (every call here counts as long enough), and the outputs of both runs are
+    byte-identical to one thread's."""
+    monkeypatch.setattr(pool, "INLINE_S", 1e-9)
+    monkeypatch.setattr(pool, "PART_S", 1e-9)
+    seen = _spy(monkeypatch)
+    pool.set_threads(1)
+    one = _run_stream(dtype)[0]
+    pool.set_threads(2)
+    runs = []
+
+    def record(*args, _orig=pool.Split.__call__):
+        before = {k: len(v) for k, v in seen.items()}
+        _orig(*args)
+        name = args[0].__name__
+        runs.append((name, len(seen[name]) - before.get(name, 0)))
+
+    monkeypatch.setattr(pool.Split, "__call__", record)
+    first, second = _run_stream(dtype, runs=2)
+    assert first == second == one
+    half = len(runs) // 2
+    assert half == 5 and all(parts == 1 for _, parts in runs[:half])  # unseen: inline
+    assert all(parts > 1 for _, parts in runs[half:])  # measured: cut
+    for split in _SPLITS:  # the time kept per shape
+        assert all(s > 0 for s in split._seconds.values())
+
+
+def test_shapes_measured_faster_than_the_threshold_stay_inline(monkeypatch):
+    monkeypatch.setattr(pool, "INLINE_S", 1e3)
+    seen = _spy(monkeypatch)
+    pool.set_threads(4)
+    _run_stream("int8", runs=2)
+    for name, parts in seen.items():
+        assert len(parts) == sum(1 for lo, _ in parts if lo == 0), name
 
 
 def test_split_results_match_the_reference(hw, rng):
@@ -99,8 +161,9 @@ def test_split_results_match_the_reference(hw, rng):
     np.testing.assert_array_equal(hw.read(fo), ref)
 
 
-def test_parts_run_at_the_same_time():
+def test_parts_run_at_the_same_time(monkeypatch):
     """Two parts meet at a barrier: they can only pass it if they run concurrently."""
+    monkeypatch.setattr(pool, "INLINE_S", 0.0)  # cut by work count: no timed first call
     pool.set_threads(2)
     meet = threading.Barrier(2, timeout=30)
     ran = []
@@ -134,11 +197,12 @@ def test_thread_count_from_the_environment(monkeypatch):
         pool.set_threads(0)
 
 
-def test_a_forked_child_gets_its_own_pool():
+def test_a_forked_child_gets_its_own_pool(monkeypatch):
     """A child forked after the pool started (a worker process) must not wait on the parent's
     threads, which it does not have."""
     import multiprocessing as mp
 
+    monkeypatch.setattr(pool, "INLINE_S", 0.0)  # cut by work count: the pool is used
     pool.set_threads(2)
     x = np.ones(10)
     pool.Split(_sum_parts, extent=("n",), work=("n",), min_work=1)(x, out := np.zeros(2), 2)

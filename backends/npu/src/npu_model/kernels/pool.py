@@ -3,12 +3,19 @@ working at once; the simulator may use every core too).
 
 A `Split` kernel is a Numba kernel compiled with ``nogil=True`` whose last two arguments are a
 range ``[lo, hi)`` of its independent work (output pixels, output rows, batch items). Calling
-the `Split` with the kernel's other arguments cuts the whole range into one part per thread
-(fewer when a part would hold too little work to pay for the hand-off) and runs them on a
-`ThreadPoolExecutor`, the calling thread taking parts as well: a part goes to whichever thread
-asks first, and pool threads that have not started by the time the caller runs out of parts
-are cancelled, so on a machine whose cores are busy the caller does the work itself instead of
-waiting for a thread to be scheduled.
+the `Split` with the kernel's other arguments runs it inline when the call is short and
+otherwise cuts the whole range into up to `PARTS_PER_THREAD` parts per thread and runs them on
+a `ThreadPoolExecutor`, the calling thread taking parts as well: a part goes to whichever
+thread asks first, and pool threads that have not started by the time the caller runs out of
+parts are cancelled, so on a machine whose cores are busy the caller does the work itself
+instead of waiting for a thread to be scheduled, and a thread scheduled late holds the call up
+by one small part at most.
+
+Short is measured, not guessed from multiply-add counts: the byte GEMM (`bgemm`) runs a 1x1
+convolution at ~250 GMAC/s and a 3-channel stem at ~12, so one work threshold either splits
+20 us kernels (a hand-off costs more than it saves: the two-thread transformer block ran 3.7 ms
+against 0.55 ms on one thread, load 4.3) or leaves 500 us ones whole. The first call of each
+shape runs inline and timed; later calls are cut by the fastest time seen for it.
 Parts write disjoint outputs and every output is computed from its inputs alone (exact integer
 arithmetic, whatever the part), so the result is byte-identical for any thread count.
 
@@ -21,6 +28,7 @@ from __future__ import annotations
 import itertools
 import math
 import os
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from inspect import signature
@@ -28,8 +36,20 @@ from typing import Any
 
 from xir.errors import XirError
 
-#: work units (multiply-adds, roughly) a part must hold to be worth a thread hand-off (~20 us)
+#: work units (multiply-adds, roughly) a part must hold at least, measured time aside
 MIN_WORK = 1 << 21
+#: a call of a shape measured faster than this on one thread runs inline: waking a pool
+#: thread and handing it a part costs ~10 us on an idle core and up to a scheduler time
+#: slice on a busy one, and a call this short gains too little from a second core to risk it
+INLINE_S = 300e-6
+#: the least measured time a part holds
+PART_S = 100e-6
+#: parts per thread at most: a thread that starts late or is pre-empted holds the call up by
+#: one small part while the others take the rest
+PARTS_PER_THREAD = 4
+#: shapes remembered per kernel before the measurements start over
+_MAX_SHAPES = 4096
+
 
 class ThreadCountError(XirError, ValueError):
     """A thread count (``XRT_THREADS``, `set_threads`) that is not a positive integer."""
@@ -89,7 +109,13 @@ def _pool() -> ThreadPoolExecutor:
 class Split:
     """`kernel` run in parts on the pool. `extent` names the kernel's arguments whose product
     is the range to split; `work` those whose product estimates the whole run's work, of which
-    a part must hold `min_work` (a kernel slower per unit of work sets it lower)."""
+    a part must hold `min_work` (a kernel slower per unit of work sets it lower).
+
+    Work counts do not say how long a call takes (the byte GEMM runs 12 to 250 GMAC/s by
+    layer shape), so a call of a shape (the values of the `extent` and `work` arguments) not
+    seen before runs inline on the calling thread, timed; later calls of that shape are cut
+    by the fastest time seen (`INLINE_S`, `PART_S`, `PARTS_PER_THREAD`). ``INLINE_S = 0``
+    turns the timing off: the work count alone sizes the parts."""
 
     def __init__(self, kernel: Callable[..., Any], extent: Sequence[str],
                  work: Sequence[str], min_work: int = MIN_WORK) -> None:
@@ -98,15 +124,37 @@ class Split:
         names = list(signature(getattr(kernel, "py_func", kernel)).parameters)
         self._extent = [names.index(n) for n in extent]
         self._work = [names.index(n) for n in work]
+        self._shape = sorted(set(self._extent) | set(self._work))
+        self._seconds: dict[tuple[int, ...], float] = {}  # shape -> fastest whole-call time
         self.__name__ = getattr(kernel, "__name__", "split")
         self.__doc__ = kernel.__doc__
+
+    def seconds(self, args: tuple) -> float | None:
+        """The fastest time measured for a call of this shape (None: not seen yet)."""
+        return self._seconds.get(tuple(int(args[i]) for i in self._shape))
 
     def parts(self, args: tuple) -> list[int]:
         """Bounds of the parts the range of this call is cut into (``n + 1`` values)."""
         total = math.prod(int(args[i]) for i in self._extent)
         work = math.prod(int(args[i]) for i in self._work)
-        n = max(1, min(threads(), total, work // self.min_work))
+        n = min(threads() * PARTS_PER_THREAD, total, work // self.min_work)
+        if INLINE_S > 0 and n > 1:
+            s = self.seconds(args)
+            n = 1 if s is None or s < INLINE_S else min(n, int(s / PART_S))
+        n = max(1, n) if threads() > 1 else 1
         return [total * i // n for i in range(n + 1)]
+
+    def _timed(self, args: tuple, lo: int, hi: int) -> None:
+        """One inline run of the whole range, its time kept for the shape."""
+        t0 = time.perf_counter()
+        self.kernel(*args, lo, hi)
+        self._keep(args, time.perf_counter() - t0)
+
+    def _keep(self, args: tuple, s: float) -> None:
+        key = tuple(int(args[i]) for i in self._shape)
+        if len(self._seconds) >= _MAX_SHAPES and key not in self._seconds:
+            self._seconds.clear()  # a long-lived process running many networks: start over
+        self._seconds[key] = min(s, self._seconds.get(key, s))
 
     def __call__(self, *args: Any) -> None:
         """Run the kernel over its whole range (it writes its outputs; nothing is returned)."""
@@ -119,18 +167,26 @@ class Split:
         b = self.parts(args)
         n = len(b) - 1
         if n == 1:
-            self.kernel(*args, b[0], b[1])
+            if INLINE_S > 0:
+                self._timed(args, b[0], b[1])
+            else:
+                self.kernel(*args, b[0], b[1])
             return
         ticket = itertools.count()  # next() is atomic: each part is taken exactly once
+        spent = []  # seconds per part, whichever thread ran it (list.append is atomic)
 
         def work() -> None:
             while (i := next(ticket)) < n:
+                t0 = time.perf_counter()
                 self.kernel(*args, b[i], b[i + 1])
+                spent.append(time.perf_counter() - t0)
 
-        futures = [_pool().submit(work) for _ in range(n - 1)]
+        futures = [_pool().submit(work) for _ in range(min(n, threads()) - 1)]
         try:
             work()  # the calling thread takes parts too, so a busy machine costs no wait
         finally:
             for f in futures:
                 if not f.cancel():  # started: it may be running a part
                     f.result()
+        if INLINE_S > 0 and len(spent) == n:
+            self._keep(args, sum(spent))  # the parts' time together: the call's on one thread
