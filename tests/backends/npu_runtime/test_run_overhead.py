@@ -343,3 +343,41 @@ def test_record_writes_a_kernel_touches_stay_in_place():
     gap = [(np.copyto, (mem[0:16], np.ones(16, np.uint8))),
            (np.copyto, (mem[32:48], np.ones(16, np.uint8)))]
     assert program.join_record_writes(gap) == gap
+
+
+def test_a_shared_segment_deployed_again_is_seen(chip, compares):
+    """userReuseSegment: a second backend of the network deploys into the WEIGHT and INSTR
+    chunks the first one runs from; the first one's next run compares its bytes (the deploy
+    wrote them), finds them equal and replays; later runs compare nothing again."""
+    from host_backend import HostBackend
+    from xrt import HostDevice, Session
+
+    q, z = chip.compiled("tiny_cnn")
+    x = x_of(q, 10)
+    region = chip.dev.defaultMemRegion()
+    first = Session.Create([chip.backend, HostBackend], z.view(0),
+                           [chip.dev, HostDevice.Default()])
+    zb = first.backends[0]
+    chunks = {st: region.malloc(max(zb.logic_segment_map[st].byte_size, 1), True, 4096)
+              for st in (SegmentType.WEIGHT, SegmentType.INSTR)}
+    for st, c in chunks.items():
+        zb.userReuseSegment(c, st)
+    first.apply()
+    good = np.asarray(first.forward([x])[0]).copy()
+    first.forward([x])
+    compares[0] = 0
+    first.forward([x])
+    assert compares[0] == 0
+    second = Session.Create([chip.backend, HostBackend], z.view(0),
+                            [chip.dev, HostDevice.Default()])
+    for st, c in chunks.items():
+        second.backends[0].userReuseSegment(c, st)
+    second.apply()  # uploads the same words and weights into the shared chunks
+    np.testing.assert_array_equal(np.asarray(first.forward([x])[0]), good)
+    assert compares[0] > 0
+    compares[0] = 0
+    np.testing.assert_array_equal(np.asarray(first.forward([x])[0]), good)
+    assert compares[0] == 0
+    np.testing.assert_array_equal(np.asarray(second.forward([x])[0]), good)
+    second.close()
+    first.close()
