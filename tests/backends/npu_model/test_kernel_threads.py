@@ -4,6 +4,7 @@ really split over threads, and the thread count taken from ``XRT_THREADS``."""
 from __future__ import annotations
 
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -67,7 +68,7 @@ def _spy(monkeypatch) -> dict[str, list[tuple[int, int]]]:
             return _k(*args)
 
         monkeypatch.setattr(split, "kernel", spy)
-        monkeypatch.setattr(split, "_seconds", {})  # no shape measured yet
+        monkeypatch.setattr(split, "_shapes", {})  # no shape measured yet
     return seen
 
 
@@ -136,7 +137,7 @@ def test_measured_shapes_are_cut_by_their_time(dtype, monkeypatch):
     assert half == 5 and all(parts == 1 for _, parts in runs[:half])  # unseen: inline
     assert all(parts > 1 for _, parts in runs[half:])  # measured: cut
     for split in _SPLITS:  # the time kept per shape
-        assert all(s > 0 for s in split._seconds.values())
+        assert all(known.inline > 0 for known in split._shapes.values())
 
 
 def test_shapes_measured_faster_than_the_threshold_stay_inline(monkeypatch):
@@ -146,6 +147,44 @@ def test_shapes_measured_faster_than_the_threshold_stay_inline(monkeypatch):
     _run_stream("int8", runs=2)
     for name, parts in seen.items():
         assert len(parts) == sum(1 for lo, _ in parts if lo == 0), name
+
+
+def _sleepy(per_part: bool):
+    """A Split over 8 items whose parts sleep (releasing the GIL as a Numba kernel does): 2 ms
+    per item, or 2 ms per part whatever its size; the parts each call was cut into go to
+    `calls`."""
+    calls: list[int] = []
+
+    def kernel(n, lo, hi):
+        if lo == 0:
+            calls.append(0)
+        calls[-1] += 1
+        time.sleep(0.002 * (1 if per_part else hi - lo))
+
+    return pool.Split(kernel, extent=("n",), work=("n",), min_work=1), calls
+
+
+def test_cutting_goes_on_while_it_pays(monkeypatch):
+    monkeypatch.setattr(pool, "INLINE_S", 1e-3)
+    monkeypatch.setattr(pool, "PART_S", 1e-3)
+    pool.set_threads(2)
+    split, calls = _sleepy(per_part=False)
+    for _ in range(6):
+        split(8)
+    assert calls[0] == 1 and all(parts > 1 for parts in calls[1:]), calls
+
+
+def test_a_shape_slower_cut_goes_back_inline_for_longer_each_time(monkeypatch):
+    """Parts costing the same whatever their size (a busy machine's stall, in effect): each cut
+    call loses to the inline time, and the shape stays inline for 1, 2, 4 ... calls."""
+    monkeypatch.setattr(pool, "INLINE_S", 1e-3)
+    monkeypatch.setattr(pool, "PART_S", 1e-4)
+    pool.set_threads(2)
+    split, calls = _sleepy(per_part=True)
+    for _ in range(12):
+        split(8)
+    cut = [i for i, parts in enumerate(calls) if parts > 1]
+    assert cut == [1, 3, 6, 11], calls  # timed inline, cut, 1 inline, cut, 2, cut, 4, cut
 
 
 def test_split_results_match_the_reference(hw, rng):

@@ -15,7 +15,8 @@ Short is measured, not guessed from multiply-add counts: the byte GEMM (`bgemm`)
 convolution at ~250 GMAC/s and a 3-channel stem at ~12, so one work threshold either splits
 20 us kernels (a hand-off costs more than it saves: the two-thread transformer block ran 3.7 ms
 against 0.55 ms on one thread, load 4.3) or leaves 500 us ones whole. The first call of each
-shape runs inline and timed; later calls are cut by the fastest time seen for it.
+shape runs inline and timed; later calls are cut by the time seen for it, and go back inline
+for a while whenever cutting turns out slower (`Split`).
 Parts write disjoint outputs and every output is computed from its inputs alone (exact integer
 arithmetic, whatever the part), so the result is byte-identical for any thread count.
 
@@ -47,6 +48,8 @@ PART_S = 100e-6
 #: parts per thread at most: a thread that starts late or is pre-empted holds the call up by
 #: one small part while the others take the rest
 PARTS_PER_THREAD = 4
+#: most calls a shape stays inline after a cut call was slower than inline
+MAX_BACKOFF = 64
 #: shapes remembered per kernel before the measurements start over
 _MAX_SHAPES = 4096
 
@@ -106,6 +109,19 @@ def _pool() -> ThreadPoolExecutor:
     return _executor
 
 
+class _Shape:
+    """What is known of a kernel's calls of one shape: `inline` the running mean wall time of
+    a call on the calling thread alone, and when to try cutting it again (`skip` calls from
+    now; `backoff` doubles each time a cut call was slower than `inline`)."""
+
+    __slots__ = ("inline", "skip", "backoff")
+
+    def __init__(self, inline: float) -> None:
+        self.inline = inline
+        self.skip = 0
+        self.backoff = 1
+
+
 class Split:
     """`kernel` run in parts on the pool. `extent` names the kernel's arguments whose product
     is the range to split; `work` those whose product estimates the whole run's work, of which
@@ -113,9 +129,11 @@ class Split:
 
     Work counts do not say how long a call takes (the byte GEMM runs 12 to 250 GMAC/s by
     layer shape), so a call of a shape (the values of the `extent` and `work` arguments) not
-    seen before runs inline on the calling thread, timed; later calls of that shape are cut
-    by the fastest time seen (`INLINE_S`, `PART_S`, `PARTS_PER_THREAD`). ``INLINE_S = 0``
-    turns the timing off: the work count alone sizes the parts."""
+    seen before runs inline on the calling thread, timed; a shape measured at `INLINE_S` or
+    more is cut into parts of at least `PART_S`. A cut call slower than the shape's inline
+    time (the other cores busy: a pool thread pre-empted in its part holds the call up for a
+    scheduler slice) sends the shape back inline for 2, 4, ... `MAX_BACKOFF` calls before the
+    next try. ``INLINE_S = 0`` turns the timing off: the work count alone sizes the parts."""
 
     def __init__(self, kernel: Callable[..., Any], extent: Sequence[str],
                  work: Sequence[str], min_work: int = MIN_WORK) -> None:
@@ -125,13 +143,14 @@ class Split:
         self._extent = [names.index(n) for n in extent]
         self._work = [names.index(n) for n in work]
         self._shape = sorted(set(self._extent) | set(self._work))
-        self._seconds: dict[tuple[int, ...], float] = {}  # shape -> fastest whole-call time
+        self._shapes: dict[tuple[int, ...], _Shape] = {}
         self.__name__ = getattr(kernel, "__name__", "split")
         self.__doc__ = kernel.__doc__
 
     def seconds(self, args: tuple) -> float | None:
-        """The fastest time measured for a call of this shape (None: not seen yet)."""
-        return self._seconds.get(tuple(int(args[i]) for i in self._shape))
+        """The mean inline time measured for a call of this shape (None: not seen yet)."""
+        known = self._shapes.get(tuple([args[i] for i in self._shape]))
+        return None if known is None else known.inline
 
     def parts(self, args: tuple) -> list[int]:
         """Bounds of the parts the range of this call is cut into (``n + 1`` values)."""
@@ -139,47 +158,63 @@ class Split:
         work = math.prod(int(args[i]) for i in self._work)
         n = min(threads() * PARTS_PER_THREAD, total, work // self.min_work)
         if INLINE_S > 0 and n > 1:
-            s = self.seconds(args)
-            n = 1 if s is None or s < INLINE_S else min(n, int(s / PART_S))
+            known = self._shapes.get(tuple([args[i] for i in self._shape]))
+            if known is None or known.inline < INLINE_S or known.skip > 0:
+                n = 1
+            else:
+                n = min(n, int(known.inline / PART_S))
         n = max(1, n) if threads() > 1 else 1
         return [total * i // n for i in range(n + 1)]
 
-    def _timed(self, args: tuple, lo: int, hi: int) -> None:
-        """One inline run of the whole range, its time kept for the shape."""
-        t0 = time.perf_counter()
-        self.kernel(*args, lo, hi)
-        self._keep(args, time.perf_counter() - t0)
-
-    def _keep(self, args: tuple, s: float) -> None:
-        key = tuple(int(args[i]) for i in self._shape)
-        if len(self._seconds) >= _MAX_SHAPES and key not in self._seconds:
-            self._seconds.clear()  # a long-lived process running many networks: start over
-        self._seconds[key] = min(s, self._seconds.get(key, s))
+    def _keep(self, args: tuple, seconds: float, cut: bool) -> None:
+        """Fold the wall time of a call into what is known of its shape."""
+        key = tuple([args[i] for i in self._shape])
+        known = self._shapes.get(key)
+        if known is None:
+            if len(self._shapes) >= _MAX_SHAPES:
+                self._shapes.clear()  # a long-lived process running many networks: start over
+            self._shapes[key] = _Shape(seconds)
+        elif not cut:
+            known.inline += (seconds - known.inline) / 4
+            known.skip = max(0, known.skip - 1)
+        elif seconds < known.inline:
+            known.backoff = 1  # cutting pays: go on cutting
+        else:
+            known.skip = known.backoff
+            known.backoff = min(2 * known.backoff, MAX_BACKOFF)
 
     def __call__(self, *args: Any) -> None:
         """Run the kernel over its whole range (it writes its outputs; nothing is returned)."""
+        total = 1
+        for i in self._extent:
+            total *= args[i]
         if (_threads or threads()) == 1:  # one thread: no sizing, a plain call
-            total = 1
-            for i in self._extent:
-                total *= args[i]
             self.kernel(*args, 0, total)
             return
+        timed = INLINE_S > 0
+        if timed:  # the common case first, in few steps: a shape known to run inline
+            known = self._shapes.get(tuple([args[i] for i in self._shape]))
+            if known is not None and (known.inline < INLINE_S or known.skip > 0):
+                t0 = time.perf_counter()
+                self.kernel(*args, 0, total)
+                s = time.perf_counter() - t0
+                known.inline += (s - known.inline) / 4
+                if known.skip:
+                    known.skip -= 1
+                return
         b = self.parts(args)
         n = len(b) - 1
+        t0 = time.perf_counter() if timed else 0.0
         if n == 1:
-            if INLINE_S > 0:
-                self._timed(args, b[0], b[1])
-            else:
-                self.kernel(*args, b[0], b[1])
+            self.kernel(*args, b[0], b[1])
+            if timed:
+                self._keep(args, time.perf_counter() - t0, cut=False)
             return
         ticket = itertools.count()  # next() is atomic: each part is taken exactly once
-        spent = []  # seconds per part, whichever thread ran it (list.append is atomic)
 
         def work() -> None:
             while (i := next(ticket)) < n:
-                t0 = time.perf_counter()
                 self.kernel(*args, b[i], b[i + 1])
-                spent.append(time.perf_counter() - t0)
 
         futures = [_pool().submit(work) for _ in range(min(n, threads()) - 1)]
         try:
@@ -188,5 +223,5 @@ class Split:
             for f in futures:
                 if not f.cancel():  # started: it may be running a part
                     f.result()
-        if INLINE_S > 0 and len(spent) == n:
-            self._keep(args, sum(spent))  # the parts' time together: the call's on one thread
+        if timed:
+            self._keep(args, time.perf_counter() - t0, cut=True)
