@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import yolov8_head as Y
 
-import xcompile.quant.quantize as quantize_mod
+import xcompile.quant.concats as concats_mod
 from xeval import evaluate
 from xeval.report import eval_summary, print_eval
 
@@ -31,8 +31,8 @@ def head(tmp_path_factory):
     cal = Y.images(4, SIZE, seed=1)
     kept = quantize_network(net, cal, weight_rounding="nearest")
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(quantize_mod, "OUTPUT_SPREAD", float("inf"))
-        mp.setattr(quantize_mod, "BRANCH_SPREAD", float("inf"))
+        mp.setattr(concats_mod, "OUTPUT_SPREAD", float("inf"))
+        mp.setattr(concats_mod, "BRANCH_SPREAD", float("inf"))
         shared = quantize_network(net, cal, weight_rounding="nearest")
     for name, q in (("kept", kept), ("shared", shared)):
         lower(adapt(q)).save(root / f"{name}_ZG.json", root / f"{name}_ZG.raw")

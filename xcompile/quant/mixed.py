@@ -100,13 +100,15 @@ def planned_int16(opt: Any, op_bits: dict[int, int], bits: int = 8) -> set[int]:
     applied without calibrating anything. Every Concat is taken to share one scale: where the
     quantizer requantizes a far branch instead, fewer ops are widened, so the planned set is
     the most a raise can cost."""
-    from . import quantize as qz
+    from .bits import logit_bits, value_bits
+    from .capability import integer_ops
+    from .scale_groups import scale_groups
 
-    int_ops = qz._integer_ops(opt)
-    uf = qz._scale_groups(opt, int_ops)
-    raised = {**qz._logit_bits(opt, int_ops, bits),
+    int_ops = integer_ops(opt)
+    uf = scale_groups(opt, int_ops)
+    raised = {**logit_bits(opt, int_ops, bits),
               **{int(k): v for k, v in op_bits.items() if int(k) in int_ops}}
-    vbits = qz._value_bits(opt, int_ops, uf, bits, raised, None)
+    vbits = value_bits(opt, int_ops, uf, bits, raised, None)
     return {op.op_id for op in opt.ops if op.op_id in int_ops and op.feature_inputs()
             and vbits.get(op.feature_inputs()[0].v_id, bits) > bits}
 
@@ -294,9 +296,9 @@ def _stage(text: str) -> Any:
 def op_budget(float_net: Any, max_int16: float) -> int:
     """How many integer ops may compute in int16 under the cap: `max_int16` of them, at least
     one (a network of five layers can still raise its one sensitive layer)."""
-    from . import quantize as qz
+    from .capability import integer_ops
 
-    return max(1, int(max_int16 * len(qz._integer_ops(float_net)) + 1e-9))
+    return max(1, int(max_int16 * len(integer_ops(float_net)) + 1e-9))
 
 
 def _capped_order(float_net: Any, ranked: list[Any], user: dict[int, int], max_int16: float

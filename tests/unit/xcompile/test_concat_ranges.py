@@ -1,5 +1,5 @@
-"""Concat branches of far-apart ranges keep their own scales (xcompile.quant.quantize
-`_concat_plan`): an inner branch far below the others is requantized into the Concat's scale by
+"""Concat branches of far-apart ranges keep their own scales (xcompile.quant.concats
+`concat_plan`): an inner branch far below the others is requantized into the Concat's scale by
 a Cast the NPUs run as an ELTW (its producer and its other readers keep their resolution), the
 Concat stored in 16 bits so the branch keeps its codes there too, and the result is bit-exact
 between the HostBackend's integer reference and both chips."""
@@ -11,7 +11,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-import xcompile.quant.quantize as quantize_mod
+import xcompile.quant.concats as concats_mod
 from xcompile.frontend.onnx_import import import_onnx
 from xcompile.quant.parts import compare_samples, output_parts
 from xcompile.quant.quantize import quantize_network
@@ -60,7 +60,7 @@ def nets():
     net = import_onnx(model)
     q = quantize_network(net, _images(4, 1), weight_rounding="nearest")
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(quantize_mod, "BRANCH_SPREAD", float("inf"))
+        mp.setattr(concats_mod, "BRANCH_SPREAD", float("inf"))
         shared = quantize_network(net, _images(4, 1), weight_rounding="nearest")
     sess = ort.InferenceSession(model.SerializeToString())
     xs = _images(3, 7)

@@ -11,7 +11,7 @@ import pytest
 import yolov5_head as V
 import yolov8_head as Y
 
-import xcompile.quant.quantize as quantize_mod
+import xcompile.quant.concats as concats_mod
 from xcompile.frontend.onnx_import import import_onnx
 from xcompile.quant.parts import collapsed_parts, compare_samples, output_parts
 from xcompile.quant.quantize import quantize_network
@@ -70,8 +70,8 @@ def test_heads_keep_their_confidences(head):
 def test_shared_scale_loses_the_confidences_and_is_flagged(head):
     net, _, tests, ref = head
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(quantize_mod, "OUTPUT_SPREAD", float("inf"))
-        mp.setattr(quantize_mod, "BRANCH_SPREAD", float("inf"))
+        mp.setattr(concats_mod, "OUTPUT_SPREAD", float("inf"))
+        mp.setattr(concats_mod, "BRANCH_SPREAD", float("inf"))
         shared = quantize_network(net, Y.images(4, SIZE, seed=1), weight_rounding="nearest")
     got = [_host(shared, x) for x in tests]
     res = compare_samples(ref, got, output_parts(shared))

@@ -13,7 +13,7 @@ import onnxruntime as ort
 import pytest
 import yolov8_head as Y
 
-import xcompile.quant.quantize as quantize_mod
+import xcompile.quant.concats as concats_mod
 from xcompile.frontend.onnx_import import import_onnx
 from xcompile.quant.parts import (
     Part,
@@ -67,8 +67,8 @@ def shared(head):
     """The pre-fix quantizer: one scale for every Concat, whatever its branches' ranges."""
     _, net, _, _, _ = head
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(quantize_mod, "OUTPUT_SPREAD", float("inf"))
-        mp.setattr(quantize_mod, "BRANCH_SPREAD", float("inf"))
+        mp.setattr(concats_mod, "OUTPUT_SPREAD", float("inf"))
+        mp.setattr(concats_mod, "BRANCH_SPREAD", float("inf"))
         return quantize_network(net, Y.images(4, SIZE, seed=1), weight_rounding="nearest")
 
 

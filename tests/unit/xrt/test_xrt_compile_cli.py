@@ -149,12 +149,12 @@ def test_quant_report_never_guesses_samples_by_name_and_refuses_swapped_files(tm
     rep.rows.append(LayerRow(12, "Conv2d", "", 3, 3, "@sint(8)", [1], 0.9, 0.1, 0.1, 0.1, 0.0,
                              0.5))
     assert rep.suggest_op_bits(1) == {"12": 16}
-    from xcompile.quant.quantize import _resolve_op_bits
+    from xcompile.quant.bits import resolve_op_bits
 
     opt = xir.Network.CreateFromJsonFile(fl)
     conv = next(op for op in opt.ops if op.op_type == "Conv2d")
     conv.name = ""
-    assert _resolve_op_bits(opt, {str(conv.op_id): 16}, 8, {conv.op_id}) == {conv.op_id: 16}
+    assert resolve_op_bits(opt, {str(conv.op_id): 16}, 8, {conv.op_id}) == {conv.op_id: 16}
 
 
 def test_compile_takes_a_float_xir_network_and_refuses_a_compiled_one(tmp_path, capsys):

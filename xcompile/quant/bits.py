@@ -1,0 +1,111 @@
+"""Mixed precision (docs/quantization.md section 10): the ops and values at 16 bits, from the
+user's `op_bits`, the softmax logits and the spread of precision through scale groups."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from xcompile.quant.capability import PROBABILITY_OPS, shares_scale
+from xcompile.quant.scale_groups import UnionFind
+from xir.errors import QuantizationError
+from xir.network import Network
+
+
+def logit_bits(net: Network, int_ops: set[int], bits: int) -> dict[int, int]:
+    """The integer ops producing a softmax's input compute in 16 bits, and the logits they write
+    are 16-bit (`value_bits`): one int8 step of a large logit moves the probabilities by
+    exp(step) (vgg19's 1000-class head: output cosine 0.981 with 8-bit logits, 0.993 with
+    16-bit ones; onnxruntime's int8 0.976). PaddleOCR's recognizer wrote its 6625 logits in
+    int8, a step of 0.29, until the value itself was raised too."""
+    if bits != 8:
+        return {}
+    out = {}
+    for op in net.ops:
+        if op.op_type in PROBABILITY_OPS:
+            for v in op.feature_inputs():
+                prod = v.producer
+                if prod is not None and prod.op_id in int_ops and \
+                        prod.op_type in ("Conv2d", "Matmul", "Add", "Sub", "Multiply"):
+                    out[prod.op_id] = 16  # the ops the chips run writing the other dtype
+    return out
+
+
+def resolve_op_bits(net: Network, op_bits: Any, bits: int, int_ops: set[int]
+                     ) -> dict[int, int]:
+    """`{op_id: bits}` from the user's `{op name or op_id: bits}`, checked."""
+    if op_bits is not None and not isinstance(op_bits, Mapping):
+        raise QuantizationError(f"op_bits must map op names (or op_ids) to 16, not "
+                                f"{type(op_bits).__name__} {op_bits!r}", field="op_bits")
+    by_name = {op.name: op for op in net.ops}
+    by_id = {op.op_id: op for op in net.ops}
+    out: dict[int, int] = {}
+    for key, b in (op_bits or {}).items():
+        op = by_id.get(key) if isinstance(key, int) else by_name.get(str(key))
+        if op is None and isinstance(key, str) and key.isdigit():
+            op = by_id.get(int(key))  # an unnamed op, by its op id (--op-bits 12=16)
+        if op is None:
+            raise QuantizationError(f"op_bits names op {key!r}, which the optimized network "
+                                    f"does not have (folded activations and BatchNorms are "
+                                    f"gone; name the op they folded into)", field="op_bits")
+        if b not in (8, 16) or b < bits:
+            raise QuantizationError(f"op_bits[{key!r}] = {b}: an op can only be raised from "
+                                    f"bits={bits} to 16", field="op_bits")
+        if op.op_id not in int_ops:
+            raise QuantizationError(f"op_bits names {op.op_type} '{op.name}', which has no "
+                                    f"integer form and stays float", field="op_bits")
+        out[op.op_id] = int(b)
+    return out
+
+
+def value_bits(net: Network, int_ops: set[int], uf: UnionFind, bits: int,
+                op_bits: dict[int, int], input_bits: int | None,
+                wide: set[int] | frozenset = frozenset()) -> dict[int, int]:
+    """Storage bits of the activation values that differ from `bits` (mixed precision).
+
+    An op raised by `op_bits` needs its feature inputs at its precision; `input_bits` raises
+    the network inputs. From there, to a fixed point: a scale-sharing group takes its widest
+    member's bits, and a rescaling op (Conv2d, Add, LUT, ...) computes at the widest bits of
+    its feature inputs, so all of them are raised to it. Rescaling ops write any dtype, so
+    precision changes only ever happen inside them: no integer-to-integer Casts are needed.
+    """
+    vb: dict[int, int] = {}
+
+    def need(vid: int, b: int) -> bool:
+        if b > vb.get(vid, bits):
+            vb[vid] = b
+            return True
+        return False
+
+    if input_bits is not None:
+        for v in net.inputs():
+            need(v.v_id, input_bits)
+    for vid in wide:  # Concats holding branches of far-apart ranges (`concat_plan`)
+        need(vid, 16)
+    ops = {op.op_id: op for op in net.ops}
+    for oid, b in op_bits.items():
+        for v in ops[oid].feature_inputs():
+            need(v.v_id, b)
+    for op in net.ops:  # the logits themselves, not only the ops computing them (logit_bits)
+        if op.op_type in PROBABILITY_OPS:
+            for v in op.feature_inputs():
+                if v.producer is not None and v.producer.op_id in int_ops:
+                    need(v.v_id, 16)
+    changed = bool(vb)
+    while changed:
+        changed = False
+        gmax: dict[int, int] = {}
+        for vid, b in vb.items():
+            r = uf.find(vid)
+            gmax[r] = max(gmax.get(r, bits), b)
+        for op in net.ops:
+            if op.op_id not in int_ops:
+                continue
+            feats = op.feature_inputs()
+            for v in feats + op.outputs:
+                changed |= need(v.v_id, gmax.get(uf.find(v.v_id), bits))
+            if feats and not shares_scale(op):
+                b = max(vb.get(v.v_id, bits) for v in feats)
+                for v in feats:
+                    changed |= need(v.v_id, b)
+    return vb
