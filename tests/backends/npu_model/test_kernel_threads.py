@@ -15,7 +15,8 @@ from npu_model.kernels import matmul, mpe, pool
 
 
 @pytest.fixture(autouse=True)
-def _restore_threads():
+def _restore_threads(monkeypatch):
+    monkeypatch.setattr(pool, "_machine", pool._Backoff())  # no loss seen before the test
     yield
     pool.set_threads(None)
 
@@ -114,10 +115,11 @@ def test_results_are_byte_identical_at_any_thread_count(dtype, monkeypatch):
 @pytest.mark.parametrize("dtype", ["int8", "int16"])
 def test_measured_shapes_are_cut_by_their_time(dtype, monkeypatch):
     """A shape not seen before runs inline and timed; the next call of it is cut by the time
-    measured (every call here counts as long enough), and the outputs of both runs are
-    byte-identical to one thread's."""
+    measured (every call here counts as long enough, and no cut call as a loss: the backoff
+    has tests of its own), and the outputs of both runs are byte-identical to one thread's."""
     monkeypatch.setattr(pool, "INLINE_S", 1e-9)
     monkeypatch.setattr(pool, "PART_S", 1e-9)
+    monkeypatch.setattr(pool._Backoff, "lost", lambda self: None)
     seen = _spy(monkeypatch)
     pool.set_threads(1)
     one = _run_stream(dtype)[0]
@@ -185,6 +187,24 @@ def test_a_shape_slower_cut_goes_back_inline_for_longer_each_time(monkeypatch):
         split(8)
     cut = [i for i, parts in enumerate(calls) if parts > 1]
     assert cut == [1, 3, 6, 11], calls  # timed inline, cut, 1 inline, cut, 2, cut, 4, cut
+
+
+def test_a_losing_cut_holds_every_kernel_back(monkeypatch):
+    """The other cores busy for one kernel are busy for the next: after a cut call of one
+    kernel loses, another kernel's shape that would be cut runs inline until the machine's
+    backoff has passed."""
+    monkeypatch.setattr(pool, "INLINE_S", 1e-3)
+    monkeypatch.setattr(pool, "PART_S", 1e-4)
+    pool.set_threads(2)
+    loser, lost = _sleepy(per_part=True)
+    other, calls = _sleepy(per_part=False)
+    other(8)  # timed inline
+    loser(8)
+    loser(8)  # cut, and slower than inline
+    assert lost == [1, 8]
+    other(8)  # the machine's backoff: inline
+    other(8)  # cut
+    assert calls == [1, 1, 8]
 
 
 def test_split_results_match_the_reference(hw, rng):

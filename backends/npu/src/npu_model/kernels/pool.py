@@ -48,8 +48,10 @@ PART_S = 100e-6
 #: parts per thread at most: a thread that starts late or is pre-empted holds the call up by
 #: one small part while the others take the rest
 PARTS_PER_THREAD = 4
-#: most calls a shape stays inline after a cut call was slower than inline
-MAX_BACKOFF = 64
+#: most calls that could be cut staying inline after a cut call was slower than inline
+MAX_BACKOFF = 256
+#: a cut call wins when it takes less than this share of the shape's fastest inline time
+WIN = 0.9
 #: shapes remembered per kernel before the measurements start over
 _MAX_SHAPES = 4096
 
@@ -109,17 +111,46 @@ def _pool() -> ThreadPoolExecutor:
     return _executor
 
 
-class _Shape:
-    """What is known of a kernel's calls of one shape: `inline` the running mean wall time of
-    a call on the calling thread alone, and when to try cutting it again (`skip` calls from
-    now; `backoff` doubles each time a cut call was slower than `inline`)."""
+class _Backoff:
+    """When to try cutting calls again after a cut call ran slower than inline: after `skip`
+    more calls that could have been cut; `backoff` doubles with each loss (up to
+    `MAX_BACKOFF`) and goes back to 1 with a win."""
 
-    __slots__ = ("inline", "skip", "backoff")
+    __slots__ = ("skip", "backoff")
 
-    def __init__(self, inline: float) -> None:
-        self.inline = inline
+    def __init__(self) -> None:
         self.skip = 0
         self.backoff = 1
+
+    def passed(self) -> None:
+        if self.skip:
+            self.skip -= 1
+
+    def lost(self) -> None:
+        self.skip = self.backoff
+        self.backoff = min(2 * self.backoff, MAX_BACKOFF)
+
+    def won(self) -> None:
+        self.skip = 0
+        self.backoff = 1
+
+
+class _Shape(_Backoff):
+    """What is known of a kernel's calls of one shape: `inline` the fastest wall time seen of
+    a call on the calling thread alone (the slower ones lost time to other work on the
+    machine), and its own `_Backoff`."""
+
+    __slots__ = ("inline",)
+
+    def __init__(self, inline: float) -> None:
+        super().__init__()
+        self.inline = inline
+
+
+#: the machine's backoff, shared by every shape: a cut call losing to inline mostly means the
+#: other cores are busy, which holds for the next kernel too (each try costs up to a
+#: scheduler slice, so trying every shape in turn would cost one per shape)
+_machine = _Backoff()
 
 
 class Split:
@@ -129,11 +160,13 @@ class Split:
 
     Work counts do not say how long a call takes (the byte GEMM runs 12 to 250 GMAC/s by
     layer shape), so a call of a shape (the values of the `extent` and `work` arguments) not
-    seen before runs inline on the calling thread, timed; a shape measured at `INLINE_S` or
-    more is cut into parts of at least `PART_S`. A cut call slower than the shape's inline
-    time (the other cores busy: a pool thread pre-empted in its part holds the call up for a
-    scheduler slice) sends the shape back inline for 2, 4, ... `MAX_BACKOFF` calls before the
-    next try. ``INLINE_S = 0`` turns the timing off: the work count alone sizes the parts."""
+    seen before runs inline on the calling thread, timed; a shape whose fastest inline call
+    took `INLINE_S` or more is cut into parts of at least `PART_S`. A cut call not faster
+    than `WIN` times that (the other cores busy: a pool thread pre-empted in its part holds
+    the call up for a scheduler slice) sends that shape, and the other shapes of every
+    kernel, back inline for 1, 2, 4 ... `MAX_BACKOFF` calls that could have been cut before
+    the next try (`_Backoff`).
+    ``INLINE_S = 0`` turns the timing off: the work count alone sizes the parts."""
 
     def __init__(self, kernel: Callable[..., Any], extent: Sequence[str],
                  work: Sequence[str], min_work: int = MIN_WORK) -> None:
@@ -147,9 +180,12 @@ class Split:
         self.__name__ = getattr(kernel, "__name__", "split")
         self.__doc__ = kernel.__doc__
 
+    def _known(self, args: tuple) -> _Shape | None:
+        return self._shapes.get(tuple([args[i] for i in self._shape]))
+
     def seconds(self, args: tuple) -> float | None:
-        """The mean inline time measured for a call of this shape (None: not seen yet)."""
-        known = self._shapes.get(tuple([args[i] for i in self._shape]))
+        """The fastest inline time seen for a call of this shape (None: not seen yet)."""
+        known = self._known(args)
         return None if known is None else known.inline
 
     def parts(self, args: tuple) -> list[int]:
@@ -158,30 +194,30 @@ class Split:
         work = math.prod(int(args[i]) for i in self._work)
         n = min(threads() * PARTS_PER_THREAD, total, work // self.min_work)
         if INLINE_S > 0 and n > 1:
-            known = self._shapes.get(tuple([args[i] for i in self._shape]))
-            if known is None or known.inline < INLINE_S or known.skip > 0:
+            known = self._known(args)
+            if (known is None or known.inline < INLINE_S or known.skip > 0
+                    or _machine.skip > 0):
                 n = 1
             else:
                 n = min(n, int(known.inline / PART_S))
         n = max(1, n) if threads() > 1 else 1
         return [total * i // n for i in range(n + 1)]
 
-    def _keep(self, args: tuple, seconds: float, cut: bool) -> None:
-        """Fold the wall time of a call into what is known of its shape."""
-        key = tuple([args[i] for i in self._shape])
-        known = self._shapes.get(key)
+    def _inline(self, args: tuple, total: int, known: _Shape | None) -> None:
+        """The whole range on the calling thread, timed into what is known of its shape."""
+        t0 = time.perf_counter()
+        self.kernel(*args, 0, total)
+        s = time.perf_counter() - t0
         if known is None:
             if len(self._shapes) >= _MAX_SHAPES:
                 self._shapes.clear()  # a long-lived process running many networks: start over
-            self._shapes[key] = _Shape(seconds)
-        elif not cut:
-            known.inline += (seconds - known.inline) / 4
-            known.skip = max(0, known.skip - 1)
-        elif seconds < known.inline:
-            known.backoff = 1  # cutting pays: go on cutting
-        else:
-            known.skip = known.backoff
-            known.backoff = min(2 * known.backoff, MAX_BACKOFF)
+            self._shapes[tuple([args[i] for i in self._shape])] = _Shape(s)
+            return
+        if s < known.inline:
+            known.inline = s
+        if known.inline >= INLINE_S:  # a call that could have been cut
+            known.passed()
+            _machine.passed()
 
     def __call__(self, *args: Any) -> None:
         """Run the kernel over its whole range (it writes its outputs; nothing is returned)."""
@@ -192,24 +228,20 @@ class Split:
             self.kernel(*args, 0, total)
             return
         timed = INLINE_S > 0
-        if timed:  # the common case first, in few steps: a shape known to run inline
-            known = self._shapes.get(tuple([args[i] for i in self._shape]))
-            if known is not None and (known.inline < INLINE_S or known.skip > 0):
-                t0 = time.perf_counter()
-                self.kernel(*args, 0, total)
-                s = time.perf_counter() - t0
-                known.inline += (s - known.inline) / 4
-                if known.skip:
-                    known.skip -= 1
-                return
+        known = self._known(args) if timed else None
+        if timed and (known is None or known.inline < INLINE_S or known.skip
+                      or _machine.skip):
+            self._inline(args, total, known)
+            return
         b = self.parts(args)
         n = len(b) - 1
-        t0 = time.perf_counter() if timed else 0.0
         if n == 1:
-            self.kernel(*args, b[0], b[1])
             if timed:
-                self._keep(args, time.perf_counter() - t0, cut=False)
+                self._inline(args, total, known)
+            else:
+                self.kernel(*args, 0, total)
             return
+        t0 = time.perf_counter()
         ticket = itertools.count()  # next() is atomic: each part is taken exactly once
 
         def work() -> None:
@@ -223,5 +255,10 @@ class Split:
             for f in futures:
                 if not f.cancel():  # started: it may be running a part
                     f.result()
-        if timed:
-            self._keep(args, time.perf_counter() - t0, cut=True)
+        if known is not None:
+            won = time.perf_counter() - t0 < WIN * known.inline
+            for backoff in (known, _machine):
+                if won:
+                    backoff.won()
+                else:
+                    backoff.lost()
