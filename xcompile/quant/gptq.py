@@ -26,6 +26,8 @@ from typing import Any
 
 import numpy as np
 
+from xcompile.quant.gptq_kernels import gptq_block
+
 log = logging.getLogger(__name__)
 
 __all__ = ["collect_hessians", "gptq_quantize", "patches"]
@@ -157,16 +159,12 @@ def gptq_quantize(w: np.ndarray, scales: np.ndarray, h: np.ndarray, qmax: int, *
         log.debug("GPTQ: Hessian not positive definite, nearest rounding")
         return np.clip(np.round(w[inv] / s), -qmax, qmax).astype(np.int64)
     q = np.zeros_like(w)
+    s0 = np.ascontiguousarray(s[0])
     for b0 in range(0, k, block):
         b1 = min(b0 + block, k)
         wb = w[b0:b1].copy()
         errs = np.zeros_like(wb)
-        for i in range(b1 - b0):
-            qi = np.clip(np.round(wb[i] / s[0]), -qmax, qmax)
-            q[b0 + i] = qi
-            e = (wb[i] - qi * s[0]) / u[b0 + i, b0 + i]
-            wb[i + 1:] -= np.outer(u[b0 + i, b0 + i + 1:b1], e)
-            errs[i] = e
+        gptq_block(wb, s0, u, b0, float(qmax), q, errs)  # rows b0..b1 in place
         w[b1:] -= u[b0:b1, b1:].T @ errs
     return q[inv].astype(np.int64)
 

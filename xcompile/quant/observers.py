@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from xcompile.quant.observers_kernels import abs_bin_counts, abs_max_finite
 from xir.quant.fixed_point import qrange
 
 __all__ = [
@@ -56,11 +57,14 @@ def scale_from_amax(amax: float | np.ndarray, dtype: Any = np.int8) -> float | n
     return float(s) if s.ndim == 0 else s
 
 
-def _abs_finite(x: np.ndarray) -> np.ndarray:
-    a = np.abs(np.asarray(x, dtype=np.float64)).ravel()
-    if not np.all(np.isfinite(a)):
-        raise ValueError("calibration batch contains NaN or inf")
-    return a
+def _flat_float(x: np.ndarray) -> np.ndarray:
+    """`x` as a contiguous 1-D float32 or float64 array (other dtypes widened to float64,
+    exactly as `np.abs(np.asarray(x, np.float64))` would see them): the histogram kernels'
+    input, without a copy when it already is one."""
+    a = np.asarray(x)
+    if a.dtype not in (np.dtype(np.float32), np.dtype(np.float64)):
+        a = a.astype(np.float64)
+    return np.ascontiguousarray(a).reshape(-1)
 
 
 class Observer(abc.ABC):
@@ -124,10 +128,12 @@ class AbsHistogram:
         return int(self.counts.sum())
 
     def update(self, x: np.ndarray) -> None:
-        a = _abs_finite(x)
+        a = _flat_float(x)
         if a.size == 0:
             return
-        m = float(a.max())
+        m, finite = abs_max_finite(a)
+        if not finite:
+            raise ValueError("calibration batch contains NaN or inf")
         if self.top == 0.0:
             if m == 0.0:
                 self.counts[0] += a.size
@@ -138,8 +144,7 @@ class AbsHistogram:
             k += 1
         if k:
             self._grow(k)
-        idx = np.minimum((a * (self.bins / self.top)).astype(np.int64), self.bins - 1)
-        self.counts += np.bincount(idx, minlength=self.bins)
+        abs_bin_counts(a, self.bins / self.top, self.counts)  # one pass, counts in place
 
     def _grow(self, k: int) -> None:
         """Multiply ``top`` by ``2**k``: old bin ``i`` lies inside new bin ``i >> k``."""
