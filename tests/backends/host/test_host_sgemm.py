@@ -32,6 +32,28 @@ def _gemm(a: np.ndarray, b: np.ndarray, parts: int = 1) -> np.ndarray:
     return c[:m, :n] - np.float32(0.5)
 
 
+def test_a_part_no_worker_started_runs_on_the_caller(rng, monkeypatch):
+    """On a loaded machine a worker may not start its part before the caller finishes its
+    own: the caller takes the part back and runs it (was: waited for the worker)."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    busy = ThreadPoolExecutor(1)
+    release = threading.Event()
+    blocker = busy.submit(release.wait, 10)  # the only worker is taken: a part handed to it
+    # waits
+    monkeypatch.setattr(sgemm, "_pool", lambda parts: busy)
+    a = rng.standard_normal((96, 40)).astype(np.float32)
+    b = rng.standard_normal((40, 32)).astype(np.float32)
+    try:
+        got = _gemm(a, b, parts=3)
+        assert not blocker.done()  # returned without waiting for the worker
+    finally:
+        release.set()
+        busy.shutdown()
+    np.testing.assert_allclose(got, a @ b, rtol=1e-5, atol=1e-4)
+
+
 @pytest.mark.parametrize("m,k,n,parts", [(1, 1, 1, 1), (6, 3, 16, 1), (13, 7, 5, 1),
                                          (30, 577, 70, 1), (29, 40, 64, 1), (161, 2500, 144, 3),
                                          (70, 1025, 48, 2)])

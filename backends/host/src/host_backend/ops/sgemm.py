@@ -229,7 +229,8 @@ def gemm_taps(a: np.ndarray, lda: int, offs: np.ndarray, kt: int, rows: int, b: 
     q * lda + ...]`` (one output row of a strided convolution per group). With more than one
     Numba thread (``NUMBA_NUM_THREADS``) the work is shared out among that many Python
     threads, the kernel running without the GIL: no OpenMP pool is left spinning between
-    convolutions."""
+    convolutions. A part no worker has started when the caller finishes its own runs on the
+    caller: a worker pre-empted on a loaded machine holds nothing up."""
     group_rows = group_rows or rows
     if rows < FEW_ROWS:
         _gemv_taps(a, lda, offs, kt, rows, b, ldb, n, c, ldc, group_rows, group_stride)
@@ -238,11 +239,15 @@ def gemm_taps(a: np.ndarray, lda: int, offs: np.ndarray, kt: int, rows: int, b: 
     parts = max(1, min(get_num_threads(), rows // FEW_ROWS))
     cuts = [units * p // parts for p in range(parts + 1)]
     args = (a, lda, offs, kt, b, ldb, n, c, ldc, group_rows, group_stride)
-    pending = [_pool(parts).submit(_gemm_taps, *args, cuts[p], cuts[p + 1],
-                                   scratch(f"pack{p}", KC * n)) for p in range(1, parts)]
-    _gemm_taps(*args, cuts[0], cuts[1], scratch("pack0", KC * n))
-    for job in pending:
-        job.result()
+    packs = [scratch(f"pack{p}", KC * n) for p in range(parts)]
+    pending = [(p, _pool(parts).submit(_gemm_taps, *args, cuts[p], cuts[p + 1], packs[p]))
+               for p in range(1, parts)]
+    _gemm_taps(*args, cuts[0], cuts[1], packs[0])
+    for p, job in pending:  # a part no worker has started yet (a busy machine): run it here
+        if job.cancel():
+            _gemm_taps(*args, cuts[p], cuts[p + 1], packs[p])
+        else:
+            job.result()
 
 
 #: B rows per pass over all panels in `_gemv_taps`
