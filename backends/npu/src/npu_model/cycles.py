@@ -21,7 +21,8 @@ cycles. The vector unit handles `vector_lanes` elements per cycle (pools: per wi
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+
+from .kernels.jit import helper, kernel
 
 # --- hw vector indices (NpuConfig.hw_vector) -----------------------------------------------------
 HW_ROWS, HW_COLS, HW_VLANES, HW_ETM_BW1024, HW_OCM_BW1024, HW_IBUF, HW_WBUF, HW_OBUF, \
@@ -44,12 +45,12 @@ K_CONV, K_DW, K_MATMUL, K_ELTW, K_MAXPOOL, K_AVGPOOL, K_LUT, K_UPSAMPLE, K_COPY,
 R_SIZE = 10
 
 
-@njit(cache=True)
+@helper
 def _cdiv(a, b):
     return (a + b - 1) // b
 
 
-@njit(cache=True)
+@helper
 def _xfer(etm_bytes, ocm_bytes, hw):
     """Cycles of one transfer (ETM and OCM ports in parallel), bytes per 1024 cycles."""
     te = _cdiv(etm_bytes * 1024, hw[HW_ETM_BW1024])
@@ -57,12 +58,12 @@ def _xfer(etm_bytes, ocm_bytes, hw):
     return te if te > to else to
 
 
-@njit(cache=True)
+@helper
 def _burst(nbytes, hw):
     return _cdiv(nbytes, hw[HW_BURST]) * hw[HW_BURST]
 
 
-@njit(cache=True)
+@kernel
 def layer_cycles(lv, hw, res):
     """Fill `res` (R_* indices, int64) for layer vector `lv` on hardware `hw`; return res."""
     for i in range(R_SIZE):
@@ -164,10 +165,10 @@ def layer_cycles(lv, hw, res):
         b_out = _burst(pix * out_c * esz_out, hw)
         if lv[L_OUT_MEM] == 0:
             etm_wr += b_out
-            store = _xfer(b_out, 0, hw)
+            store = _xfer(b_out, np.int64(0), hw)
         else:
             ocm_wr += b_out
-            store = _xfer(0, b_out, hw)
+            store = _xfer(np.int64(0), b_out, hw)
         wtiles += 1
         # --- double-buffered pipeline -----------------------------------------------------------
         # while tile r-1 computes, the DMA loads tile r and stores tile r-2

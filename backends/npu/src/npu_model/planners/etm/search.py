@@ -14,7 +14,8 @@ other live in one file.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+
+from ...kernels.jit import helper, kernel
 
 
 def _overlap_graph(start, end):
@@ -36,7 +37,7 @@ def _overlap_graph(start, end):
     return indptr, srt[dst[by]].astype(np.int64)
 
 
-@njit(cache=True)
+@kernel
 def _place(order, k0, size, off, placed, indptr, nbr, first_fit, lo, hi):
     """Greedy placement of order[k0:] around the already placed order[:k0]; returns the total.
 
@@ -86,7 +87,7 @@ def _place(order, k0, size, off, placed, indptr, nbr, first_fit, lo, hi):
     return total
 
 
-@njit(cache=True)
+@kernel
 def _excess(size, off, bound):
     """Bytes that stick out above the bound line, summed over the buffers."""
     e = 0
@@ -122,13 +123,13 @@ _MINSTD_M = 2147483647
 _MINSTD_A = 48271
 
 
-@njit(cache=True)
+@helper
 def _next_random(state):
     """Park-Miller minimal standard generator (no overflow in int64)."""
     return state * _MINSTD_A % _MINSTD_M
 
 
-@njit(cache=True)
+@helper
 def _move(order, p, q):
     """Move order[p] to position q, shifting the entries in between by one."""
     c = order[p]
@@ -141,7 +142,7 @@ def _move(order, p, q):
     order[q] = c
 
 
-@njit(cache=True)
+@kernel
 def _improve(order, size, off, placed, indptr, nbr, first_fit, bound, max_iters, seed, temp0,
              lo, hi):
     """Annealed local search over the placement order; returns the best (total, iterations)
@@ -227,7 +228,8 @@ def _improve(order, size, off, placed, indptr, nbr, first_fit, bound, max_iters,
                 saved_off[order[k]] = off[order[k]]
             if total < best_total:
                 best_total = total
-                best_off[:] = off
+                for i in range(m):  # a loop, not best_off[:] = off: no shape-check code
+                    best_off[i] = off[i]
                 if total <= bound:
                     return total, it + 1
         else:
@@ -235,5 +237,6 @@ def _improve(order, size, off, placed, indptr, nbr, first_fit, bound, max_iters,
                 order[k] = saved_order[k]
                 off[order[k]] = saved_off[order[k]]
                 placed[order[k]] = True
-    off[:] = best_off
+    for i in range(m):
+        off[i] = best_off[i]
     return best_total, max_iters

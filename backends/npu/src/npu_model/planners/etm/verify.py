@@ -6,13 +6,13 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from numba import njit
 
+from ...kernels.jit import kernel
 from .errors import PlanError
 from .instance import DEFAULT_ALIGNMENT, _check, _int_array, _name
 
 
-@njit(cache=True)
+@kernel
 def _conflicts(offsets, sizes, starts, ends, root, srt):
     """First pair (i, j) of buffers from different alias groups that overlap in time and in
     bytes, or (-1, -1); `srt` orders the buffers by start (stable)."""

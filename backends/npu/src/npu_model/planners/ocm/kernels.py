@@ -12,7 +12,8 @@ for each buffer, the other buffers whose lifetimes intersect its own (CSR)."""
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+
+from ...kernels.jit import helper, kernel
 
 
 def _conflicts(starts, ends):
@@ -36,7 +37,7 @@ def _conflicts(starts, ends):
 _CONFLICT_ROWS = 1024
 
 
-@njit(cache=True)
+@helper
 def _argsort2(k1, k2, n):
     """Stable ascending order of entries 0..n-1 by (k1 float64, k2 int64): what two stable
     ``np.argsort`` passes give, without compiling Numba's generic mergesort (seconds of a cold
@@ -85,7 +86,7 @@ def _argsort2(k1, k2, n):
     return src
 
 
-@njit(cache=True)
+@helper
 def _fit(u, sizes, offsets, adj_ptr, adj_idx, capacity, mode):
     """An offset for buffer `u` among the placed buffers that are live with it, or -1.
 
@@ -132,7 +133,7 @@ def _fit(u, sizes, offsets, adj_ptr, adj_idx, capacity, mode):
     return best
 
 
-@njit(cache=True)
+@kernel
 def _refill(order, sizes, eligible, offsets, adj_ptr, adj_idx, capacity):
     """Greedy pass: every eligible non-resident buffer, in `order`, gets a best-fit offset if
     one exists. Returns the number added."""
@@ -147,7 +148,7 @@ def _refill(order, sizes, eligible, offsets, adj_ptr, adj_idx, capacity):
     return added
 
 
-@njit(cache=True)
+@kernel
 def _total(scores, offsets):
     """Summed score of the resident buffers."""
     s = 0.0
@@ -164,7 +165,7 @@ def _walk_order(starts, ends):
     return np.lexsort((np.arange(n), ends, starts)).astype(np.int64)
 
 
-@njit(cache=True)
+@kernel
 def _eject_search(order, sizes, scores, eligible, offsets, adj_ptr, adj_idx, capacity,
                   max_moves):
     """Local search: insert a missing buffer at the address where the live residents it
@@ -227,7 +228,7 @@ def _eject_search(order, sizes, scores, eligible, offsets, adj_ptr, adj_idx, cap
     return moves
 
 
-@njit(cache=True)
+@kernel
 def _repack_search(order, pack_orders, sizes, scores, eligible, offsets, adj_ptr, adj_idx,
                    capacity):
     """Repair pass: a missing buffer is added if the residents plus it can be packed again from
@@ -265,13 +266,13 @@ def _repack_search(order, pack_orders, sizes, scores, eligible, offsets, adj_ptr
     return added
 
 
-@njit(cache=True)
+@helper
 def _rand(x):
     """Park-Miller style LCG step in [0, 2^31): the same sequence with and without the JIT."""
     return (x * 1103515245 + 12345) % 2147483648
 
 
-@njit(cache=True)
+@kernel
 def _perturb_search(order, sizes, scores, starts, ends, eligible, offsets, adj_ptr, adj_idx,
                     capacity, iters, seed, max_moves):
     """Iterated local search from `offsets` (modified in place to the best plan found): drop
@@ -340,7 +341,7 @@ def _perturb_search(order, sizes, scores, starts, ends, eligible, offsets, adj_p
     return 0
 
 
-@njit(cache=True)
+@kernel
 def _beam(order, sizes, scores, starts, ends, eligible, adj_ptr, adj_idx, capacity, top_m):
     """OPTION2: dynamic programming along the execution order keeping the top `top_m` states.
 
@@ -438,7 +439,7 @@ def _beam(order, sizes, scores, starts, ends, eligible, adj_ptr, adj_idx, capaci
     return cur[best].copy()
 
 
-@njit(cache=True)
+@kernel
 def _evict_walk(order, sizes, scores, eligible, offsets, adj_ptr, adj_idx, capacity):
     """OPTION3: walk `order`; a buffer that does not fit evicts the first (in walk order)
     live residents that score lower than it, one at a time, until it fits. The eviction is
