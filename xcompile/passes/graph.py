@@ -1,5 +1,6 @@
-"""Graph edits the optimize passes share: a deep copy of a network, the single reader of a
-value, one op taking another's place or output, and constant inputs read as numbers."""
+"""Graph edits the optimize passes share: a copy of a network (its weights shared read-only),
+the single reader of a value, one op taking another's place or output, and constant inputs read
+as numbers."""
 
 from __future__ import annotations
 
@@ -10,8 +11,25 @@ from xir.ops.base import Operation
 from xir.values import Params, Value
 
 
+def shared_data(data: np.ndarray | None) -> np.ndarray | None:
+    """A read-only view of `data` (no bytes copied): what a copy of a network holds in place
+    of its source's weights.
+
+    No pass writes a weight in place: a pass that changes one builds new data (BatchNorm
+    folding, new Params of `Network.newParams`). The view is read-only so that a writer
+    that forgot this fails loudly (numpy's "assignment destination is read-only") rather
+    than change the source network's weights; the source's own array keeps its flags."""
+    if data is None:
+        return None
+    view = data.view()
+    view.flags.writeable = False
+    return view
+
+
 def copy_network(net: Network) -> Network:
-    """A deep copy: new Value/Params/Operation objects with the same ids (data copied)."""
+    """A copy: new Value/Params/Operation objects with the same ids; the Params' data are
+    read-only views of the source's arrays (`shared_data`), not copies, since the optimize
+    passes replace weights rather than write them (a vgg19's 575 MB are not copied)."""
     new = Network(net.name, framework_kind=net.framework_kind,
                   framework_version=net.framework_version, icraft_version=net.icraft_version,
                   icraft_xir_version=net.icraft_xir_version, tags=dict(net.tags))
@@ -21,8 +39,8 @@ def copy_network(net: Network) -> Network:
         got = vmap.get(id(v))
         if got is None:
             if v.is_params:
-                got = Params(v.v_id, v.dtype, None if v.data is None else v.data.copy(), v.name,
-                             v.mtype, dict(v.tags))
+                got = Params(v.v_id, v.dtype, shared_data(v.data), v.name, v.mtype,
+                             dict(v.tags))
             else:
                 got = Value(v.v_id, v.dtype, v.name, v.mtype, dict(v.tags))
             vmap[id(v)] = got
