@@ -100,7 +100,7 @@ def write_raw_stream(f: BinaryIO, params: Sequence[Params]) -> tuple[int, str]:
     header_end, offsets, total = raw_layout([b.nbytes for b in blobs])
     md5 = _md5()
 
-    def put(chunk: bytes) -> None:
+    def put(chunk: bytes | memoryview) -> None:
         f.write(chunk)
         md5.update(chunk)
 
@@ -112,7 +112,7 @@ def write_raw_stream(f: BinaryIO, params: Sequence[Params]) -> tuple[int, str]:
     for blob, off in zip(blobs, offsets):
         if off > pos:
             put(bytes(off - pos))
-        put(blob.tobytes())
+        put(memoryview(blob.reshape(-1).view(np.uint8)))  # the array's bytes, not a copy
         pos = off + blob.nbytes
     assert pos == total
     return total, md5.hexdigest()

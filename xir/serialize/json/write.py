@@ -10,7 +10,7 @@ from ...errors import NetworkWriteError, XirError
 from ...network import Network
 from .. import raw as _raw
 from ..atomic import temp_beside, unlink_quietly
-from .encode import dumps, network_to_dict
+from .encode import check_json, dumps, network_to_dict
 
 
 def save_network(net: Network, json_path: str | os.PathLike,
@@ -32,7 +32,7 @@ def save_network(net: Network, json_path: str | os.PathLike,
     if validate:
         net.validate()
     obj = network_to_dict(net)
-    dumps(obj)  # fail on unencodable tags before writing anything
+    check_json(obj)  # fail on unencodable tags before writing anything
     try:
         _write_pair(obj, net, json_path, raw_path)
     except OSError as exc:
