@@ -43,7 +43,9 @@ def _argsort2(k1, k2, n):
     ``np.argsort`` passes give, without compiling Numba's generic mergesort (seconds of a cold
     start). Insertion sort of runs of 16, then bottom-up merges. Callers pass `n` as
     ``np.int64`` so that no literal-typed specialisation is compiled besides."""
-    src = np.arange(n)
+    src = np.empty(n, np.int64)  # not np.arange: its implementation is one more compile
+    for i in range(n):
+        src[i] = i
     dst = np.empty(n, np.int64)
     for s in range(0, n, 16):
         e = min(s + 16, n)
@@ -350,11 +352,16 @@ def _beam(order, sizes, scores, starts, ends, eligible, adj_ptr, adj_idx, capaci
     ranked by score (ties: lower peak address of the buffers still live), states equal on the
     buffers still live are merged (the better-scored survives), and the top M are kept."""
     n = sizes.shape[0]
-    cur = np.full((top_m, n), -1, np.int64)
-    cur_score = np.zeros(top_m)
+    cur = np.empty((top_m, n), np.int64)  # filled with -1 (np.full is one more compile)
+    nxt = np.empty((top_m, n), np.int64)
+    for p in range(top_m):
+        for j in range(n):
+            cur[p, j] = -1
+            nxt[p, j] = -1
+    cur_score = np.empty(top_m)  # only cur_score[0] is read before it is written
+    cur_score[0] = 0.0
     ncur = 1
-    nxt = np.full((top_m, n), -1, np.int64)
-    nxt_score = np.zeros(top_m)
+    nxt_score = np.empty(top_m)
     ch_parent = np.empty(3 * top_m, np.int64)
     ch_off = np.empty(3 * top_m, np.int64)
     ch_score = np.empty(3 * top_m)
