@@ -133,3 +133,49 @@ def test_raw_written_from_the_arrays_equals_their_bytes(tmp_path):
     for p, off in zip(params, offsets):
         want = np.ascontiguousarray(p.data).tobytes()
         assert data[off:off + len(want)] == want
+
+
+@pytest.mark.parametrize("shape,perm", [((300, 700), (1, 0)), ((64, 48, 3, 3), (2, 3, 1, 0)),
+                                        ((7, 300, 5, 40), (3, 1, 0, 2)), ((2, 3), (1, 0))])
+def test_importer_c_order_is_the_transposed_array(shape, perm):
+    from xcompile.frontend.onnx_import.importer import c_order
+
+    a = np.random.default_rng(4).normal(size=shape).astype(np.float32).transpose(perm)
+    got = c_order(a)
+    assert got.flags.c_contiguous and got.dtype == a.dtype and got.shape == a.shape
+    assert got.tobytes() == np.ascontiguousarray(a).tobytes()
+
+
+def _pack_reference(w, groups, dtype):
+    """The MPE layout read off its definition: [g][ob][ky][kx][ib][i][o] holds
+    w[ky, kx, ib*ICB + i, g*cout_g + ob*OCB + o], 0 outside the weights."""
+    from npu_model.asm import DEFAULT
+
+    kh, kw, cin_g, cout = w.shape
+    cout_g = cout // groups
+    cu, ocb = DEFAULT.channel_unit(dtype), DEFAULT.oc_block(dtype)
+    nob, nib = -(-cout_g // ocb), -(-cin_g // cu)
+    out = np.zeros((groups, nob, kh, kw, nib, cu, ocb), w.dtype)
+    c = np.arange(nib * cu).reshape(nib, cu)
+    o = np.arange(nob * ocb).reshape(nob, ocb)
+    for g in range(groups):
+        for ob in range(nob):
+            for ib in range(nib):
+                ci, oi = c[ib][:, None], o[ob][None, :]
+                ok = (ci < cin_g) & (oi < cout_g)
+                vals = w[:, :, np.minimum(ci, cin_g - 1), g * cout_g + np.minimum(oi, cout_g - 1)]
+                out[g, ob, :, :, ib] = np.where(ok, vals, 0)
+    return out.astype(w.dtype.newbyteorder("<")).view(np.uint8).ravel()
+
+
+@pytest.mark.parametrize("dtype", ["int8", "int16"])
+@pytest.mark.parametrize("shape,groups", [((3, 3, 3, 16), 1), ((1, 1, 70, 45), 1),
+                                          ((3, 3, 8, 12), 2), ((5, 3, 5, 12), 4)])
+def test_pack_conv_weights_matches_the_mpe_layout(shape, groups, dtype):
+    from npu_model.asm import pack_conv_weights
+
+    info = np.iinfo(dtype)
+    w = np.random.default_rng(5).integers(info.min, info.max, shape, endpoint=True).astype(dtype)
+    got = pack_conv_weights(w, groups, dtype)
+    assert got.dtype == np.uint8
+    assert got.tobytes() == _pack_reference(w, groups, np.dtype(dtype).name).tobytes()

@@ -71,6 +71,24 @@ def _read_names(graph) -> set[str]:
     return out
 
 
+_TILE = 256
+"""Side of the blocks `c_order` copies a large transposed array in (a 256 x 256 float32
+block, 256 KiB, stays in the L2 cache while it is read across and written along)."""
+
+
+def c_order(data: np.ndarray) -> np.ndarray:
+    """`data` in C order (`np.ascontiguousarray`), a large transposed weight copied block by
+    block over its first and last axes: numpy's one-pass copy of a transposed matrix reads
+    one element per cache line (a vgg19 FC weight's 400 MB: 0.85 s, in blocks 0.28 s)."""
+    if data.flags.c_contiguous or data.ndim < 2 or data.size < _TILE * _TILE:
+        return np.ascontiguousarray(data)
+    out = np.empty(data.shape, data.dtype)
+    for i in range(0, data.shape[0], _TILE):
+        for j in range(0, data.shape[-1], _TILE):
+            out[i:i + _TILE, ..., j:j + _TILE] = data[i:i + _TILE, ..., j:j + _TILE]
+    return out
+
+
 def _moves_only_unit_axes(shape: tuple[int, ...], rel: list[int]) -> bool:
     """True when transposing `shape` by `rel` keeps the non-unit axes in order (= a reshape)."""
     kept = [a for a in rel if shape[a] != 1]
@@ -135,7 +153,7 @@ class _Importer:
         return self.emit(op_type, inputs, [layout], **attrs)[0]
 
     def params(self, data: np.ndarray, layout: str | None = None, name: str = "") -> Params:
-        data = np.ascontiguousarray(data)
+        data = c_order(data)
         lay = layout if layout and len(layout) == data.ndim else None
         return self.net.newParams(data, name, lay)
 

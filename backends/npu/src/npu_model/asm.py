@@ -600,13 +600,15 @@ def pack_conv_weights(w: np.ndarray, groups: int = 1, dtype: str | None = None,
     ocb = cfg.oc_block(dtype)
     nob = -(-cout_g // ocb)
     nib = -(-cin_g // cu)
-    buf = np.zeros((g, nob * ocb, kh, kw, nib * cu), dtype=npdt)
-    # w[..., g*cout_g + o] -> buf[g, o, ky, kx, c]
-    wg = w.reshape(kh, kw, cin_g, g, cout_g).transpose(3, 4, 0, 1, 2)
-    buf[:, :cout_g, :, :, :cin_g] = wg
+    # zero-padded in HWIO order, w[ky, kx, c, g*cout_g + o] -> buf[ky, kx, c, g, o]: the
+    # padding copy keeps w's order, and the one reorder below reads runs of OCB output
+    # channels (a large FC's weights are not transposed whole, twice, as they were)
+    buf = np.zeros((kh, kw, nib * cu, g, nob * ocb), dtype=npdt)
+    buf[:, :, :cin_g, :, :cout_g] = w.reshape(kh, kw, cin_g, g, cout_g)
     # -> [g][ob][ky][kx][ib][i][o]
-    out = buf.reshape(g, nob, ocb, kh, kw, nib, cu).transpose(0, 1, 3, 4, 5, 6, 2)
-    return np.ascontiguousarray(out).astype(npdt.newbyteorder("<")).view(np.uint8).ravel()
+    out = buf.reshape(kh, kw, nib, cu, g, nob, ocb).transpose(4, 5, 0, 1, 2, 3, 6)
+    return np.ascontiguousarray(out).astype(npdt.newbyteorder("<"), copy=False) \
+        .view(np.uint8).ravel()
 
 
 def pack_matmul_weights(b: np.ndarray, dtype: str | None = None,
