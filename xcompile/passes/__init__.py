@@ -1,7 +1,9 @@
 """Graph passes of the compile pipeline; here the "optimize" stage (parse -> *optimize* ->
 quantize -> adapt -> generate).
 
-`optimize(net)` returns a new network and leaves its input untouched:
+`optimize(net)` returns a new network and leaves its input untouched. The weights it did not
+change are read-only views of the input's (`graph.copy_network`: vgg19's 575 MB are not
+copied); no pass writes a weight in place, a pass that changes one builds new data:
 
 0. decomposed activations: HardSwish as exporters write it (``x * relu6(x + 3) / 6``, in
    either association) becomes one Hardswish op and GELU (``x * (1 + erf(x / sqrt 2)) / 2``,
