@@ -6,7 +6,9 @@ the wall ratio follows the load, the CPU-time ratio much less. The child also re
 the cold start's compile time went, per module of the kernels compiled (exclusive CPU seconds
 of the compiling thread, from Numba's compile events): the NPU model's kernels
 (``mpe``, ``vector``, ``igemm``, ``cycles``...), the deploy planners (``planners``), and
-Numba's own array implementations they pull in.
+Numba's own array implementations they pull in; then the project's slowest kernels to
+compile, each with its number of compiles when above one (one per specialisation: a second
+means a literal, dtype or layout variant).
 
 Target: cold within 4x of warm.
 
@@ -29,6 +31,7 @@ CHILD = textwrap.dedent("""
     t0, c0 = time.perf_counter(), time.process_time()
     from numba.core import event
     spent = {{}}
+    per_kernel = {{}}
 
     class Compiles(event.Listener):
         def __init__(self):
@@ -42,10 +45,16 @@ CHILD = textwrap.dedent("""
             dt = time.thread_time() - t
             if self.stack:
                 self.stack[-1][1] += dt
-            mod = e.data["dispatcher"].py_func.__module__
+            func = e.data["dispatcher"].py_func
+            mod = func.__module__
             key = ("planners" if ".planners." in mod else
                    mod.split(".")[-1] if mod.startswith(("npu_model", "xir")) else "numba")
             spent[key] = spent.get(key, 0.0) + dt - inner
+            if key != "numba":  # per kernel: CPU seconds and compiles (specialisations)
+                k = per_kernel.setdefault(mod.removeprefix("npu_model.") + "." + func.__qualname__,
+                                           [0.0, 0])
+                k[0] += dt - inner
+                k[1] += 1
 
     event.register("numba:compile", Compiles())
     import numpy as np
@@ -63,7 +72,7 @@ CHILD = textwrap.dedent("""
     t1 = time.perf_counter()
     sess.forward([x])
     print(json.dumps(dict(first=first, first_cpu=first_cpu, second=time.perf_counter() - t1,
-                          compiles=spent)))
+                          compiles=spent, kernels=per_kernel)))
 """)
 
 
@@ -90,6 +99,10 @@ def test_cold_and_warm_start(benchmark, model, tmp_path):
           f"{cold['first_cpu'] / warm['first_cpu']:.1f}x; {load_average()}); "
           f"cold compiles {total:.1f} s CPU: "
           + ", ".join(f"{k} {v:.1f}" for k, v in comp[:8]))
+    top = sorted(cold["kernels"].items(), key=lambda kv: -kv[1][0])[:12]
+    print("  slowest kernels to compile (CPU s, compiles): "
+          + ", ".join(f"{k} {s:.2f}" + (f" x{n}" if n > 1 else "") for k, (s, n) in top))
     benchmark.extra_info.update(cold_s=cold["first"], warm_s=warm["first"],
                                 ratio=cold["first"] / warm["first"], cold_cpu_s=cold["first_cpu"],
-                                warm_cpu_s=warm["first_cpu"], compiles=cold["compiles"])
+                                warm_cpu_s=warm["first_cpu"], compiles=cold["compiles"],
+                                kernels=cold["kernels"])

@@ -16,7 +16,7 @@ from .search import (
     _ORDERINGS,
     ANNEAL_T0,
     DEFAULT_MAX_ITERS,
-    _excess,
+    _excess_np,
     _improve,
     _orderings,
     _overlap_graph,
@@ -97,7 +97,7 @@ def plan_etm_detailed(sizes: Any, starts: Any, ends: Any, alias_owner: Any = Non
             off = np.zeros(m, dtype=np.int64)
             order = np.ascontiguousarray(order, dtype=np.int64)
             total = int(_place(order, 0, size, off, placed, indptr, nbr, first_fit, lo, hi))
-            key = (total, int(_excess(size, off, bound)))
+            key = (total, _excess_np(size, off, bound))
             if best is None or key < best[:2]:
                 label = f"{name}/{'first' if first_fit else 'best'}-fit"
                 best = (key[0], key[1], order.copy(), off, first_fit, label)

@@ -87,15 +87,22 @@ def _place(order, k0, size, off, placed, indptr, nbr, first_fit, lo, hi):
     return total
 
 
-@kernel
+@helper
 def _excess(size, off, bound):
-    """Bytes that stick out above the bound line, summed over the buffers."""
+    """Bytes that stick out above the bound line, summed over the buffers (in `_improve`;
+    the greedy passes use `_excess_np`)."""
     e = 0
     for i in range(size.shape[0]):
         t = off[i] + size[i] - bound
         if t > 0:
             e += t
     return e
+
+
+def _excess_np(size, off, bound):
+    """`_excess` in numpy, for the greedy passes run from Python: the same int64 sum without
+    compiling a kernel for it on a cold start."""
+    return int(np.maximum(off + size - bound, 0).sum())
 
 
 _ORDERINGS = ("size", "area", "length", "start")
