@@ -472,20 +472,17 @@ def _evict_walk(order, sizes, scores, eligible, offsets, adj_ptr, adj_idx, capac
                 m += 1
         if m == 0:
             continue
-        victims = np.empty(m, np.int64)
-        keys = np.empty(m)  # walk ranks (exact in float64: one _argsort2 specialisation)
+        victims = np.empty(m, np.int64)  # in walk order: insertion by rank (ranks are unique)
         m = 0
         for q in range(a, b):
             j = adj_idx[q]
             if offsets[j] >= 0 and scores[j] < scores[u]:
-                victims[m] = j
-                keys[m] = rank[j]
+                z = m
+                while z > 0 and rank[victims[z - 1]] > rank[j]:
+                    victims[z] = victims[z - 1]
+                    z -= 1
+                victims[z] = j
                 m += 1
-        by_rank = _argsort2(keys, victims, np.int64(m))
-        in_walk_order = np.empty(m, np.int64)
-        for q in range(m):
-            in_walk_order[q] = victims[by_rank[q]]
-        victims = in_walk_order
         saved = np.empty(m, np.int64)
         lost = 0.0
         placed = -1
