@@ -28,9 +28,10 @@ per concern:
 The instances of xir networks the tests and benchmarks plan (`instance_from_network`) live
 with them (tests/support/etm_network.py): the runtime builds its own from the `Layout`.
 
-The hot loops are module-level ``@njit(cache=True)`` functions of plain arrays, so
-``NUMBA_DISABLE_JIT=1`` runs them as Python with the same results. Kernels that call each other
-share a file. See docs/etm-planner.md.
+The hot loops are module-level Numba kernels of plain arrays (`npu_model.kernels.jit`'s
+``kernel``/``helper``: cached, no wrappers nobody calls), so ``NUMBA_DISABLE_JIT=1`` runs them
+as Python with the same results. Kernels that call each other share a file. See
+docs/etm-planner.md.
 """
 
 from __future__ import annotations

@@ -30,8 +30,9 @@ The MILP reference optima the tests and benchmarks measure plans against live wi
 (tests/support/ocm_optimum.py): the planners never need scipy. So do the instances of xir
 networks they plan (`OcmInstance`, `instance_from_network`: tests/support/ocm_network.py).
 
-Hot loops are module-level ``@njit(cache=True)`` kernels taking arrays only;
-``NUMBA_DISABLE_JIT=1`` runs them as Python.
+Hot loops are module-level Numba kernels taking arrays only (`npu_model.kernels.jit`'s
+``kernel``/``helper``: cached, no wrappers nobody calls); ``NUMBA_DISABLE_JIT=1`` runs them as
+Python.
 """
 
 from __future__ import annotations
