@@ -92,7 +92,8 @@ def test_json_layout_is_the_same_text(ascii_only):
     obj = encode.network_to_dict(net)
     obj["tags"]["odd"] = {"é\u4e2d" * 30: [1.5, {"k": list(range(40))}], "x" * 96: 1,
                           "e": {}, "l": [[]] * 40, "a": np.arange(50), "t": (1, 2) * 30,
-                          7: "int key"}
+                          7: "int key", "n": [-0.0, 1e300, 5e-324, 2**70, True, None, 0.1,
+                                              np.float64(2.5), np.int64(-3), 1.5e16]}
     want = _old_pretty(obj, ascii_only=ascii_only) + "\n"
     assert encode.dumps(obj, ascii_only=ascii_only) == want
 
@@ -104,6 +105,9 @@ def test_unwritable_tags_still_fail_before_anything_is_written(tmp_path):
         net.save(tmp_path / "n.json")
     assert list(tmp_path.iterdir()) == []
     net.tags["bad"] = {"x" * 200: 1, (1, 2): 3}  # a key json cannot hold, in a long object
+    with pytest.raises(xir.XirError, match="cannot be written as json"):
+        encode.dumps(encode.network_to_dict(net))
+    net.tags["bad"] = {"x" * 200: [float("nan")]}
     with pytest.raises(xir.XirError, match="cannot be written as json"):
         encode.dumps(encode.network_to_dict(net))
 

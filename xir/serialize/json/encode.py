@@ -110,6 +110,16 @@ _KEY_TEXT = {False: _json.encoder.encode_basestring, True: _json.encoder.encode_
 
 
 def _compact(obj: Any, ascii_only: bool = False) -> str:
+    kind = type(obj)
+    # the scalars, as json's encoder writes them, without building an encoder per number
+    if kind is int:
+        return int.__repr__(obj)
+    if kind is float and math.isfinite(obj):
+        return float.__repr__(obj)
+    if kind is bool:
+        return "true" if obj else "false"
+    if obj is None:
+        return "null"
     return _ENCODERS[ascii_only].encode(obj)
 
 
