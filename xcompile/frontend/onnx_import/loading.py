@@ -69,8 +69,13 @@ def _check(model: Any, file: str | None) -> Any:
     if not model.HasField("graph") or not model.graph.output:
         raise OnnxModelError("the model has no graph outputs (corrupt, truncated or not an "
                              "ONNX model)", file=file)
+    # a file without external data is checked from its path: the checker reads it in C++
+    # instead of a re-serialization of the whole model in Python (vgg19: ~1.7 s of CPU)
+    external = any(t.data_location == onnx.TensorProto.EXTERNAL
+                   for t in model.graph.initializer)
+    on_disk = file is not None and not external and os.path.isfile(file)
     try:
-        onnx.checker.check_model(model)
+        onnx.checker.check_model(file if on_disk else model)
     except Exception as exc:  # noqa: BLE001 - ValidationError and protobuf errors
         # The checker is stricter than exporters and runtimes (e.g. outputs without shapes);
         # a model that is really broken fails below with a located error instead.
