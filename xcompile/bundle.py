@@ -138,13 +138,13 @@ def reshape_network(net: Network, shapes: dict[str, tuple[int, ...]]) -> Network
 def _check_onnx_shape(model: str, shapes: dict[str, tuple[int, ...]], member: Network,
                       opts: dict[str, Any]) -> None:
     """An ONNX model imported at `shapes` must give the outputs `member` infers."""
-    from xcompile.pipeline import _values
+    from xcompile.pipeline import parse_values
     from xcompile.quant.qdq import import_qdq
 
     label = ", ".join(f"{k}={list(v)}" for k, v in shapes.items())
     try:
         ref = import_qdq(model, {k: list(v) for k, v in shapes.items()},
-                         name=opts.get("name"), input_values=_values(opts.get("input_value")))
+                         name=opts.get("name"), input_values=parse_values(opts.get("input_value")))
     except XirError as err:
         raise BundleShapeError(f"{model} does not import at input shape {label}: "
                                f"{err}") from err
@@ -161,11 +161,8 @@ def compile_bundle(opts: dict[str, Any], runner: Any = None) -> dict[str, str]:
     every shape of `opts["bundle_shapes"]`; write `<name>_quantized.json/raw` and
     `<name>_<SUFFIX>.bundle` into `opts["output"]`. Returns {"quantized": path, "bundle":
     path}. Nothing is written unless every member lowers."""
-    from xcompile import zoo
     from xcompile.passes import optimize
-    from xcompile.pipeline import _float_network, _quantize, _shapes, _values, file_stem
-    from xcompile.quant.calibrate import load_calibration
-    from xcompile.quant.qdq import import_qdq
+    from xcompile.pipeline import is_onnx_model, parse_model, parse_shapes, quantize_stage
 
     members = parse_bundle_shapes(opts.get("bundle_shapes"))
     if not opts.get("target"):
@@ -173,34 +170,14 @@ def compile_bundle(opts: dict[str, Any], runner: Any = None) -> dict[str, str]:
                        "one chip: run once per target)")
     lower = plugins.target(opts["target"])
     model = str(opts["model"])
-    onnx_model = not model.endswith(".json") and (model.endswith(".onnx")
-                                                  or os.path.exists(model))
-    with stage(f"parse {model}"):
-        if model.endswith(".json"):
-            net = _float_network(model)
-        elif onnx_model:
-            first = _shapes(opts.get("input_shape")) or \
-                {k: list(v) for k, v in members[0].items()}
-            net = import_qdq(model, first, name=opts.get("name"),
-                             input_values=_values(opts.get("input_value")))
-        else:
-            size = opts.get("input_size")
-            net = zoo.build(model, input_size=int(size)) if size else zoo.build(model)
-    name = file_stem(opts.get("name") or net.name)
-    if opts.get("calib"):
-        with stage(f"read calibration samples from {opts['calib']}"):
-            samples = load_calibration(opts["calib"], net)
-    elif model in zoo.names():
-        size = opts.get("input_size")
-        samples = zoo.calibration_set(model, count=int(opts["calib_count"]),
-                                      **({"input_size": int(size)} if size else {}))
-    else:
-        raise XrtError("--calib DIR is required for an ONNX model")
+    onnx_model = is_onnx_model(model)
+    first = parse_shapes(opts.get("input_shape")) or {k: list(v) for k, v in members[0].items()}
+    net, name, samples = parse_model(opts, first if onnx_model else None)
     with stage(f"optimize {name}"):
         optimized = optimize(net)
         del net
     with stage(f"quantize {name} once: int{opts['bits']}, {opts['method']} scales"):
-        quantized = _quantize(optimized, samples, opts, runner, name)
+        quantized = quantize_stage(optimized, samples, opts, runner, name)
         del optimized
     lowered: dict[str, Network] = {}
     for shapes in members:

@@ -48,7 +48,7 @@ DEFAULTS = {"target": None, "calib": None, "output": "out", "bits": 8, "method":
             "max_int16": DEFAULT_MAX_INT16, "equalize": None, "bundle_shapes": None}
 
 
-def _shapes(spec: Any) -> dict[str, list[int]] | None:
+def parse_shapes(spec: Any) -> dict[str, list[int]] | None:
     if not spec:
         return None
     if isinstance(spec, dict):
@@ -60,7 +60,7 @@ def _shapes(spec: Any) -> dict[str, list[int]] | None:
     return out
 
 
-def _values(spec: Any) -> dict[str, Any] | None:
+def parse_values(spec: Any) -> dict[str, Any] | None:
     """`--input-value NAME=V[,V...]` flags, or the TOML table `input_value = {NAME = V}`: graph
     inputs fixed to constants at import (a sample rate that decides an If). One number is a
     scalar, a comma list a 1-D array; the importer converts to the input's element type."""
@@ -156,7 +156,7 @@ class _KeepInt8:
         return raised
 
 
-def _quantize(optimized: Any, samples: Any, opts: dict[str, Any], runner: Runner | None,
+def quantize_stage(optimized: Any, samples: Any, opts: dict[str, Any], runner: Runner | None,
               name: str, keep_int8: _KeepInt8 | None = None) -> Any:
     """The quantize stage: `opts`' bits, method and op_bits, convolution pairs equalised when
     `equalize` says so (None: the quantizer's default, with per-tensor weights only; measured
@@ -258,7 +258,7 @@ def file_stem(name: str) -> str:
     return stem or "network"
 
 
-def _float_network(path: str) -> Any:
+def float_network(path: str) -> Any:
     """An xir network saved with `net.save(...)`, which the compile starts from as it would
     from an imported ONNX model: it must still be float (not already quantized or lowered)."""
     from xir.serialize import load_network
@@ -272,25 +272,24 @@ def _float_network(path: str) -> Any:
     return net
 
 
-def compile_model(opts: dict[str, Any], report: bool = False, runner: Runner | None = None
-                  ) -> dict[str, str]:
-    """Run every stage with `opts` (keys of `DEFAULTS` plus "model"); returns {stage: json
-    path} in the output folder. `runner` executes networks for calibration, GPTQ and the
-    report (default: the HostBackend)."""
-    if opts.get("bundle_shapes"):  # one quantization, a network per shape, one bundle file
-        from xcompile.bundle import compile_bundle
+def is_onnx_model(model: str) -> bool:
+    """Whether the compile's MODEL names an ONNX file (not a float xir json, not a zoo name)."""
+    return not model.endswith(".json") and (model.endswith(".onnx") or os.path.exists(model))
 
-        return compile_bundle(opts, runner)
+
+def parse_model(opts: dict[str, Any], shapes: dict[str, list[int]] | None
+                ) -> tuple[Any, str, Any]:
+    """The parse stage and the calibration samples: `opts["model"]` (an ONNX file imported at
+    `shapes`, a float xir json or a zoo name) as a float network, the file stem the outputs
+    are named with, and the samples from `--calib` (a zoo model's own set without it)."""
     model = str(opts["model"])
-    parse_share(opts.get("max_int16", DEFAULTS["max_int16"]))  # a bad cap fails before work
-    lower = plugins.target(opts["target"]) if opts.get("target") else None
     with stage(f"parse {model}"):
         if model.endswith(".json"):  # an xir float network (json + raw), e.g. from Python
-            net = _float_network(model)
-        elif model.endswith(".onnx") or os.path.exists(model):
+            net = float_network(model)
+        elif is_onnx_model(model):
             # a QDQ model imports as its float model, its pairs' scales kept (quant.qdq)
-            net = import_qdq(model, _shapes(opts.get("input_shape")), name=opts.get("name"),
-                             input_values=_values(opts.get("input_value")))
+            net = import_qdq(model, shapes, name=opts.get("name"),
+                             input_values=parse_values(opts.get("input_value")))
         else:
             size = opts.get("input_size")
             net = zoo.build(model, input_size=int(size)) if size else zoo.build(model)
@@ -304,6 +303,21 @@ def compile_model(opts: dict[str, Any], report: bool = False, runner: Runner | N
                                       **({"input_size": int(size)} if size else {}))
     else:
         raise XrtError("--calib DIR is required for an ONNX model")
+    return net, name, samples
+
+
+def compile_model(opts: dict[str, Any], report: bool = False, runner: Runner | None = None
+                  ) -> dict[str, str]:
+    """Run every stage with `opts` (keys of `DEFAULTS` plus "model"); returns {stage: json
+    path} in the output folder. `runner` executes networks for calibration, GPTQ and the
+    report (default: the HostBackend)."""
+    if opts.get("bundle_shapes"):  # one quantization, a network per shape, one bundle file
+        from xcompile.bundle import compile_bundle
+
+        return compile_bundle(opts, runner)
+    parse_share(opts.get("max_int16", DEFAULTS["max_int16"]))  # a bad cap fails before work
+    lower = plugins.target(opts["target"]) if opts.get("target") else None
+    net, name, samples = parse_model(opts, parse_shapes(opts.get("input_shape")))
     out_dir = os.path.abspath(opts["output"])
     os.makedirs(os.path.dirname(out_dir) or ".", exist_ok=True)
     tmp = tempfile.mkdtemp(prefix=".xrt-compile-", dir=os.path.dirname(out_dir) or ".")
@@ -325,7 +339,7 @@ def compile_model(opts: dict[str, Any], report: bool = False, runner: Runner | N
         with stage(f"quantize {name}: int{opts['bits']}, {opts['method']} scales"):
             keep_int8 = _KeepInt8(os.path.join(tmp, ".int8.json")) if lower is not None \
                 else None
-            quantized = _quantize(optimized, samples, opts, runner, name, keep_int8)
+            quantized = quantize_stage(optimized, samples, opts, runner, name, keep_int8)
         mp = quantized.tags["quantization"].get("mixed_precision") or {}
         int8_cycles: int | str | None = None
         if lower is not None and mp.get("raised"):

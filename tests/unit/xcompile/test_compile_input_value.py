@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from xcompile.pipeline import DEFAULTS, _values, compile_model
+from xcompile.pipeline import DEFAULTS, compile_model, parse_values
 from xrt.errors import XrtError
 
 onnx = pytest.importorskip("onnx")
@@ -56,11 +56,11 @@ def test_a_fixed_input_inlines_the_if_and_the_convs_reach_the_chip(tmp_path):
 
 
 def test_input_value_specs():
-    assert float(_values(["sr=16000"])["sr"]) == 16000.0
-    assert _values(["sr=16000"])["sr"].shape == ()
-    assert list(_values(["w=1,2.5"])["w"]) == [1.0, 2.5]
-    assert float(_values({"sr": 8000})["sr"]) == 8000.0
-    assert _values(None) is None
+    assert float(parse_values(["sr=16000"])["sr"]) == 16000.0
+    assert parse_values(["sr=16000"])["sr"].shape == ()
+    assert list(parse_values(["w=1,2.5"])["w"]) == [1.0, 2.5]
+    assert float(parse_values({"sr": 8000})["sr"]) == 8000.0
+    assert parse_values(None) is None
     for bad in (["sr=fast"], ["=3"], ["sr="]):
         with pytest.raises(XrtError, match="input-value"):
-            _values(bad)
+            parse_values(bad)
