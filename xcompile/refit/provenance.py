@@ -42,8 +42,8 @@ def initializer_digest(arr: Any) -> str:
     h.update(f"{a.dtype.str}{list(a.shape)}".encode())
     if a.dtype.kind == "O":
         h.update(repr(a.tolist()).encode())
-    elif a.size:  # the array's own bytes, not a copy (vgg19: 575 MB)
-        h.update(memoryview(a).cast("B"))
+    elif a.size:  # the array's own bytes as uint8, not a copy (vgg19: 575 MB); any dtype
+        h.update(a.reshape(-1).view(np.uint8))  # (bfloat16 has no buffer format of its own)
     return h.hexdigest()
 
 
