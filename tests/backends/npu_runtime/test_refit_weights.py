@@ -14,15 +14,11 @@ import threading
 import numpy as np
 import pytest
 from onnx import numpy_helper
+from refit_nets import copy_network, tiny_exports, tiny_quantized
 from runtime_cases import x_of
 
-import xir
 from host_backend import HostBackend
 from npu_runtime import SegmentType
-from xcompile import zoo
-from xcompile.frontend import import_onnx
-from xcompile.frontend.onnx_export import export_onnx
-from xcompile.quant.quantize import quantize_network
 from xrt import Device, HostDevice, Session
 from xrt.errors import CallOrderError, InvalidArgumentError
 from xrt.remote.server import DeviceServer
@@ -30,21 +26,11 @@ from xrt.remote.server import DeviceServer
 _NETS: dict = {}
 
 
-def _copy(z):
-    c = xir.Network.CreateFromJsonStr(z.dumpJsonToStr())
-    c.loadParamsFromBuffer(z.dumpParamsToBuffer())
-    return c
-
-
 def _onnx_tiny(chip):
     """(m0, m1, quantized from m0, lowered for the chip), cached per process."""
     if chip.kind not in _NETS:
-        m0 = export_onnx(zoo.build("tiny_cnn"))
-        m1 = export_onnx(zoo.build("tiny_cnn", seed=1))
-        cal = [[np.transpose(s[0] if isinstance(s, list) else s, (0, 3, 1, 2))]
-               for s in zoo.calibration_set("tiny_cnn", count=2)]
-        q = quantize_network(import_onnx(m0), cal, bits=8, method="minmax",
-                             weight_rounding="nearest")
+        m0, m1 = tiny_exports()
+        q = tiny_quantized()
         lowering = importlib.import_module(f"{chip.package}.lowering")
         _NETS[chip.kind] = (m0, m1, q, lowering.lower(lowering.adapt(q)), lowering)
     return _NETS[chip.kind]
@@ -88,7 +74,7 @@ def _segment(b, st):
 
 def test_refit_equals_the_integer_reference_of_the_refitted_network(chip, case):
     m0, m1, q, z, lowering, x = case
-    net = _copy(z)
+    net = copy_network(z)
     s = _session(chip, net)
     b = s.backends[0]
     old = _out(s, x)
@@ -96,7 +82,7 @@ def test_refit_equals_the_integer_reference_of_the_refitted_network(chip, case):
     weight0 = _segment(b, SegmentType.WEIGHT)
     rep = s.refitWeights(m1)
     got = _out(s, x)
-    want = _reference(_copy(q), m1, x)
+    want = _reference(copy_network(q), m1, x)
     for u, v in zip(want, got):
         np.testing.assert_array_equal(u, v)
     assert any(not np.array_equal(u, v) for u, v in zip(old, got))
@@ -109,7 +95,7 @@ def test_refit_equals_the_integer_reference_of_the_refitted_network(chip, case):
     w_addr, w_bytes = _segment(b, SegmentType.WEIGHT)
     assert w_addr == weight0[0] and w_bytes != weight0[1]
     # the blocks are what a fresh lowering of the refitted quantized network packs
-    q2 = _copy(q)
+    q2 = copy_network(q)
     h = Session.Create([HostBackend], q2.view(0), [HostDevice.Default()])
     h.apply()
     h.refitWeights(m1)
@@ -124,7 +110,7 @@ def test_refit_equals_the_integer_reference_of_the_refitted_network(chip, case):
     # a snapshot, and the saved network deployed anew, give the refitted outputs
     s2 = Session.CreateWithSnapshot(s.dumpSnapshotToMemory(), [chip.backend, HostBackend],
                                     [chip.dev, HostDevice.Default()])
-    s3 = _session(chip, _copy(net))
+    s3 = _session(chip, copy_network(net))
     for other in (s2, s3):
         for u, v in zip(want, _out(other, x)):
             np.testing.assert_array_equal(u, v)
@@ -142,7 +128,7 @@ def test_refit_equals_the_integer_reference_of_the_refitted_network(chip, case):
 
 def test_a_refused_refit_leaves_the_chip_unchanged(chip, case):
     m0, m1, q, z, lowering, x = case
-    net = _copy(z)
+    net = copy_network(z)
     s = _session(chip, net, merge=False)
     b = s.backends[0]
     old = _out(s, x)
@@ -172,11 +158,12 @@ def test_a_refused_refit_leaves_the_chip_unchanged(chip, case):
 
 def test_a_forward_in_another_thread_sees_old_or_new_never_a_mix(chip, case):
     m0, m1, q, z, lowering, x = case
-    s = _session(chip, _copy(z), merge=False)  # one icoreCalc per HardOp: many chances to mix
+    # one icoreCalc per HardOp: many chances to mix
+    s = _session(chip, copy_network(z), merge=False)
     s.refitWeights(m1)
     s.refitWeights(m0)  # the two states the loop below swaps between: m0 refitted, m1
     want_old = _out(s, x)
-    want_new = _reference(_copy(q), m1, x)
+    want_new = _reference(copy_network(q), m1, x)
     outs: list[list[np.ndarray]] = []
     stop = threading.Event()
 
@@ -206,10 +193,10 @@ def test_refit_over_the_socket(chip, case):
     host, port = srv.address
     dev = Device.Open(f"socket://{chip.kind}@{host}:{port}")
     try:
-        s = _session(chip, _copy(z), dev=dev)
+        s = _session(chip, copy_network(z), dev=dev)
         rep = s.refitWeights(m1)
         assert rep.hardops and rep.bytes > 0
-        for u, v in zip(_reference(_copy(q), m1, x), _out(s, x)):
+        for u, v in zip(_reference(copy_network(q), m1, x), _out(s, x)):
             np.testing.assert_array_equal(u, v)
         assert s.backends[0].precheck()
         s.close()
@@ -224,7 +211,7 @@ def test_a_weight_chunk_shared_by_networks_holding_the_same_params(chip, case):
     own copies of the Params on that chunk is refused (it would keep stale parameters), and
     nothing is written."""
     m0, m1, q, z, lowering, x = case
-    net_a, net_b = _copy(z), _copy(z)
+    net_a, net_b = copy_network(z), copy_network(z)
     shared = {op.op_id: op.params[0] for op in net_a.ops if op.op_type == "HardOp" and op.params}
     for op in net_b.ops:
         if op.op_id in shared:
@@ -246,13 +233,13 @@ def test_a_weight_chunk_shared_by_networks_holding_the_same_params(chip, case):
 
     sa, sb = on_chunks(net_a), on_chunks(net_b)
     rep = sa.refitWeights(m1)
-    want = _reference(_copy(q), m1, x)
+    want = _reference(copy_network(q), m1, x)
     for s in (sa, sb):
         for u, v in zip(want, _out(s, x)):
             np.testing.assert_array_equal(u, v)
         assert s.backends[0].precheck()
     assert rep.hardops
-    sc = on_chunks(_copy(net_a))  # the refitted weights, in Params of its own
+    sc = on_chunks(copy_network(net_a))  # the refitted weights, in Params of its own
     weight0 = _segment(sa.backends[0], SegmentType.WEIGHT)
     with pytest.raises(InvalidArgumentError, match="another network object"):
         sa.refitWeights(m0)
@@ -269,12 +256,12 @@ def test_a_session_restored_from_a_snapshot_refits(chip, case):
     """The refit records travel in the snapshot's network: a restored session refits as the
     one it was dumped from."""
     m0, m1, q, z, lowering, x = case
-    s = _session(chip, _copy(z))
+    s = _session(chip, copy_network(z))
     r = Session.CreateWithSnapshot(s.dumpSnapshotToMemory(), [chip.backend, HostBackend],
                                    [chip.dev, HostDevice.Default()])
     s.close()
     rep = r.refitWeights(m1)
     assert len(rep.rows) == 9 and rep.hardops
-    for u, v in zip(_reference(_copy(q), m1, x), _out(r, x)):
+    for u, v in zip(_reference(copy_network(q), m1, x), _out(r, x)):
         np.testing.assert_array_equal(u, v)
     r.close()

@@ -10,12 +10,11 @@ import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
+from refit_nets import copy_network, nchw, tiny_exports, tiny_quantized
 
-import xir
 from host_backend import HostBackend
 from xcompile import zoo
 from xcompile.frontend import import_onnx
-from xcompile.frontend.onnx_export import export_onnx
 from xcompile.passes import optimize
 from xcompile.quant.quantize import quantize_network
 from xcompile.refit.plan import plan_refit
@@ -26,29 +25,14 @@ from xrt import HostDevice, Session
 from xrt.errors import InvalidArgumentError
 
 
-def _nchw(samples):
-    return [[np.transpose(s[0] if isinstance(s, list) else s, (0, 3, 1, 2))] for s in samples]
-
-
 @pytest.fixture(scope="module")
 def tiny():
     """tiny_cnn exported to ONNX twice (seeds 0 and 1), the first imported and quantized."""
-    m0 = export_onnx(zoo.build("tiny_cnn"))
-    m1 = export_onnx(zoo.build("tiny_cnn", seed=1))
-    f0 = import_onnx(m0)
-    q = quantize_network(f0, _nchw(zoo.calibration_set("tiny_cnn", count=2)), bits=8,
-                         method="minmax", weight_rounding="nearest")
-    return m0, m1, q
+    return (*tiny_exports(), tiny_quantized())
 
 
 def _inits(m):
     return {i.name: numpy_helper.to_array(i) for i in m.graph.initializer}
-
-
-def _copy(net):
-    c = xir.Network.CreateFromJsonStr(net.dumpJsonToStr())
-    c.loadParamsFromBuffer(net.dumpParamsToBuffer())
-    return c
 
 
 def _host(net):
@@ -108,7 +92,7 @@ def test_refit_requantizes_as_a_fresh_quantization(tiny):
     nearest-rounding quantization of the new model computes, and the bias at the frozen
     input scale; the activation types are unchanged; the report names every initializer."""
     m0, m1, q = tiny
-    net = _copy(q)
+    net = copy_network(q)
     s = _host(net)
     before = {op.op_id: [v.dtype for v in op.inputs + op.outputs if not v.is_params]
               for op in net.ops}
@@ -119,7 +103,7 @@ def test_refit_requantizes_as_a_fresh_quantization(tiny):
     folded = {"stem", "down", "dw", "pw", "branch1", "branch2"}
     assert all(r.bn_refolded == (r.name.split(".")[0] in folded) for r in rep.rows)
     assert all(r.weight_saturated == 0 and 0 < r.weight_err_max for r in rep.rows)
-    fresh = quantize_network(import_onnx(m1), _nchw(zoo.calibration_set("tiny_cnn", count=2)),
+    fresh = quantize_network(import_onnx(m1), nchw(zoo.calibration_set("tiny_cnn", count=2)),
                              bits=8, method="minmax", weight_rounding="nearest")
     for row in rep.rows:
         mine, theirs = net.getOpById(row.op_id), fresh.getOpById(row.op_id)
@@ -136,7 +120,7 @@ def test_dict_subset_file_and_unchanged_layers(tiny, tmp_path):
     """A dict refits only the layers it feeds; a file whose initializers equal the deployed
     ones changes nothing; the digests follow the refit (a second identical refit is a no-op)."""
     m0, m1, q = tiny
-    net = _copy(q)
+    net = copy_network(q)
     s = _host(net)
     x = _x(q)
     old = [np.asarray(t).copy() for t in s.forward([x])]
@@ -156,7 +140,7 @@ def test_dict_subset_file_and_unchanged_layers(tiny, tmp_path):
 
 
 def _refused(q, source, match):
-    net = _copy(q)
+    net = copy_network(q)
     s = _host(net)
     x = _x(q)
     want = [np.asarray(t).copy() for t in s.forward([x])]
@@ -216,7 +200,7 @@ def test_records_survive_save_and_load(tiny, tmp_path):
     q.save(path)
     back = load_network(path)
     assert back.tags[RECORDS_TAG] == q.tags[RECORDS_TAG]
-    a = plan_refit(_copy(q), m1)
+    a = plan_refit(copy_network(q), m1)
     b = plan_refit(back, m1)
     for oid, layer in a.layers.items():
         np.testing.assert_array_equal(layer.op.inputs[1].data, b.layers[oid].op.inputs[1].data)
@@ -227,7 +211,7 @@ def test_an_equalized_network_is_refused(tiny):
     """Cross-layer equalisation rescaled pairs by factors of the old weights: a refit cannot
     recompute them from initializers, and says so."""
     m0, m1, q = tiny
-    net = _copy(q)
+    net = copy_network(q)
     net.tags["quantization"] = {**net.tags["quantization"], "equalized_pairs": 2}
     s = _host(net)
     with pytest.raises(InvalidArgumentError, match="cross-layer equalisation"):
@@ -239,7 +223,7 @@ def test_per_tensor_weights_stay_per_tensor(tiny):
     """A network compiled with per-tensor weights (no equalisation) is refitted per tensor: the
     codes and the one scale a fresh per-tensor quantization of the new model computes."""
     m0, m1, q = tiny
-    cal = _nchw(zoo.calibration_set("tiny_cnn", count=2))
+    cal = nchw(zoo.calibration_set("tiny_cnn", count=2))
     kw = dict(bits=8, method="minmax", weight_rounding="nearest", per_channel=False,
               equalize=False)
     net = quantize_network(import_onnx(m0), cal, **kw)

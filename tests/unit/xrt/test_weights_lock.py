@@ -7,24 +7,17 @@ import threading
 
 import numpy as np
 import pytest
+from refit_nets import tiny_exports, tiny_quantized
 
 from host_backend import HostBackend
-from xcompile import zoo
-from xcompile.frontend import import_onnx
-from xcompile.frontend.onnx_export import export_onnx
-from xcompile.quant.quantize import quantize_network
 from xrt import HostDevice, Session
 from xrt.errors import CallOrderError
 from xrt.weights_lock import WeightsLock
 
 
 def _host_session():
-    m0 = export_onnx(zoo.build("tiny_cnn"))
-    m1 = export_onnx(zoo.build("tiny_cnn", seed=1))
-    cal = [[np.transpose(s[0] if isinstance(s, list) else s, (0, 3, 1, 2))]
-           for s in zoo.calibration_set("tiny_cnn", count=2)]
-    q = quantize_network(import_onnx(m0), cal, bits=8, method="minmax",
-                         weight_rounding="nearest")
+    _, m1 = tiny_exports()
+    q = tiny_quantized()
     s = Session.Create([HostBackend], q.view(0), [HostDevice.Default()])
     s.apply()
     x = np.random.default_rng(3).normal(size=q.inputs()[0].shape).astype(np.float32)
