@@ -1,6 +1,7 @@
 """The refit tests' case: tiny_cnn exported to ONNX twice (seeds 0 and 1, the same graph with
 other weights) and a network quantized from the first export with nearest weight rounding, so
-a refit's codes can be compared with a fresh quantization."""
+a refit's codes can be compared with a fresh quantization; and the independent network copy
+the refresh, refit, bundle and socket tests deploy."""
 
 from __future__ import annotations
 

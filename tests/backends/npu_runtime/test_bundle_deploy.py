@@ -15,6 +15,7 @@ import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
+from refit_nets import copy_network
 from runtime_cases import host_ref, x_of
 
 import xir
@@ -31,12 +32,6 @@ SIZES = (32, 40, 48)
 _CACHE: dict = {}
 
 
-def _copy(z):
-    c = xir.Network.CreateFromJsonStr(z.dumpJsonToStr())
-    c.loadParamsFromBuffer(z.dumpParamsToBuffer())
-    return c
-
-
 def _case(chip, seed=0):
     """(bundle bytes, {member: quantized at its size}, {member: lowered alone})."""
     key = (chip.kind, seed)
@@ -45,7 +40,7 @@ def _case(chip, seed=0):
         q = chip.compiled("tiny_cnn", **({"seed": seed} if seed else {}))[0]
         qs = {f"s{n}": reshape_network(q, {"input": (1, n, n, 3)}) for n in SIZES}
         alone = {k: lowering.lower(lowering.adapt(v)) for k, v in qs.items()}
-        bundle = xir.Bundle.from_networks({k: _copy(v) for k, v in alone.items()},
+        bundle = xir.Bundle.from_networks({k: copy_network(v) for k, v in alone.items()},
                                           name="tiny_cnn")
         _CACHE[key] = (bundle.dumpToBuffer(), qs, alone)
     return _CACHE[key]
@@ -68,7 +63,7 @@ def _source(bundle, member, other, shared_only):
     """Member `member` with the weight blocks of `other` (tiny_cnn from another seed, lowered
     at the same size) wherever their instructions agree -- with `shared_only`, only in the
     HardOps whose block every member holds: a network `refreshWeights` takes."""
-    src = _copy(bundle.network(member))
+    src = copy_network(bundle.network(member))
     everyone = set.intersection(*({id(op.params[0]) for op in bundle.network(k).ops
                                    if op.op_type == "HardOp" and op.params}
                                   for k in bundle.names()))
@@ -148,7 +143,7 @@ def test_one_refresh_updates_every_member(chip):
     for k, s in ss.items():
         got = _out(s, xs[k])
         assert any(not np.array_equal(u, v) for u, v in zip(before[k], got)), k
-        fresh = _session(chip, _copy(bundle.network(k)))  # the member as it holds now
+        fresh = _session(chip, copy_network(bundle.network(k)))  # the member as it holds now
         for u, v in zip(_out(fresh, xs[k]), got):
             np.testing.assert_array_equal(u, v)
         fresh.close()
@@ -186,7 +181,7 @@ def test_one_refit_from_onnx_updates_every_member(chip):
     rep = ss[bundle.names()[1]].refitWeights(m1)
     assert rep.bytes > 0 and rep.host_ops == []
     for k, s in ss.items():
-        h = Session.Create([HostBackend], _copy(qs[k]).view(0), [HostDevice.Default()])
+        h = Session.Create([HostBackend], copy_network(qs[k]).view(0), [HostDevice.Default()])
         h.apply()
         h.refitWeights(m1)
         got = _out(s, xs[k])
@@ -255,7 +250,7 @@ def test_a_refresh_while_another_member_forwards_in_a_thread(chip):
     ss, chunk = _shared(chip, bundle)
     first, last = bundle.names()[0], bundle.names()[-1]
     x = x_of(qs[last], 9)
-    old_src = _copy(bundle.network(first))
+    old_src = copy_network(bundle.network(first))
     new_src = _source(bundle, first, _case(chip, seed=1)[2][first], shared_only=True)
     want_old = _out(ss[last], x)
     ss[first].backends[0].refreshWeights(new_src)
@@ -436,7 +431,8 @@ def test_members_share_a_chunk_over_the_socket(chip):
             _source(bundle, first, _case(chip, seed=1)[2][first], shared_only=True))
         for k, s in ss.items():
             x = x_of(qs[k], 4)
-            fresh = _session(chip, _copy(bundle.network(k)))  # local, from the member as it is
+            # local, from the member as it is
+            fresh = _session(chip, copy_network(bundle.network(k)))
             for u, v in zip(_out(fresh, x), _out(s, x)):
                 np.testing.assert_array_equal(u, v)
             fresh.close()

@@ -11,9 +11,9 @@ import threading
 
 import numpy as np
 import pytest
+from refit_nets import copy_network
 from runtime_cases import x_of
 
-import xir
 from host_backend import HostBackend
 from npu_runtime import SegmentType
 from xrt import Device, HostDevice, Session
@@ -21,16 +21,10 @@ from xrt.errors import CallOrderError, InvalidArgumentError
 from xrt.remote.server import DeviceServer
 
 
-def _copy(z):
-    c = xir.Network.CreateFromJsonStr(z.dumpJsonToStr())
-    c.loadParamsFromBuffer(z.dumpParamsToBuffer())
-    return c
-
-
 def _mixed(z0, z1):
     """z0 with the weight blocks of z1 (tiny_cnn drawn from another seed) in every HardOp whose
     instructions the two share: a network a refit could produce. Returns it and those ids."""
-    mix = _copy(z0)
+    mix = copy_network(z0)
     new = {op.op_id: op for op in z1.ops}
     changed = []
     for op in mix.ops:
@@ -70,7 +64,7 @@ def nets(chip):
 
 def test_refreshed_deployment_equals_a_fresh_one(chip, nets):
     z0, z1, mix, changed, x, want_mix = nets
-    net = _copy(z0)
+    net = copy_network(z0)
     s = _session(chip, net)
     b = s.backends[0]
     old = _out(s, x)
@@ -101,7 +95,7 @@ def test_refreshed_deployment_equals_a_fresh_one(chip, nets):
 
 def test_a_source_with_other_instructions_is_refused_and_nothing_changes(chip, nets):
     z0, z1, mix, changed, x, want_mix = nets
-    net = _copy(z0)
+    net = copy_network(z0)
     s = _session(chip, net)
     before = _out(s, x)
     blocks = {op.op_id: np.array(op.params[0].data) for op in net.ops
@@ -121,7 +115,8 @@ def test_a_source_with_other_instructions_is_refused_and_nothing_changes(chip, n
 
 def test_a_forward_in_another_thread_sees_old_or_new_never_a_mix(chip, nets):
     z0, z1, mix, changed, x, want_mix = nets
-    s = _session(chip, _copy(z0), merge=False)  # one icoreCalc per HardOp: many chances to mix
+    # one icoreCalc per HardOp: many chances to mix
+    s = _session(chip, copy_network(z0), merge=False)
     want_old = _out(s, x)
     outs: list[list[np.ndarray]] = []
     stop = threading.Event()
@@ -130,7 +125,7 @@ def test_a_forward_in_another_thread_sees_old_or_new_never_a_mix(chip, nets):
         while not stop.is_set() and len(outs) < 30:
             outs.append(_out(s, x))
 
-    old_copy = _copy(z0)
+    old_copy = copy_network(z0)
     t = threading.Thread(target=forward)
     t.start()
     i = 0
@@ -148,7 +143,7 @@ def test_a_forward_in_another_thread_sees_old_or_new_never_a_mix(chip, nets):
 
 def test_a_paused_forward_in_this_thread_is_refused(chip, nets):
     z0, z1, mix, changed, x, want_mix = nets
-    s = _session(chip, _copy(z0), merge=False)
+    s = _session(chip, copy_network(z0), merge=False)
     hard = [op.op_id for op in s.network_view.ops if op.op_type == "HardOp"]
     s.stepTo(hard[3], [x])
     with pytest.raises(CallOrderError, match="paused"):
@@ -158,7 +153,7 @@ def test_a_paused_forward_in_this_thread_is_refused(chip, nets):
 
 def test_a_shared_weight_chunk_is_refreshed_for_every_session(chip, nets):
     z0, z1, mix, changed, x, want_mix = nets
-    net = _copy(z0)
+    net = copy_network(z0)
     probe = Session.Create([chip.backend, HostBackend], net.view(0),
                            [chip.dev, HostDevice.Default()]).backends[0]
     region = chip.dev.defaultMemRegion()
@@ -171,9 +166,9 @@ def test_a_shared_weight_chunk_is_refreshed_for_every_session(chip, nets):
         for u, v in zip(want_mix, _out(s, x)):
             np.testing.assert_array_equal(u, v)
         assert s.backends[0].precheck()
-    other = _session(chip, _copy(mix), shared=chunks)  # same weights, another network object
+    other = _session(chip, copy_network(mix), shared=chunks)  # same weights, another network object
     with pytest.raises(InvalidArgumentError, match="another network object"):
-        ss[0].backends[0].refreshWeights(_copy(z0))
+        ss[0].backends[0].refreshWeights(copy_network(z0))
     for u, v in zip(want_mix, _out(other, x)):
         np.testing.assert_array_equal(u, v)
     for s in (*ss, other):
@@ -188,7 +183,7 @@ def test_refresh_over_the_socket(chip, nets):
     host, port = srv.address
     dev = Device.Open(f"socket://{chip.kind}@{host}:{port}")
     try:
-        s = _session(chip, _copy(z0), dev=dev)
+        s = _session(chip, copy_network(z0), dev=dev)
         s.backends[0].refreshWeights(mix)
         for u, v in zip(want_mix, _out(s, x)):
             np.testing.assert_array_equal(u, v)

@@ -13,6 +13,7 @@ import threading
 
 import numpy as np
 import pytest
+from refit_nets import copy_network
 from runtime_cases import host_ref, run, x_of
 
 import xir
@@ -293,11 +294,6 @@ def test_the_served_ocm_is_leased_whole_and_given_back(chip, served):
     own.free()
 
 
-def _copy(z):
-    return xir.Network.CreateFromJsonStr(z.dumpJsonToStr()).loadParamsFromBuffer(
-        z.dumpParamsToBuffer())
-
-
 def test_a_refresh_by_one_client_leaves_the_other_as_it_was(chip, served):
     """Two clients deploy the same network; one refreshes its weights (from tiny_cnn's weights
     of another seed, in every HardOp whose instructions the two share): its outputs are those
@@ -305,7 +301,7 @@ def test_a_refresh_by_one_client_leaves_the_other_as_it_was(chip, served):
     _, (a, b) = served
     q0, z0 = chip.compiled("tiny_cnn")
     _, z1 = chip.compiled("tiny_cnn", seed=1)
-    mix = _copy(z0)
+    mix = copy_network(z0)
     new = {op.op_id: op for op in z1.ops}
     changed = 0
     for op in mix.ops:
@@ -320,7 +316,7 @@ def test_a_refresh_by_one_client_leaves_the_other_as_it_was(chip, served):
     fresh.close()
     r0 = host_ref(q0, x)
     assert any(not np.array_equal(u, v) for u, v in zip(r0, want))
-    sa, sb = _session(chip, _copy(z0), a), _session(chip, z0, b)
+    sa, sb = _session(chip, copy_network(z0), a), _session(chip, z0, b)
     sa.backends[0].refreshWeights(mix)
     for s, expect in ((sa, want), (sb, r0), (sa, want)):
         for u, v in zip(expect, run(s, x)):
