@@ -124,7 +124,8 @@ def test_user_outputs_and_clones_forward_the_same(chip):
 
 
 def test_the_plan_follows_a_weight_refresh_and_a_snapshot_restore(chip):
-    from test_refresh_weights import _copy, _mixed
+    from refit_nets import copy_network
+    from test_refresh_weights import _mixed
 
     z0 = chip.compiled("tiny_cnn")[1]
     mix, changed = _mixed(z0, chip.compiled("tiny_cnn", seed=1)[1])
@@ -133,7 +134,7 @@ def test_the_plan_follows_a_weight_refresh_and_a_snapshot_restore(chip):
     fresh = _session(chip, mix)
     want = _out(fresh, x)
     fresh.close()
-    s = _session(chip, _copy(z0))
+    s = _session(chip, copy_network(z0))
     old = _out(s, x)  # the plan is made here
     s.backends[0].refreshWeights(mix)
     got = _out(s, x)
