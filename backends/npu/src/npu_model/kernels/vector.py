@@ -291,14 +291,45 @@ def copy(x, xrs, xpitch, xcoff, y, yrs, ypitch, ycoff, h_n, w_n, c_n, step):
 
 def permute(x, xrs, xpitch, xcoff, xh, xw, xc, y, yrs, ypitch, ycoff, a0, a1, a2):
     """COPY PERMUTE: ``y[i0, i1, i2] = x[j]`` with ``j[a_k] = i_k`` (a Transpose of the
-    ``xh x xw x xc`` map), both maps in their own layouts. One strided numpy assignment: the
-    DMA's 3-D descriptor, no per-element Python loop."""
-    from numpy.lib.stride_tricks import as_strided
+    ``xh x xw x xc`` map), both maps in their own layouts: the DMA's 3-D descriptor, walked by
+    `permute_walk` (no per-element Python loop). Operands that overlap in memory are copied
+    through numpy, which reads the whole source before writing."""
+    if np.may_share_memory(x, y):
+        from numpy.lib.stride_tricks import as_strided
 
-    e = x.itemsize
-    xv = as_strided(x[xcoff:], (xh, xw, xc), (xrs * e, xpitch * e, e), writeable=False)
-    src = xv.transpose(a0, a1, a2)
-    ye = y.itemsize
-    yv = as_strided(y[ycoff:], src.shape, (yrs * ye, ypitch * ye, ye))
-    yv[...] = src
+        e = x.itemsize
+        xv = as_strided(x[xcoff:], (xh, xw, xc), (xrs * e, xpitch * e, e), writeable=False)
+        src = xv.transpose(a0, a1, a2)
+        ye = y.itemsize
+        yv = as_strided(y[ycoff:], src.shape, (yrs * ye, ypitch * ye, ye))
+        yv[...] = src
+        return y
+    return permute_walk(x, xrs, xpitch, xcoff, xh, xw, xc, y, yrs, ypitch, ycoff, a0, a1, a2)
+
+
+@kernel
+def permute_walk(x, xrs, xpitch, xcoff, xh, xw, xc, y, yrs, ypitch, ycoff, a0, a1, a2):
+    """`permute` of operands that do not overlap, element by element in a loop order that reads
+    the source contiguously where a y axis walks the source's channels (the NCHW input of a
+    network going NHWC: numpy's strided copy walked three channels at a time, 252 -> 69 us
+    at 224 x 224 x 3, issue 30): that axis innermost, else y's channels."""
+    xs = (np.int64(xrs), np.int64(xpitch), np.int64(1))
+    xn = (np.int64(xh), np.int64(xw), np.int64(xc))
+    ax = (np.int64(a0), np.int64(a1), np.int64(a2))
+    ys = (np.int64(yrs), np.int64(ypitch), np.int64(1))
+    inner = np.int64(2)
+    for k in range(3):
+        if ax[k] == 2 and xn[2] > 1:
+            inner = np.int64(k)
+    o0 = np.int64(0) if inner != 0 else np.int64(1)
+    o1 = np.int64(3) - inner - o0
+    n0, n1, n2 = xn[ax[o0]], xn[ax[o1]], xn[ax[inner]]
+    s0, s1, s2 = xs[ax[o0]], xs[ax[o1]], xs[ax[inner]]
+    d0, d1, d2 = ys[o0], ys[o1], ys[inner]
+    for i0 in range(n0):
+        for i1 in range(n1):
+            src = xcoff + i0 * s0 + i1 * s1
+            dst = ycoff + i0 * d0 + i1 * d1
+            for i2 in range(n2):  # unsigned: no wraparound test (4x faster)
+                y[np.uint64(dst + i2 * d2)] = x[np.uint64(src + i2 * s2)]
     return y
