@@ -42,14 +42,7 @@ WHERE = {
 #: a float op reads it, docs/quantization.md "What stays float")
 NEVER_HOST = {"Conv2d", "ConvTranspose2d", "Silu", "Sigmoid", "Tanh", "Gelu"}
 #: cases that cannot pass yet, with the precise reason (strict: they must fail)
-XFAIL: dict[str, str] = {
-    "torch_vit_tiny_block": "accuracy: int8 worst part 0.906 on the calibration probes; the "
-                            "1 op the integer-op cap allows reaches 0.897, so the compile "
-                            "keeps its outlier-aware int8 (0.963 on the probes, 0.980 held "
-                            "out; 0.976 before): the class token's row of the last "
-                            "LayerNorm (0.992) feeds 10 logits (it raised 5 ops before the "
-                            "cap: 0.9982)",
-}
+XFAIL: dict[str, str] = {}
 
 
 def compile_field(name: str, target: str, tmp_path: Path, model=None) -> dict:

@@ -307,16 +307,21 @@ def _capped_order(float_net: Any, ranked: list[Any], user: dict[int, int], max_i
     each. The cap holds twice: at most `max_int16` of the MACs and at most `op_budget` ops in
     int16 (elementwise ops and activation tables cost no MACs but do cost time and memory
     traffic at 16 bits: yolov5s-640's 9.9% of MACs were 64 of its 146 integer ops). An op
-    whose raise would carry either past the cap is passed over."""
+    whose raise would carry either past the cap is passed over. The op count is of the ops a
+    raise adds to those the quantizer computes in 16 bits whatever is raised (softmax logits,
+    a transformer's residual stream: `bits.logit_bits`): no one chose those, and the ViT
+    block's ten (three residual Adds, three LayerNorms, the softmax logits; no MAC) would
+    leave its budget of 3 (10% of 31 integer ops) no room."""
     order: list[Any] = []
     shares: list[float] = []
     chosen = dict(user)
     budget = op_budget(float_net, max_int16)
+    base = planned_int16(float_net, {})
     for row in ranked:
         trial = {**chosen, row.op_id: 16}
         at16 = planned_int16(float_net, trial)
         share = int16_share(float_net, at16)
-        if share <= max_int16 + 1e-12 and len(at16) <= budget:
+        if share <= max_int16 + 1e-12 and len(at16 - base) <= budget:
             chosen = trial
             order.append(row)
             shares.append(share)
