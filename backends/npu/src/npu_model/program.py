@@ -38,6 +38,7 @@ try:
 except ImportError:  # numpy < 2
     byte_bounds = np.byte_bounds
 
+from .kernels import interleave, vector
 from .mmu import MEM_ETM, MmuFault, MmuTable
 
 #: Programs kept per icore (a network deploys a few runs; a sweep may deploy many)
@@ -145,6 +146,74 @@ def join_record_writes(steps: list[tuple[Callable[..., Any], tuple]]
     return [st for i, st in enumerate(steps) if i not in joined] + tail
 
 
+def _shuffle_group(steps: list[tuple[Callable[..., Any], tuple]], i: int
+                   ) -> tuple[Callable[..., Any], tuple] | None:
+    """The `interleave` kernel call doing what ``steps[i:i + K]`` do, when they are the K COPY
+    STRIDED_OUT layers of a channel shuffle (`lower_channel_shuffle`: copy k moves channels
+    ``[k n, (k + 1) n)`` to ``k, k + K, ...`` of the same pixels, ``step == K``); else None.
+    Exact where joined: every copy reads one input view and writes one output view (the same
+    arrays, geometry and dtype), each output pixel's ``K n`` elements are written once and
+    pixels do not overlap, and the output bytes do not overlap the input bytes, so neither the
+    order of the writes nor a copy reading another's output can be seen."""
+    fn, a = steps[i]
+    if fn is not vector.copy or len(a) != 12:
+        return None
+    x, xrs, xpitch, xoff, y, yrs, ypitch, yoff, h_n, w_n, n, k_n = a
+    if not (isinstance(x, np.ndarray) and isinstance(y, np.ndarray)) or x.dtype != y.dtype \
+            or not 2 <= k_n <= len(steps) - i or n < 1 or h_n < 1 or w_n < 1:
+        return None
+    px, py = x.__array_interface__["data"][0], y.__array_interface__["data"][0]
+    xs, ys = [x], [y]
+    for k in range(1, k_n):
+        f2, b = steps[i + k]
+        if f2 is not vector.copy or len(b) != 12:
+            return None
+        if not (isinstance(b[0], np.ndarray) and isinstance(b[4], np.ndarray)) \
+                or b[0].__array_interface__["data"][0] != px or b[0].dtype != x.dtype \
+                or b[4].__array_interface__["data"][0] != py or b[4].dtype != y.dtype:
+            return None
+        if tuple(b[k2] for k2 in (1, 2, 5, 6, 8, 9, 10, 11)) != \
+                (xrs, xpitch, yrs, ypitch, h_n, w_n, n, k_n) or \
+                b[3] != xoff + k * n or b[7] != yoff + k:
+            return None
+        xs.append(b[0])
+        ys.append(b[4])
+    span = k_n * n
+    if (w_n > 1 and ypitch < span) or (h_n > 1 and yrs < (w_n - 1) * ypitch + span) or \
+            min(xrs, xpitch, yrs, ypitch, xoff, yoff) < 0:
+        return None  # pixels whose outputs overlap: the copies' order would show
+    xv, yv = max(xs, key=lambda v: v.size), max(ys, key=lambda v: v.size)
+    xend = (h_n - 1) * xrs + (w_n - 1) * xpitch + xoff + span
+    yend = (h_n - 1) * yrs + (w_n - 1) * ypitch + yoff + span
+    if xend > xv.size or yend > yv.size or not yv.flags.writeable or \
+            not (xv.ndim == yv.ndim == 1 and xv.flags.c_contiguous and yv.flags.c_contiguous):
+        return None
+    e = x.itemsize
+    if px + xoff * e < py + yend * e and py + yoff * e < px + xend * e:
+        return None  # the output overlaps the input
+    fn, takes_k = interleave.for_groups(k_n)
+    return fn, (xv, xrs, xpitch, xoff, yv, yrs, ypitch, yoff, h_n, w_n, n) + \
+        ((k_n,) if takes_k else ())
+
+
+def join_shuffles(steps: list[tuple[Callable[..., Any], tuple]]
+                  ) -> list[tuple[Callable[..., Any], tuple]]:
+    """`steps` with each channel shuffle's K COPY calls (`vector.copy`, one output channel in
+    K each) replaced by one `interleave` kernel call in their place (`_shuffle_group`
+    says when that is exact); other steps stay as they are, in order."""
+    out: list[tuple[Callable[..., Any], tuple]] = []
+    i = 0
+    while i < len(steps):
+        joined = _shuffle_group(steps, i)
+        if joined is None:
+            out.append(steps[i])
+            i += 1
+            continue
+        out.append(joined)
+        i += int(steps[i][1][11])
+    return out
+
+
 def _offset_in(view: np.ndarray, arena: np.ndarray) -> int:
     """Where `view` starts in `arena` (-1 when it is not inside it)."""
     off = view.__array_interface__["data"][0] - arena.__array_interface__["data"][0]
@@ -192,10 +261,11 @@ class Recording:
     _fast: list[tuple[Callable[..., Any], tuple]] | None = None
 
     def replay_steps(self) -> list[tuple[Callable[..., Any], tuple]]:
-        """`steps` with the record writes joined (`join_record_writes`)."""
+        """`steps` with the record writes joined (`join_record_writes`) and each channel
+        shuffle's COPY layers run as one call (`join_shuffles`)."""
         fast = self._fast
         if fast is None:
-            fast = self._fast = join_record_writes(self.steps)
+            fast = self._fast = join_shuffles(join_record_writes(self.steps))
         return fast
 
     def call(self, fn: Callable[..., Any], *args: Any) -> None:
