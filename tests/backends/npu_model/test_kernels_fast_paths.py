@@ -7,7 +7,7 @@ from __future__ import annotations
 import itertools
 
 import numpy as np
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from numpy.lib.stride_tricks import as_strided
 
@@ -60,3 +60,63 @@ def test_permute_of_a_network_input_and_of_overlapping_operands():
     _permute_numpy(buf.copy(), 4, 1, 0, 4, 4, 1, want, 4, 1, 0, (1, 0, 2))
     vector.permute(buf, 4, 1, 0, 4, 4, 1, buf, 4, 1, 0, 1, 0, 2)  # an in-place transpose
     assert buf.tobytes() == want.tobytes()
+
+
+def _conv_extreme_requant(hw, rng, dtype, h, w, cin, cout, k, stride, groups, leaky,
+                          out_pitch, c_off, big):
+    """One convolution whose requantization parameters span their whole record ranges
+    (int32 multipliers of either sign, shifts 0..63, biases near the int64 ends when `big`:
+    products that wrap), against the numpy reference, which wraps alike."""
+    from npu_testlib import rand_requant, ref_conv_acc, ref_requant
+
+    from npu_model import asm
+    from xir.quant.fixed_point import clip_bounds
+
+    npdt = np.int8 if dtype == "int8" else np.int16
+    info = np.iinfo(npdt)
+    x = rng.integers(info.min, info.max + 1, (h, w, cin)).astype(npdt)
+    wq = rng.integers(-info.max, info.max + 1, (k, k, cin // groups, cout)).astype(npdt)
+    kk = k * k * cin // groups
+    if big:  # anything the records hold: products wrap, most outputs saturate
+        bias = rng.integers(-(1 << 62), 1 << 62, cout)
+        m, s = rng.integers(-(1 << 31), 1 << 31, cout), rng.integers(0, 64, cout)
+        mn, sn = rng.integers(-(1 << 31), 1 << 31, cout), rng.integers(0, 64, cout)
+    else:  # a layer's scales: outputs spread over the range, every rounding counts
+        bias = rng.integers(-(1 << 20), 1 << 20, cout)
+        m, s = rand_requant(rng, cout, 2.0 / (kk * (30 if dtype == "int8" else 3000)))
+        mn, sn = rand_requant(rng, cout, 0.2 / (kk * (30 if dtype == "int8" else 3000)))
+    if not leaky:
+        mn, sn = None, None
+    lo, hi = clip_bounds(npdt, relu=False)
+    pad = (k // 2,) * 4
+    oh, ow = asm.conv_out_hw(h, w, (k, k), (stride, stride), pad, (1, 1))
+    fo = hw.fmap_out(oh, ow, cout, dtype, pitch=out_pitch, c_off=c_off)
+    hw.run([asm.Conv(hw.fmap_in(x), fo, hw.put(asm.pack_conv_weights(wq, groups, dtype, hw.cfg)),
+                     hw.put(asm.pack_requant_params(bias, m, s, mn, sn)), kernel=(k, k),
+                     stride=(stride, stride), pad=pad, groups=groups, clip=(lo, hi))])
+    acc = ref_conv_acc(x, wq, 0, (stride, stride), pad, (1, 1), groups)
+    with np.errstate(over="ignore"):
+        want = ref_requant(acc + bias.astype(np.int64), m, s, lo, hi, mn, sn)
+    return hw.read(fo), want.astype(npdt)
+
+
+@settings(max_examples=40, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(data=st.data())
+def test_requantization_over_whole_parameter_ranges(hw, data):
+    """The one-sided requantization with the bias folded into the rounding term
+    (`mpe._fold_params`) gives the bits of ``((acc + bias) * m + rounding) >> s`` for any
+    parameters the records hold, in dense, 1x1 and depthwise layers, pitched outputs too."""
+    d = data.draw
+    dtype = d(st.sampled_from(["int8", "int8", "int16"]))
+    kind = d(st.sampled_from(["dense", "pointwise", "depthwise"]))
+    k = 1 if kind == "pointwise" else d(st.sampled_from([3, 5]))
+    cin = d(st.integers(1, 40))
+    cout, groups = (cin, cin) if kind == "depthwise" else (d(st.integers(1, 70)), 1)
+    extra = d(st.sampled_from([0, 0, 5, 32]))
+    got, want = _conv_extreme_requant(
+        hw, np.random.default_rng(d(st.integers(0, 2**32 - 1))), dtype, d(st.integers(k, 9)),
+        d(st.integers(k, 9)), cin, cout, k, d(st.integers(1, 2)), groups, d(st.booleans()),
+        cout + extra if extra else None, d(st.integers(0, extra)), d(st.booleans()))
+    assert got.tobytes() == want.tobytes()
+    hw.off = 64

@@ -113,6 +113,56 @@ def _requant_row(acc, prm, lo, hi, out):
 
 
 @helper
+def _one_sided(mult, shift, mult_neg, shift_neg, ch0, n):
+    """Whether channels ch0..ch0+n requantize alike for both signs of the accumulator (no
+    LeakyReLU: the same multiplier, the same effective shift) with multipliers that fit int32
+    (the chip's parameter records hold int32): the condition of `_fold_params`."""
+    for o in range(n):
+        c = ch0 + o
+        sp = shift[c] if shift[c] > 0 else 0
+        sn = shift_neg[c] if shift_neg[c] > 0 else 0
+        if mult[c] != mult_neg[c] or sp != sn or mult[c] < -(1 << 31) or mult[c] >= 1 << 31:
+            return False
+    return True
+
+
+@helper
+def _fold_params(mult, shift, bias, boff, ch0, n, reps):
+    """One-sided requantization (`_one_sided`) with the bias folded into the rounding term,
+    each parameter repeated `reps` times along (a run of pixels): int32 multipliers, int64
+    ``c = bias * m + rounding`` and shifts, so that ``(a * m + c) >> s`` is ``((a + bias) * m +
+    rounding) >> s`` bit for bit (both are int64 sums and products, wrapping alike modulo
+    2^64) without a pass adding the bias, and ``a * m`` of an int32 accumulator is one
+    32 x 32 -> 64 multiply (``vpmuldq``) where two 64-bit operands take three."""
+    m32 = np.empty(reps * n, dtype=np.int32)
+    cf = np.empty(reps * n, dtype=np.int64)
+    sf = np.empty(reps * n, dtype=np.int64)
+    for o in range(n):
+        c = ch0 + o
+        s = shift[c] if shift[c] > 0 else 0
+        r = (np.int64(1) << np.int64(s - 1)) if s > 0 else np.int64(0)
+        m = mult[c]
+        cv = bias[boff + o] * m + r
+        for k in range(reps):
+            m32[k * n + o] = m
+            cf[k * n + o] = cv
+            sf[k * n + o] = s
+    return m32, cf, sf
+
+
+@helper
+def _requant_folded(acc, m32, cf, sf, lo, hi, out):
+    """``out[i] = clip((acc[i] * m32[i] + cf[i]) >> sf[i], lo, hi)`` (`_fold_params`)."""
+    lo64 = np.int64(lo)
+    hi64 = np.int64(hi)
+    for i in range(out.shape[0]):
+        v = (np.int64(acc[i]) * np.int64(m32[i]) + cf[i]) >> sf[i]
+        v = lo64 if v < lo64 else v
+        v = hi64 if v > hi64 else v
+        out[i] = v
+
+
+@helper
 def _requant_tile(src, ld, first, bias, boff, p0, npix, ow_n, n, y, yrs, ypitch, ycoff, ch0,
                   mult, shift, mult_neg, shift_neg, lo, hi):
     """Requantize the tile `src` (flat, float or int, rows `ld` apart) plus ``first`` (int64
@@ -123,14 +173,30 @@ def _requant_tile(src, ld, first, bias, boff, p0, npix, ow_n, n, y, yrs, ypitch,
     straight into y where the tile's pixels are one run of it, else into a scratch row that
     is then copied out pixel by pixel (a channel window, a wider pitch)."""
     use_first = first.shape[0] > 0
-    prm = _requant_params(mult, shift, mult_neg, shift_neg, ch0, n)
-    bv = bias[boff:boff + n]
     dense = ypitch == n and yrs == ow_n * n
     run = max(1, RQ_RUN // n)
+    base = (p0 // ow_n) * yrs + (p0 % ow_n) * ypitch + ycoff + ch0
+    if not use_first and _one_sided(mult, shift, mult_neg, shift_neg, ch0, n):
+        m32, cf, sf = _fold_params(mult, shift, bias, boff, ch0, n, run)
+        gat = np.empty(run * n, dtype=src.dtype)
+        tmp = np.empty(0 if dense else run * n, dtype=y.dtype)
+        for r0 in range(0, npix, run):
+            r1 = min(npix, r0 + run)
+            for p in range(r0, r1):  # the run's pixels, dense (GEMM rows are `ld` apart)
+                _cp(gat[(p - r0) * n:(p - r0 + 1) * n], src[p * ld:p * ld + n])
+            m = (r1 - r0) * n
+            if dense:
+                _requant_folded(gat[:m], m32, cf, sf, lo, hi,
+                                y[base + r0 * n:base + r0 * n + m])
+                continue
+            _requant_folded(gat[:m], m32, cf, sf, lo, hi, tmp[:m])
+            _put_pixels(y, tmp, p0 + r0, r1 - r0, n, ow_n, yrs, ypitch, ycoff + ch0)
+        return
+    prm = _requant_params(mult, shift, mult_neg, shift_neg, ch0, n)
+    bv = bias[boff:boff + n]
     prm_r = _tiled(prm, run)
     acc = np.empty(run * n, dtype=np.int64)
     tmp = np.empty(0 if dense else run * n, dtype=y.dtype)
-    base = (p0 // ow_n) * yrs + (p0 % ow_n) * ypitch + ycoff + ch0
     for r0 in range(0, npix, run):
         r1 = min(npix, r0 + run)
         for p in range(r0, r1):
