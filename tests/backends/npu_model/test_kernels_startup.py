@@ -11,11 +11,11 @@ from npu_testlib import Harness, rand_requant
 from numba.core import types
 
 from npu_model import asm
-from npu_model.kernels import bgemm, igemm, jit, matmul, mpe, pool, rownorm, vector
+from npu_model.kernels import bgemm, igemm, interleave, jit, matmul, mpe, pool, rownorm, vector
 from npu_model.kernels.jit import HelperCallError
 from xir.errors import XirError
 
-MODULES = (bgemm, igemm, matmul, mpe, rownorm, vector)
+MODULES = (bgemm, igemm, interleave, matmul, mpe, rownorm, vector)
 
 
 def _dispatchers():
