@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .kernels.jit import helper, kernel
+from .kernels.jit import helper, kernel, tiered
 
 # --- hw vector indices (NpuConfig.hw_vector) -----------------------------------------------------
 HW_ROWS, HW_COLS, HW_VLANES, HW_ETM_BW1024, HW_OCM_BW1024, HW_IBUF, HW_WBUF, HW_OBUF, \
@@ -64,8 +64,9 @@ def _burst(nbytes, hw):
 
 
 @kernel
-def layer_cycles(lv, hw, res):
-    """Fill `res` (R_* indices, int64) for layer vector `lv` on hardware `hw`; return res."""
+def layer_cycles_kernel(lv, hw, res):
+    """Fill `res` (R_* indices, int64) for layer vector `lv` on hardware `hw`; return res
+    (called as `layer_cycles`)."""
     for i in range(R_SIZE):
         res[i] = 0
     kind = lv[L_KIND]
@@ -194,6 +195,13 @@ def layer_cycles(lv, hw, res):
     res[R_WTILES] = wtiles
     res[R_MACS] = lv[L_MACS]
     return res
+
+
+#: `layer_cycles_kernel` as the icore calls it: interpreted while not compiled, until its
+#: interpreted calls have cost about a compile (`jit.Tiered`). A network's first run calls it
+#: once per layer (tens to hundreds of calls, ~0.1 ms each as Python); later runs replay the
+#: recorded results, so a fresh install need not compile it for a network's first forward.
+layer_cycles = tiered(layer_cycles_kernel)
 
 
 def new_layer_vector() -> np.ndarray:

@@ -10,16 +10,6 @@ registers (the device stores them in 32-bit registers).
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
-
-
-@njit(cache=True)
-def add_tiles(rcount, wcount, rtiles, wtiles, cols_en):
-    """Credit `rtiles` / `wtiles` (of one layer) to each of the first `cols_en` channels."""
-    n = rcount.shape[0]
-    for c in range(min(cols_en, n)):
-        rcount[c] += rtiles
-        wcount[c] += wtiles
 
 
 class TileCounters:
@@ -30,7 +20,12 @@ class TileCounters:
         self.write = np.zeros(channels, dtype=np.int64)
 
     def add(self, rtiles: int, wtiles: int, cols_en: int) -> None:
-        add_tiles(self.read, self.write, int(rtiles), int(wtiles), int(cols_en))
+        """Credit `rtiles` / `wtiles` (of one layer) to each of the first `cols_en` channels
+        (numpy slices: a Numba kernel for it cost 0.09 s of a fresh install's compile)."""
+        k = min(int(cols_en), self.read.shape[0])
+        if k > 0:
+            self.read[:k] += int(rtiles)
+            self.write[:k] += int(wtiles)
 
     def clear(self) -> None:
         self.read[:] = 0

@@ -25,15 +25,32 @@ kernels twice, ``_requant_tile`` three times, before). Arrays are C-contiguous a
 int64, so each kernel compiles once per operand dtype (the test below checks).
 
 All keep ``cache=True``; with ``NUMBA_DISABLE_JIT=1`` all leave the functions as they are.
+
+`Tiered` is the fourth form, for kernels whose calls are often small: the deploy planners and
+the cycle model, which a network's deploy and first run call a few dozen times on a few dozen
+buffers. Compiling them costs seconds on a fresh install; running their Python functions on
+small problems costs milliseconds. A `Tiered` kernel runs compiled when that costs no compile
+(compiled in this process already, or in Numba's on-disk cache), else interpreted while the
+call is small (a predicate on its arguments) and the interpreted calls have not yet cost as
+much CPU time as a compile (`TIER_BUDGET_S`), else compiled. Interpreted means the kernel's own
+Python function with the kernels and helpers it calls interpreted too (`interpreted`): the same
+code, so the same results, which the tests check on real plans (integer arithmetic and IEEE
+float64 operations in the same order; no ``np.exp``-style functions whose numpy and libm
+versions may differ in the last bit).
+
 ``benchmarks/bench_startup.py`` measures the cold start; `tests/backends/npu_model/
 test_kernels_startup.py` holds the kernels to these forms.
 """
 from __future__ import annotations
 
+import sys
+import time
+import types
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 from numba import config, njit
+from numba.core.dispatcher import Dispatcher
 from numba.core.registry import CPUDispatcher
 
 from xir.errors import XirError
@@ -83,3 +100,115 @@ def helper(func: F) -> Any:
 def inline(func: F) -> Any:
     """A helper inlined into its callers' Numba IR, never compiled on its own."""
     return _helper(func, inline="always")
+
+
+# --- tiered kernels: interpreted while small and not compiled ---------------------------------
+
+#: CPU seconds of interpreted calls a `Tiered` kernel spends before it compiles (about what
+#: compiling one planner kernel with its helpers costs)
+TIER_BUDGET_S = 0.5
+#: False: every `Tiered` kernel runs compiled (tests of the compiled forms set it)
+TIERING = True
+
+#: module name -> its globals with every Numba kernel replaced by its interpreted function
+_INTERPRETED: dict[str, dict[str, Any]] = {}
+
+
+def _interpreted_globals(module: str) -> dict[str, Any]:
+    g = _INTERPRETED.get(module)
+    if g is None:
+        src = vars(sys.modules[module])
+        g = _INTERPRETED[module] = dict(src)
+        for name, obj in src.items():
+            if isinstance(obj, Dispatcher):
+                g[name] = interpreted(obj)
+    return g
+
+
+def interpreted(func: Any) -> Callable[..., Any]:
+    """The Python function of Numba kernel `func` in which the kernels and helpers it calls
+    run as Python too (what ``NUMBA_DISABLE_JIT=1`` runs, for this one kernel): a copy of the
+    function over a copy of its module's globals (taken at the first call) whose kernels are
+    replaced the same way. A plain function is returned as it is."""
+    py = getattr(func, "py_func", None)
+    if py is None:
+        return func
+    g = _interpreted_globals(py.__module__)
+    f = types.FunctionType(py.__code__, g, py.__name__, py.__defaults__, py.__closure__)
+    f.__qualname__, f.__doc__ = py.__qualname__, py.__doc__
+    return f
+
+
+def compiled_for(func: Any, args: tuple) -> bool:
+    """Whether calling kernel `func` with `args` runs compiled code without compiling it:
+    compiled in this process for their types, or in Numba's on-disk cache (its index file
+    holds the entry the dispatcher would load). True for a plain function (nothing to
+    compile)."""
+    if not isinstance(func, Dispatcher):
+        return True
+    try:
+        sig = tuple(func.typeof_pyval(a) for a in args)
+        if sig in func.overloads:
+            return True
+        cache = func._cache
+        key = cache._index_key(sig, func.targetctx.codegen())
+        return key in cache._cache_file._load_index()
+    except Exception:  # a cache Numba cannot read (or no cache): it would compile
+        return False
+
+
+class Tiered:
+    """Kernel `kernel` (a `kernel`-form dispatcher) called compiled when that costs no
+    compile, else as Python while ``small(*args)`` holds and the interpreted calls have cost
+    less than `budget_s` CPU seconds in all, else compiled (see the module docstring). Both
+    tiers run the same code: the result is the same either way.
+
+    Numba's disk cache is looked at once, at the first call: after that, the kernel counts as
+    compiled once this process has compiled (or loaded) it for any argument types."""
+
+    __slots__ = ("kernel", "small", "budget_s", "spent_s", "calls", "_state", "_py",
+                 "__name__")
+
+    def __init__(self, kernel: Any, small: Callable[..., bool] | None = None,
+                 budget_s: float | None = None) -> None:
+        self.kernel = kernel
+        self.small = small
+        self.budget_s = TIER_BUDGET_S if budget_s is None else budget_s
+        self.spent_s = 0.0  # CPU seconds of interpreted calls so far
+        self.calls = [0, 0]  # interpreted, compiled
+        # 0: not looked at, 1: not compiled (disk looked at), 2: compiled
+        self._state = 0 if isinstance(kernel, Dispatcher) else 2
+        self._py: Callable[..., Any] | None = None
+        self.__name__ = getattr(kernel, "__name__", "tiered")
+
+    def __call__(self, *args: Any) -> Any:
+        if self._state != 2 and TIERING:
+            if self._state == 0:
+                self._state = 2 if compiled_for(self.kernel, args) else 1
+            elif self.kernel.overloads:
+                self._state = 2
+            if (self._state == 1 and self.spent_s < self.budget_s
+                    and (self.small is None or self.small(*args))):
+                return self._interpret(args)
+        self.calls[1] += 1
+        out = self.kernel(*args)
+        self._state = 2
+        return out
+
+    def _interpret(self, args: tuple) -> Any:
+        py = self._py
+        if py is None:
+            py = self._py = interpreted(self.kernel)
+        t0 = time.thread_time()
+        try:
+            return py(*args)
+        finally:
+            self.spent_s += time.thread_time() - t0
+            self.calls[0] += 1
+
+
+def tiered(kernel: Any, small: Callable[..., bool] | None = None,
+           budget_s: float | None = None) -> Tiered:
+    """`Tiered` over `kernel`: ``small(*args)`` says when a call is cheap enough to run as
+    Python (None: every call, within the budget)."""
+    return Tiered(kernel, small, budget_s)

@@ -9,6 +9,8 @@ from typing import Any
 
 import numpy as np
 
+from ...kernels.jit import tiered
+from . import search
 from .bound import _peak
 from .errors import PlanError
 from .instance import DEFAULT_ALIGNMENT, _check, _expand, _roots
@@ -17,11 +19,23 @@ from .search import (
     ANNEAL_T0,
     DEFAULT_MAX_ITERS,
     _excess_np,
-    _improve,
     _orderings,
     _overlap_graph,
-    _place,
 )
+
+
+def _small_climb(order, size, off, placed, indptr, nbr, first_fit, bound, max_iters, seed,
+                 temp0, lo, hi) -> bool:
+    """Whether `search._improve` runs as Python in a fraction of its compile time: its steps
+    times the buffers and their overlaps (each step re-places a suffix of the order)."""
+    return max_iters * (order.shape[0] + nbr.shape[0]) <= 40_000
+
+
+# The kernels as the planner calls them: interpreted on small plans while not compiled (a
+# fresh install plans tiny networks without compiling them; `jit.Tiered`). A greedy pass
+# costs milliseconds as Python on hundreds of buffers.
+_place = tiered(search._place)
+_improve = tiered(search._improve, _small_climb)
 
 
 @dataclass(frozen=True)

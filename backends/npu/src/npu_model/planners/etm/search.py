@@ -4,7 +4,9 @@ Greedy (TFLite's "greedy by size" offset calculation): the interval overlap grap
 best-fit placement of groups in a given order, the orderings tried, and the bytes a placement puts
 above the bound (the tie-break between equal totals). When no greedy pass meets the bound, an
 annealed local search re-places suffixes of the order; its random numbers come from a Park-Miller
-generator on int64, so plans are deterministic and identical under ``NUMBA_DISABLE_JIT=1``.
+generator on int64, so plans are deterministic and identical under ``NUMBA_DISABLE_JIT=1`` (and
+interpreted, `jit.Tiered`): its acceptance test takes ``math.exp``, libm's exp both compiled and
+in Python, not ``np.exp``, whose numpy loop may differ from libm in the last bit.
 
 One module because the search kernel calls the placement kernel: Numba's on-disk cache of a
 kernel is invalidated only by changes to the kernel's own file, so Numba kernels that call each
@@ -12,6 +14,8 @@ other live in one file.
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
@@ -226,7 +230,7 @@ def _improve(order, size, off, placed, indptr, nbr, first_fit, bound, max_iters,
             temp = temp0 * (1.0 - it / max_iters)
             state = _next_random(state)
             if temp > 0 and delta / temp < 30:
-                accept = state / _MINSTD_M < np.exp(-delta / temp)
+                accept = state / _MINSTD_M < math.exp(-delta / temp)
         if accept:
             total = new_total
             excess = new_excess

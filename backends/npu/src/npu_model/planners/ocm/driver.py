@@ -9,8 +9,8 @@ from typing import Any
 
 import numpy as np
 
-from .kernels import _conflicts, _total
-from .options import OPTION2_MAX_OPS, _option1, _option2, _option3
+from .kernels import _conflicts
+from .options import OPTION2_MAX_OPS, _option1, _option2, _option3, _total
 from .problem import OcmOpt, OcmPlan, _as_option, _prepare, check_plan
 
 log = logging.getLogger(__name__)

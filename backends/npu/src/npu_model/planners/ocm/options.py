@@ -16,16 +16,36 @@ from __future__ import annotations
 
 import numpy as np
 
-from .kernels import (
-    _beam,
-    _eject_search,
-    _evict_walk,
-    _perturb_search,
-    _refill,
-    _repack_search,
-    _total,
-    _walk_order,
-)
+from ...kernels.jit import tiered
+from . import kernels
+from .kernels import _walk_order
+
+
+def _small_search(order, sizes, scores, starts, ends, eligible, offsets, adj_ptr, adj_idx,
+                  capacity, iters, seed, max_moves) -> bool:
+    """Whether `kernels._perturb_search` runs as Python in a fraction of its compile time:
+    its rounds times the conflict pairs (tiny_cnn: 1000 x 70, ~0.06 s; the worst measured
+    cost is ~5 us a unit, so the limit keeps a call under ~0.5 s)."""
+    return iters * adj_idx.shape[0] <= 100_000
+
+
+def _small_beam(order, sizes, scores, starts, ends, eligible, adj_ptr, adj_idx, capacity,
+                top_m) -> bool:
+    """Whether `kernels._beam` runs as Python in a fraction of its compile time: states kept
+    times conflict pairs (tiny_cnn: 128 x 70, ~0.08 s; under ~0.2 s at the limit)."""
+    return top_m * adj_idx.shape[0] <= 40_000
+
+
+# The kernels as the drivers call them: interpreted on small plans while not compiled (a
+# fresh install plans tiny networks without compiling the planner; `jit.Tiered`). The
+# passes that cost milliseconds as Python on hundreds of buffers are always small.
+_refill = tiered(kernels._refill)
+_total = tiered(kernels._total)
+_eject_search = tiered(kernels._eject_search)
+_repack_search = tiered(kernels._repack_search)
+_evict_walk = tiered(kernels._evict_walk)
+_perturb_search = tiered(kernels._perturb_search, _small_search)
+_beam = tiered(kernels._beam, _small_beam)
 
 #: the vendor skips OPTION2 (local dynamic programming) above this many ops
 OPTION2_MAX_OPS = 500
