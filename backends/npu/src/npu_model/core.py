@@ -38,7 +38,7 @@ from .isa import (
     decode_arrays,
     unpack_payload,
 )
-from .kernels import bgemm, igemm, matmul, mpe, rownorm, vector
+from .kernels import bgemm, igemm, implicit, matmul, mpe, rownorm, vector
 from .mmu import MEM_ETM, MEM_OCM, MmuFault, MmuTable
 from .program import MAX_PROGRAMS, Program, Recording
 
@@ -606,6 +606,16 @@ class Icore:
                            mpe.depthwise_acc(x.arr.itemsize, kh * kw))
             return
         waddr = d.get(F.WGT_ADDR, 0)
+        if dtype == "int8" and self.int_gemm and self.byte_gemm and g == 1 and kh * kw > 1 \
+                and y.w >= bgemm.MR and kh * kw * cin_g <= bgemm.MAX_K8:
+            nr = igemm.panel_width(cout_g)
+            wq, corr = self._unpacked_weights(wmem, waddr, packed, ("implicit", nr), g, kh, kw,
+                                              cin_g, cout_g, cu, ocb)
+            self._rec.call(implicit.CONV_IMPLICIT, x.arr, x.rs, x.pitch, x.coff, x.h, x.w,
+                           wq[0], nr, bias + corr, mult, shift, mneg, sneg, lo, hi, y.arr, y.rs,
+                           y.pitch, y.coff, y.h, y.w, kh, kw, sh, sw, dh, dw, pt, pl, cin_g,
+                           cout_g)
+            return
         if dtype == "int8" and self.int_gemm and self.byte_gemm and kh * kw * cin_g <= \
                 bgemm.MAX_K8:
             nr = igemm.panel_width(cout_g)
@@ -655,7 +665,8 @@ class Icore:
         `igemm.pack_pairs`; int16 weights: their digit panels ``(hi, lo, largest |digit|)``,
         `igemm.split_digits`, ``hi`` of shape ``(G, 0)`` when every weight fits in ``lo``) or
         ``("bytes", panel width)`` (the byte GEMM's panels and bias correction: int16 weights
-        as `bgemm.int16_weights`, int8 ones as `bgemm.int8_weights`)."""
+        as `bgemm.int16_weights`, int8 ones as `bgemm.int8_weights`) or ``("implicit", panel
+        width)`` (int8, the implicit GEMM's panels and correction, `implicit.row_weights`)."""
         cache = self.__dict__.setdefault("_wf_cache", {})
         pairs = isinstance(form, int)
         byts = isinstance(form, tuple)
@@ -666,7 +677,9 @@ class Icore:
             return hit[1]
         wf = np.empty((g, kh * kw * cin_g, cout_g), dtype=np.int16 if pairs or byts else form)
         mpe.unpack_conv_weights(packed, g, kh, kw, cin_g, cout_g, cu, ocb, wf)
-        if byts:
+        if byts and form[0] == "implicit":
+            wf = implicit.row_weights(wf, kh, kw, form[1])
+        elif byts:
             wf = (bgemm.int16_weights(wf) if packed.dtype == np.int16
                   else bgemm.int8_weights(wf, form[1]))
         elif pairs and packed.dtype == np.int16:

@@ -1,0 +1,257 @@
+"""Dense int8 convolutions on the byte GEMM without im2col ("implicit GEMM", AVX-512 VNNI only).
+
+`mpe.conv_dense_int8_bytes` copies every output pixel's taps into an im2col row before its byte
+GEMM. Where the channels of an input pixel are few, that copy is most of the layer: yolov5s's
+6x6 stem over 3 channels spent 22 of its 30 ms gathering 18-byte runs, the 2x2 convolution of
+PP-OCRv4's ConvTranspose head (24 channels, 128x256) 2.2 of its 3.9 ms (one core's CPU time).
+
+Here the input is compacted once, per layer, into a padded dense map ``xp`` of unsigned bytes:
+pixel ``(h, w)`` of the padded input holds its ``cpad`` channels (``cin`` rounded up to a
+quad) at ``(h * wp + w) * cpad``, each as ``x + 128`` (`bgemm.gemm_int8_bytes`' operand; the
+``-128 sum(w)`` this adds is in the bias, `bgemm.int8_weights`), padding pixels and channels
+as 128 (an x of 0). The rows of the GEMM of output row ``oh`` and kernel row ``ky`` are then
+already in ``xp``: output pixel ``ow`` reads the ``kw * cpad`` bytes from pixel
+``(oh * sh + ky * dh, ow * sw)`` on (unit column dilation: the taps of a kernel row are
+neighbouring pixels), consecutive pixels ``sw * cpad`` bytes apart, which is the byte GEMM's
+row stride. So each output row is ``kh`` byte GEMMs (``kh * kw`` with a column dilation, K of
+``cpad`` each) reading ``xp`` in place, summed in the int32 micro tile (the first stores it,
+the others load and add to it), then requantized. Exact: every product and partial sum is the
+one of the im2col form, the int32 sum bounded as there (``K <= bgemm.MAX_K8``).
+
+Weights (`row_weights`): dense ``[K, N]`` in ``(ky, kx, c)`` order with ``c`` padded to
+``cpad`` by zero rows, packed in quads by `bgemm.pack_quads`; a kernel row (or tap) is a
+contiguous range of a panel's quads.
+
+Output pixels past the row (up to a multiple of `MR`) are computed from the padding columns
+``xp`` holds for them and never read.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from llvmlite import ir
+from numba import types
+from numba.extending import intrinsic
+
+from .bgemm import MR, NR, NR16, int8_weights, pack_quads
+from .jit import helper, kernel
+from .mpe import _requant_tile
+from .pool import Split
+
+#: Numba kernels called from this file's kernels but defined in other files, with a stamp of
+#: their source (tests/test_kernel_stamps.py; see `mpe.NUMBA_DEPENDS`)
+NUMBA_DEPENDS = {"npu_model.kernels.mpe._requant_tile": "d3bc4fec47ae757e"}
+
+#: output pixels requantized together where whole output rows are one run of the tile
+TILE_PIXELS = 1024
+
+
+def _micro_kernel(nr: int, accumulate: bool):
+    """An intrinsic ``mk(a, aoff, lda, b, boff, c, coff, ldc, k4n)``: the ``MR x nr`` int32
+    tile ``C (+)= A[:, :4*k4n] @ B_panel`` (A unsigned bytes, rows `lda` apart; B signed bytes
+    in `bgemm.pack_quads` layout) at ``c[coff + r * ldc + n]``; with `accumulate` the tile in C
+    is the accumulators' start, else zero (`bgemm`'s micro kernel)."""
+    lanes = nr // 16
+
+    @intrinsic
+    def mk(typingctx, a, aoff, lda, b, boff, c, coff, ldc, k4n):
+        sig = types.void(a, aoff, lda, b, boff, c, coff, ldc, k4n)
+
+        def codegen(context, builder, sig, args):
+            a_, aoff_, lda_, b_, boff_, c_, coff_, ldc_, k4n_ = args
+            i64, i32, i8 = ir.IntType(64), ir.IntType(32), ir.IntType(8)
+            v64i8, v16i32 = ir.VectorType(i8, 64), ir.VectorType(i32, 16)
+            mod = builder.module
+            name = "llvm.x86.avx512.vpdpbusd.512"
+            dp = mod.globals.get(name) or ir.Function(
+                mod, ir.FunctionType(v16i32, [v16i32, v64i8, v64i8]), name)
+
+            def data(k, arg, off):
+                arr = context.make_array(sig.args[k])(context, builder, arg)
+                return builder.gep(arr.data, [off])
+
+            ad, bd, cd = data(0, a_, aoff_), data(3, b_, boff_), data(5, c_, coff_)
+            rows = [builder.bitcast(builder.gep(ad, [builder.mul(lda_, ir.Constant(i64, r))]),
+                                    ir.PointerType(i32)) for r in range(MR)]
+            cptr = [[builder.bitcast(
+                builder.gep(cd, [builder.add(builder.mul(ldc_, ir.Constant(i64, r)),
+                                             ir.Constant(i64, 16 * j))]),
+                ir.PointerType(v16i32)) for j in range(lanes)] for r in range(MR)]
+            bvec = builder.bitcast(bd, ir.PointerType(v64i8))
+            splat0 = ir.Constant(v16i32, [0] * 16)
+            if accumulate:
+                init = [[builder.load(cptr[r][j], align=4) for j in range(lanes)]
+                        for r in range(MR)]
+            else:
+                init = [[ir.Constant(v16i32, None)] * lanes for _ in range(MR)]
+            entry = builder.block
+            loop = builder.append_basic_block("igemm_k")
+            done = builder.append_basic_block("igemm_done")
+            builder.cbranch(builder.icmp_signed(">", k4n_, ir.Constant(i64, 0)), loop, done)
+
+            builder.position_at_end(loop)
+            k = builder.phi(i64)
+            k.add_incoming(ir.Constant(i64, 0), entry)
+            acc = [[builder.phi(v16i32) for _ in range(lanes)] for _ in range(MR)]
+            for r in range(MR):
+                for j in range(lanes):
+                    acc[r][j].add_incoming(init[r][j], entry)
+            kb = builder.mul(k, ir.Constant(i64, lanes))
+            bs = [builder.load(builder.gep(bvec, [builder.add(kb, ir.Constant(i64, j))]),
+                               align=1) for j in range(lanes)]
+            new = []
+            for r in range(MR):
+                quad = builder.load(builder.gep(rows[r], [k]), align=1)
+                av = builder.insert_element(ir.Constant(v16i32, ir.Undefined), quad,
+                                            ir.Constant(i32, 0))
+                av = builder.bitcast(builder.shuffle_vector(av, av, splat0), v64i8)
+                new.append([builder.call(dp, [acc[r][j], av, bs[j]]) for j in range(lanes)])
+            for r in range(MR):
+                for j in range(lanes):
+                    acc[r][j].add_incoming(new[r][j], loop)
+            k1 = builder.add(k, ir.Constant(i64, 1))
+            k.add_incoming(k1, loop)
+            builder.cbranch(builder.icmp_signed("<", k1, k4n_), loop, done)
+
+            builder.position_at_end(done)
+            res = []
+            for r in range(MR):
+                for j in range(lanes):
+                    p = builder.phi(v16i32)
+                    p.add_incoming(init[r][j], entry)
+                    p.add_incoming(new[r][j], loop)
+                    res.append((r, j, p))
+            for r, j, p in res:
+                builder.store(p, cptr[r][j], align=4)
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    return mk
+
+
+_mk_set = _micro_kernel(NR, False)
+_mk_add = _micro_kernel(NR, True)
+_mk16_set = _micro_kernel(NR16, False)
+_mk16_add = _micro_kernel(NR16, True)
+
+
+def channel_pad(cin_g: int) -> int:
+    """Channels of a pixel in the compacted map: `cin_g` rounded up to a quad."""
+    return -(-cin_g // 4) * 4
+
+
+def row_weights(wf: np.ndarray, kh: int, kw: int, nr: int) -> tuple[np.ndarray, np.ndarray]:
+    """int8 weights ``wf[1, kh * kw * cin, N]`` (``(ky, kx, c)`` order) -> (packed B with each
+    tap's channels padded to `channel_pad` by zero rows, bias correction ``-128 sum(w)`` per
+    output channel, as `bgemm.int8_weights`)."""
+    g, k, n = wf.shape
+    cin = k // (kh * kw)
+    cpad = channel_pad(cin)
+    w = np.zeros((g, kh * kw, cpad, n), dtype=np.int8)
+    w[:, :, :cin] = wf.reshape(g, kh * kw, cin, n)
+    _, corr = int8_weights(wf, nr)
+    return pack_quads(w.reshape(g, kh * kw * cpad, n), nr), corr
+
+
+@helper
+def _compact(x, xrs, xpitch, xcoff, ih_n, iw_n, cin, cpad, pt, pl, h0, h1, wp, xp):
+    """Rows ``h0..h1`` of the padded input as unsigned bytes ``x + 128`` (module docstring),
+    row ``h`` at ``(h - h0) * wp * cpad``; padding pixels and channels 128."""
+    rs = wp * cpad
+    w0 = min(max(pl, 0), wp)
+    w1 = max(w0, min(wp, pl + iw_n))
+    for h in range(h0, h1):
+        row = xp[(h - h0) * rs:(h - h0 + 1) * rs]
+        ih = h - pt
+        if ih < 0 or ih >= ih_n:
+            for i in range(rs):
+                row[i] = 128
+            continue
+        for i in range(w0 * cpad):
+            row[i] = 128
+        for i in range(w1 * cpad, rs):
+            row[i] = 128
+        src = ih * xrs + xcoff + (w0 - pl) * xpitch
+        if cin == cpad and xpitch == cin:  # dense pixels: the row is one run
+            n = (w1 - w0) * cin
+            xs = x[src:src + n]
+            ds = row[w0 * cin:w0 * cin + n]
+            for i in range(n):
+                ds[i] = np.uint8(np.int16(xs[i]) + 128)
+            continue
+        for w in range(w1 - w0):
+            s0 = src + w * xpitch
+            d0 = (w0 + w) * cpad
+            xs = x[s0:s0 + cin]
+            ds = row[d0:d0 + cpad]
+            for c in range(cin):
+                ds[c] = np.uint8(np.int16(xs[c]) + 128)
+            for c in range(cin, cpad):
+                ds[c] = 128
+
+
+@kernel(nogil=True)
+def conv_implicit_int8(x, xrs, xpitch, xcoff, ih_n, iw_n,
+                       wq, nr, bias, mult, shift, mult_neg, shift_neg, lo, hi,
+                       y, yrs, ypitch, ycoff, oh_n, ow_n,
+                       kh, kw, sh, sw, dh, dw, pt, pl, cin, cout, oh_lo, oh_hi):
+    """Dense int8 convolution (one group) by the implicit byte GEMM of the module docstring:
+    `wq` from `row_weights` with panels `nr` wide, the bias holding its correction. Output
+    rows ``oh_lo..oh_hi`` only (the pool's part, `pool.Split`)."""
+    if oh_hi <= oh_lo:
+        return y
+    cpad = (cin + 3) // 4 * 4
+    ow_pad = (ow_n + MR - 1) // MR * MR
+    wp = (ow_pad - 1) * sw + (kw - 1) * dw + 1
+    h0 = oh_lo * sh
+    h1 = (oh_hi - 1) * sh + (kh - 1) * dh + 1
+    xp = np.empty((h1 - h0) * wp * cpad, dtype=np.uint8)
+    _compact(x, xrs, xpitch, xcoff, ih_n, iw_n, cin, cpad, pt, pl, h0, h1, wp, xp)
+    width = cout + nr
+    nb = (cout + nr - 1) // nr
+    k4 = kh * kw * cpad // 4
+    # a kernel row is one run of quads where the columns are not dilated, else a tap is
+    nseg = kh if dw == 1 else kh * kw
+    seg4 = k4 // nseg
+    rs = wp * cpad
+    lda = sw * cpad
+    # whole output rows per tile where they are one run of it (no padding pixels between)
+    rpt = max(1, TILE_PIXELS // ow_n) if ow_pad == ow_n else 1
+    ctile = np.empty(rpt * ow_pad * width, dtype=np.int32)
+    none = np.empty((0, cout), dtype=np.int64)
+    for r0 in range(oh_lo, oh_hi, rpt):
+        r1 = min(oh_hi, r0 + rpt)
+        for oh in range(r0, r1):
+            rb = (oh * sh - h0) * rs
+            cb = (oh - r0) * ow_pad * width
+            for pb in range(nb):
+                bp = pb * k4 * nr * 4
+                for m0 in range(0, ow_pad, MR):
+                    ab = rb + m0 * lda
+                    co = cb + m0 * width + pb * nr
+                    for s in range(nseg):
+                        if dw == 1:
+                            ao = ab + s * dh * rs
+                        else:
+                            ky = s // kw
+                            ao = ab + ky * dh * rs + (s - ky * kw) * dw * cpad
+                        bo = bp + s * seg4 * nr * 4
+                        if nr == NR:
+                            if s == 0:
+                                _mk_set(xp, ao, lda, wq, bo, ctile, co, width, seg4)
+                            else:
+                                _mk_add(xp, ao, lda, wq, bo, ctile, co, width, seg4)
+                        elif s == 0:
+                            _mk16_set(xp, ao, lda, wq, bo, ctile, co, width, seg4)
+                        else:
+                            _mk16_add(xp, ao, lda, wq, bo, ctile, co, width, seg4)
+        _requant_tile(ctile, width, none, bias, np.int64(0), r0 * ow_n, (r1 - r0) * ow_n, ow_n,
+                      cout, y, yrs, ypitch, ycoff, np.int64(0), mult, shift, mult_neg,
+                      shift_neg, lo, hi)
+    return y
+
+
+#: split over output rows on the thread pool
+CONV_IMPLICIT = Split(conv_implicit_int8, extent=("oh_n",),
+                      work=("oh_n", "ow_n", "kh", "kw", "cin", "cout"))

@@ -1,0 +1,141 @@
+"""Dense int8 convolutions on the implicit byte GEMM (`npu_model.kernels.implicit`, AVX-512 VNNI):
+the layer really on that kernel (and not where it does not apply), byte-for-byte against numpy
+integers over the geometries networks use (stems over 3 channels in a wider pitch, strides,
+dilations, asymmetric pads, ConvTranspose's 2x2 over a zero-spread map, narrow and multi-panel
+outputs, rows not a multiple of the micro tile, channel windows), the int32 accumulators at
+their bound, and the same bytes at 1, 2 and 4 threads."""
+
+from __future__ import annotations
+
+import llvmlite.binding as ll
+import numpy as np
+import pytest
+from npu_testlib import Harness, rand_requant, ref_conv_acc, ref_requant
+
+from npu_model import asm
+from npu_model.kernels import bgemm, implicit, mpe, pool
+from xir.quant.fixed_point import clip_bounds
+
+pytestmark = pytest.mark.skipif(not ll.get_host_cpu_features().get("avx512vnni"),
+                                reason="the implicit GEMM needs AVX-512 VNNI")
+
+
+@pytest.fixture
+def ran(monkeypatch):
+    """Kernel name -> calls, for the implicit and the im2col byte-GEMM convolutions."""
+    seen: dict[str, int] = {}
+    for split in (implicit.CONV_IMPLICIT, mpe.CONV_INT8_BYTES):
+        def spy(*args, _k=split.kernel, _name=split.__name__):
+            if args[-2] == 0:
+                seen[_name] = seen.get(_name, 0) + 1
+            return _k(*args)
+
+        monkeypatch.setattr(split, "kernel", spy)
+    return seen
+
+
+def _conv(hw, rng, h, w, cin, cout, k=(3, 3), stride=(1, 1), pad=(1, 1, 1, 1),
+          dilation=(1, 1), in_pitch=None, out_pitch=None, out_c_off=0, relu=False, leaky=False,
+          x=None, wq=None, spread=None):
+    if x is None:
+        x = rng.integers(-128, 128, (h, w, cin)).astype(np.int8)
+    if spread is not None:  # ConvTranspose's UPSAMPLE ZERO: pixels `spread` apart, zeros between
+        z = np.zeros(((h - 1) * spread + 1, (w - 1) * spread + 1, cin), np.int8)
+        z[::spread, ::spread] = x
+        x = z
+        h, w = x.shape[:2]
+    if wq is None:
+        wq = rng.integers(-127, 128, (k[0], k[1], cin, cout)).astype(np.int8)
+    bias = rng.integers(-5000, 5000, cout)
+    m, s = rand_requant(rng, cout, 2.0 / (k[0] * k[1] * cin * 30))
+    mn, sn = rand_requant(rng, cout, 0.1 / (k[0] * k[1] * cin * 30)) if leaky else (None, None)
+    lo, hi = clip_bounds(np.int8, relu=relu)
+    fi = hw.fmap_in(x, pitch=in_pitch)
+    oh, ow = asm.conv_out_hw(h, w, k, stride, pad, dilation)
+    fo = hw.fmap_out(oh, ow, cout, "int8", pitch=out_pitch, c_off=out_c_off)
+    layer = asm.Conv(fi, fo, hw.put(asm.pack_conv_weights(wq, 1, "int8", hw.cfg)),
+                     hw.put(asm.pack_requant_params(bias, m, s, mn, sn)), kernel=k,
+                     stride=stride, pad=pad, dilation=dilation, clip=(lo, hi))
+    hw.run([layer])
+    ref = ref_requant(ref_conv_acc(x, wq, bias, stride, pad, dilation), m, s, lo, hi, mn, sn)
+    return hw.read(fo), ref, fo
+
+
+CASES = [
+    dict(h=9, w=17, cin=20, cout=40),  # channels not a quad multiple, two panels, 17 columns
+    dict(h=26, w=26, cin=3, cout=32, k=(6, 6), stride=(2, 2), pad=(2, 2, 2, 2),
+         in_pitch=32),  # yolov5s's stem: 3 channels in a 32-channel pitch
+    dict(h=24, w=30, cin=3, cout=16, stride=(2, 2), in_pitch=3),  # dense RGB pixels
+    dict(h=8, w=16, cin=24, cout=1, k=(2, 2), pad=(1, 1, 1, 1), spread=2),  # ConvTranspose
+    dict(h=6, w=12, cin=24, cout=24, k=(2, 2), pad=(1, 1, 1, 1), spread=2),
+    dict(h=12, w=12, cin=12, cout=16, dilation=(2, 3), pad=(2, 2, 3, 3)),  # dilated columns
+    dict(h=10, w=12, cin=8, cout=8, k=(3, 2), stride=(2, 1), pad=(2, 0, 1, 0)),
+    dict(h=11, w=21, cin=16, cout=33, stride=(2, 2)),
+    dict(h=9, w=8, cin=96, cout=24, relu=True),  # rows a multiple of the tile: several a tile
+    dict(h=7, w=9, cin=18, cout=9, leaky=True, out_pitch=48, out_c_off=7),  # channel window
+    dict(h=5, w=40, cin=64, cout=100, k=(1, 3), pad=(0, 0, 1, 1)),
+    dict(h=16, w=8, cin=32, cout=64, k=(5, 1), pad=(2, 2, 0, 0), dilation=(2, 1)),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: "-".join(f"{k}{v}" for k, v in c.items()))
+def test_implicit_conv_is_exact_and_runs_there(hw, rng, ran, case):
+    got, ref, _ = _conv(hw, rng, **case)
+    np.testing.assert_array_equal(got, ref)
+    assert ran == {"conv_implicit_int8": 1}
+
+
+@pytest.mark.parametrize("case", [dict(h=8, w=8, cin=16, cout=32, k=(1, 1), pad=(0, 0, 0, 0)),
+                                  dict(h=9, w=7, cin=16, cout=16)],
+                         ids=["pointwise", "rows-shorter-than-a-tile"])
+def test_other_convolutions_keep_the_im2col_gemm(hw, rng, ran, case):
+    got, ref, _ = _conv(hw, rng, **case)
+    np.testing.assert_array_equal(got, ref)
+    assert ran == {"conv_dense_int8_bytes": 1}
+
+
+@pytest.mark.parametrize(("xv", "wv"), [(-128, -127), (-128, 127), (127, 127), (127, -127)])
+def test_int32_accumulators_at_their_bound(hw, rng, ran, xv, wv):
+    """The longest K the kernel takes (every byte of x + 128 at 0 or 255, every weight at
+    +-127): the int32 sums hold, as on the im2col GEMM."""
+    cin = bgemm.MAX_K8 // 9 // 4 * 4
+    x = np.full((3, 10, cin), xv, np.int8)
+    wq = np.full((3, 3, cin, 2), wv, np.int8)
+    assert 9 * cin * 255 * 127 < 2**31
+    got, ref, _ = _conv(hw, rng, 3, 10, cin, 2, x=x, wq=wq)
+    np.testing.assert_array_equal(got, ref)
+    assert ran == {"conv_implicit_int8": 1}
+
+
+def test_same_bytes_at_any_thread_count(monkeypatch):
+    """Output rows cut into parts by work count (no timing) at 2 and 4 threads: the bytes of
+    one thread's run."""
+    from xrt import Device
+
+    monkeypatch.setattr(pool, "INLINE_S", 0.0)
+    parts: list[int] = []
+    kernel = implicit.CONV_IMPLICIT.kernel
+
+    def spy(*args):
+        parts.append(args[-2])
+        return kernel(*args)
+
+    monkeypatch.setattr(implicit.CONV_IMPLICIT, "kernel", spy)
+    out = {}
+    try:
+        for n in (1, 2, 4):
+            pool.set_threads(n)
+            parts.clear()
+            dev = Device.Open("sim://zg330")
+            try:
+                got, ref, _ = _conv(Harness(dev, size=32 << 20), np.random.default_rng(3), 96,
+                                    96, 3, 32, k=(6, 6), stride=(2, 2), pad=(2, 2, 2, 2),
+                                    in_pitch=32)
+            finally:
+                dev.close()
+            np.testing.assert_array_equal(got, ref)
+            assert (len(parts) > 1) == (n > 1), parts
+            out[n] = got.tobytes()
+    finally:
+        pool.set_threads(None)
+    assert out[1] == out[2] == out[4]
