@@ -16,6 +16,7 @@ from xir.quant.fixed_point import dequantize, quantize, requant_multiplier
 from xir.tiling import tile, untile
 
 from ._common import is_q, rq_any
+from .parts import count, run_parts
 
 
 def cast(inputs, attrs, in_types, out_types, *, fake=False):
@@ -32,12 +33,17 @@ def cast(inputs, attrs, in_types, out_types, *, fake=False):
         sc = dst_el.scale  # a float64 array: one value, or one per entry along the axis
         if fake:
             y = _scaled(np.asarray(x, np.float64), 1.0 / sc, dst_el.axis)
+        elif dst_el.axis is None and count(x.size) > 1:
+            y = _in_parts(quantize, x, sc, dst_el.numpy_dtype)
         else:
             y = quantize(x, sc, dst_el.numpy_dtype, dst_el.axis)
     elif sq and not dq:
         sc = src_el.scale
         if fake:
             y = _scaled(np.asarray(x, np.float64), sc, src_el.axis).astype(dst_t.numpy_dtype)
+        elif src_el.axis is None and count(x.size) > 1:
+            y = _in_parts(lambda a, s, dt, out: dequantize(a, s, dtype=dt, out=out), x, sc,
+                          dst_t.numpy_dtype)
         else:
             y = dequantize(x, sc, src_el.axis, dtype=dst_t.numpy_dtype)
     elif sq and dq:
@@ -55,6 +61,17 @@ def cast(inputs, attrs, in_types, out_types, *, fake=False):
     if y.shape != shape or not y.flags.c_contiguous:
         y = np.ascontiguousarray(y).reshape(shape)
     return [y]
+
+
+def _in_parts(fn, x: np.ndarray, sc: np.ndarray, dtype) -> np.ndarray:
+    """``fn(x, sc, dtype, out=...)`` (`quantize` or `dequantize` with one scale) over slices of
+    the flat map on the host's threads (`parts`): each element's arithmetic is its own, so the
+    bytes are those of one call."""
+    flat = np.ascontiguousarray(x).reshape(-1)
+    y = np.empty(x.shape, dtype=dtype)
+    out = y.reshape(-1)
+    run_parts(flat.size, lambda lo, hi: fn(flat[lo:hi], sc, dtype, out=out[lo:hi]))
+    return y
 
 
 def _scaled(x: np.ndarray, sc: np.ndarray, axis) -> np.ndarray:
