@@ -180,15 +180,16 @@ def _compact(x, xrs, xpitch, xcoff, ih_n, iw_n, cin, cpad, pt, pl, h0, h1, wp, x
             for i in range(n):
                 ds[i] = np.uint8(np.int16(xs[i]) + 128)
             continue
+        # pixel by pixel, unsigned indices and no slices (a slice per pixel costs more than a
+        # stem's three channels)
+        rb = (h - h0) * rs + w0 * cpad
         for w in range(w1 - w0):
             s0 = src + w * xpitch
-            d0 = (w0 + w) * cpad
-            xs = x[s0:s0 + cin]
-            ds = row[d0:d0 + cpad]
+            d0 = rb + w * cpad
             for c in range(cin):
-                ds[c] = np.uint8(np.int16(xs[c]) + 128)
+                xp[np.uint64(d0 + c)] = np.uint8(np.int16(x[np.uint64(s0 + c)]) + 128)
             for c in range(cin, cpad):
-                ds[c] = 128
+                xp[np.uint64(d0 + c)] = 128
 
 
 @kernel(nogil=True)
