@@ -33,7 +33,9 @@ __all__ = [
     "requantize_nb",
     "requantize_one",
     "quantize",
+    "quantize_scalar_nb",
     "dequantize",
+    "dequantize_scalar_nb",
     "quantize_bias",
     "round_half_away",
     "qrange",
@@ -390,30 +392,22 @@ def quantize(
     axis: int | None = None,
     *,
     narrow_range: bool = False,
-    out: np.ndarray | None = None,
 ) -> np.ndarray:
     """``saturate(round_half_away(x / scale))``: symmetric, zero point 0.
 
     ``scale`` is a scalar or a vector along ``axis``. ``narrow_range`` saturates at
     ``-qmax`` instead of ``qmin`` (weights: keeps ``|q| <= 127`` for the int32 accumulator
-    bound). NaN raises ``ValueError``; +-inf saturates. ``out``: an array of the result's
-    shape and dtype written instead of a new one (and returned); the host backend hands a
-    big Cast's parts to threads this way, each writing its slice.
+    bound). NaN raises ``ValueError``; +-inf saturates.
     """
     dt = np.dtype(dtype)
     xa = np.asarray(x)
     sc = _one_scale(scale) if axis is None else None
-    if out is not None and (out.shape != xa.shape or out.dtype != dt):
-        raise ValueError(f"quantize: out is {out.dtype} {out.shape}, the result "
-                         f"{dt} {xa.shape}")
-    if sc is not None and xa.size > 64 and xa.dtype in _FLOATS and dt in _SIGNED_OUT[:3] \
-            and (out is None or out.flags.c_contiguous):
+    if sc is not None and xa.size > 64 and xa.dtype in _FLOATS and dt in _SIGNED_OUT[:3]:
         # hot path (Cast of a feature map): the same float64 arithmetic, fused in one pass
         lo, hi = _QRANGE_F[dt, narrow_range]
-        if out is None:
-            out = np.empty(xa.shape, dtype=dt)
-        if not _quantize_scalar_nb(np.ascontiguousarray(xa).reshape(-1), sc, lo, hi,
-                                   out.reshape(-1)):
+        out = np.empty(xa.shape, dtype=dt)
+        if not quantize_scalar_nb(np.ascontiguousarray(xa).reshape(-1), sc, lo, hi,
+                                  out.reshape(-1)):
             raise ValueError("quantize: input contains NaN")
         return out
     lo, hi = qrange(dtype, narrow_range=narrow_range)
@@ -423,17 +417,15 @@ def quantize(
     # float(2**63 - 1) rounds up to 2**63: clip at the largest float that still fits
     lo_f, hi_f = float(lo), float(hi) if float(hi) <= hi else float(np.nextafter(float(hi), 0.0))
     v = np.clip(xf / _broadcast_scale(scale, xf.shape, axis), lo_f, hi_f)
-    y = round_half_away(v).astype(dtype)
-    if out is None:
-        return y
-    out[...] = y
-    return out
+    return round_half_away(v).astype(dtype)
 
 
 @njit(cache=True, nogil=True)
-def _quantize_scalar_nb(x, scale, lo, hi, out) -> bool:
-    """`quantize` for one scale: float64 divide, clip, round half away; False on NaN.
-    Branch-free, so the loop vectorises (12x faster than with early exits and branches)."""
+def quantize_scalar_nb(x, scale, lo, hi, out) -> bool:
+    """`quantize` for one scale over flat arrays (`lo`, `hi`: the saturation bounds as
+    floats): float64 divide, clip, round half away; False on NaN. Branch-free, so the loop
+    vectorises (12x faster than with early exits and branches). Without the GIL: a caller
+    may run it over slices of one map on several threads (the host backend's big Casts)."""
     bad = False
     for i in range(x.shape[0]):
         v = np.float64(x[i]) / scale
@@ -446,38 +438,27 @@ def _quantize_scalar_nb(x, scale, lo, hi, out) -> bool:
 
 
 def dequantize(
-    q: np.ndarray, scale: Any, axis: int | None = None, *, dtype: Any = np.float32,
-    out: np.ndarray | None = None,
+    q: np.ndarray, scale: Any, axis: int | None = None, *, dtype: Any = np.float32
 ) -> np.ndarray:
-    """``q * scale`` (computed in float64, returned as ``dtype``, float32 by default);
-    ``out`` as for `quantize`."""
+    """``q * scale`` (computed in float64, returned as ``dtype``, float32 by default)."""
     qa = np.asarray(q)
     if qa.dtype.kind not in "iu":
         raise TypeError(f"dequantize expects an integer array, got {qa.dtype}")
-    dt = np.dtype(dtype)
-    if out is not None and (out.shape != qa.shape or out.dtype != dt):
-        raise ValueError(f"dequantize: out is {out.dtype} {out.shape}, the result "
-                         f"{dt} {qa.shape}")
     sc = _one_scale(scale)
-    if sc is not None and qa.size > 64 and dt in _FLOATS and \
-            (out is None or out.flags.c_contiguous):
+    if sc is not None and qa.size > 64 and np.dtype(dtype) in _FLOATS:
         # hot path (Cast of a feature map): the same float64 product, in one pass
         if not (math.isfinite(sc) and sc > 0):
             raise ValueError("scales must be finite and > 0")
-        if out is None:
-            out = np.empty(qa.shape, dtype=dt)
-        _dequantize_scalar_nb(np.ascontiguousarray(qa).reshape(-1), sc, out.reshape(-1))
+        out = np.empty(qa.shape, dtype=dtype)
+        dequantize_scalar_nb(np.ascontiguousarray(qa).reshape(-1), sc, out.reshape(-1))
         return out
-    y = (qa.astype(np.float64) * _broadcast_scale(scale, qa.shape, axis)).astype(dtype)
-    if out is None:
-        return y
-    out[...] = y
-    return out
+    return (qa.astype(np.float64) * _broadcast_scale(scale, qa.shape, axis)).astype(dtype)
 
 
 @njit(cache=True, nogil=True)
-def _dequantize_scalar_nb(q, scale, out) -> None:
-    """`dequantize` for one scale: ``q * scale`` in float64, rounded once to `out`'s type."""
+def dequantize_scalar_nb(q, scale, out) -> None:
+    """`dequantize` for one scale over flat arrays: ``q * scale`` in float64, rounded once to
+    `out`'s type. Without the GIL, as `quantize_scalar_nb`."""
     for i in range(q.shape[0]):
         out[i] = np.float64(q[i]) * scale
 

@@ -1,6 +1,6 @@
 """A big Cast at a network's edge runs in parts on the host's threads (`host_backend.ops.parts`)
 and gives the bytes of one pass: quantize and dequantize, int8/int16, float32/float64, a NaN
-still refused, and the parts really taken by other threads."""
+still refused, and the map really cut (which thread takes which part is the scheduler's)."""
 
 from __future__ import annotations
 
@@ -27,13 +27,13 @@ def _ftype(bits: int, shape) -> TensorType:
 def four_parts(monkeypatch):
     """Four threads and small parts, whatever the machine and NUMBA_NUM_THREADS."""
     monkeypatch.setattr(parts, "get_num_threads", lambda: 4)
-    monkeypatch.setattr(parts, "PART_MIN", 1000)
-    seen = set()
+    monkeypatch.setattr(parts, "PART_MIN", 1000)  # 57951 // 1000 >= 16 parts
+    seen = []
     real = parts.run_parts
 
     def spy(n, fn):
         def part(lo, hi):
-            seen.add(threading.get_ident())
+            seen.append((lo, hi))
             fn(lo, hi)
         real(n, part)
 
@@ -45,7 +45,7 @@ def four_parts(monkeypatch):
 @pytest.mark.parametrize("fbits", [32, 64])
 def test_cast_in_parts_gives_the_bytes_of_one_pass(bits, fbits, four_parts):
     rng = np.random.default_rng(bits + fbits)
-    shape = (1, 3, 37, 41)  # 4551 elements: four parts of odd sizes
+    shape = (1, 3, 137, 141)  # 57951 elements: parts of odd sizes
     fdt = np.float32 if fbits == 32 else np.float64
     scale = 0.0297 if bits == 8 else 0.00013
     x = (rng.normal(0, 2, shape) * (1 if bits == 8 else 1.5)).astype(fdt)
@@ -56,7 +56,7 @@ def test_cast_in_parts_gives_the_bytes_of_one_pass(bits, fbits, four_parts):
     (back,) = cast_mod.cast([q], {}, [qt], [ft])
     assert back.dtype == fdt
     assert np.array_equal(back, dequantize(q, np.array([scale]), dtype=fdt))
-    assert len(four_parts) > 1  # parts ran on other threads than the caller's
+    assert len(four_parts) == 16 * 2  # both Casts cut into 4 parts per thread (four threads)
 
 
 def test_a_nan_in_any_part_is_refused(four_parts):

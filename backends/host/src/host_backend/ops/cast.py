@@ -12,7 +12,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from xir.quant.fixed_point import dequantize, quantize, requant_multiplier
+from xir.quant.fixed_point import (
+    dequantize,
+    dequantize_scalar_nb,
+    qrange,
+    quantize,
+    quantize_scalar_nb,
+    requant_multiplier,
+)
 from xir.tiling import tile, untile
 
 from ._common import is_q, rq_any
@@ -33,17 +40,16 @@ def cast(inputs, attrs, in_types, out_types, *, fake=False):
         sc = dst_el.scale  # a float64 array: one value, or one per entry along the axis
         if fake:
             y = _scaled(np.asarray(x, np.float64), 1.0 / sc, dst_el.axis)
-        elif dst_el.axis is None and count(x.size) > 1:
-            y = _in_parts(quantize, x, sc, dst_el.numpy_dtype)
+        elif _parted(x, sc, dst_el.axis, "f") and dst_el.numpy_dtype in _INTS:
+            y = _quantize_parts(x, float(sc.reshape(-1)[0]), dst_el.numpy_dtype)
         else:
             y = quantize(x, sc, dst_el.numpy_dtype, dst_el.axis)
     elif sq and not dq:
         sc = src_el.scale
         if fake:
             y = _scaled(np.asarray(x, np.float64), sc, src_el.axis).astype(dst_t.numpy_dtype)
-        elif src_el.axis is None and count(x.size) > 1:
-            y = _in_parts(lambda a, s, dt, out: dequantize(a, s, dtype=dt, out=out), x, sc,
-                          dst_t.numpy_dtype)
+        elif _parted(x, sc, src_el.axis, "iu") and dst_t.numpy_dtype in _FLOATS:
+            y = _dequantize_parts(x, float(sc.reshape(-1)[0]), dst_t.numpy_dtype)
         else:
             y = dequantize(x, sc, src_el.axis, dtype=dst_t.numpy_dtype)
     elif sq and dq:
@@ -63,14 +69,41 @@ def cast(inputs, attrs, in_types, out_types, *, fake=False):
     return [y]
 
 
-def _in_parts(fn, x: np.ndarray, sc: np.ndarray, dtype) -> np.ndarray:
-    """``fn(x, sc, dtype, out=...)`` (`quantize` or `dequantize` with one scale) over slices of
-    the flat map on the host's threads (`parts`): each element's arithmetic is its own, so the
+_INTS = (np.dtype(np.int8), np.dtype(np.int16), np.dtype(np.int32))
+_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+def _parted(x: np.ndarray, sc: np.ndarray, axis, kinds: str) -> bool:
+    """Whether a Cast is one scale over a map big enough for the host's threads (`parts`)."""
+    return axis is None and sc.size == 1 and x.dtype.kind in kinds and \
+        (kinds != "f" or x.dtype in _FLOATS) and count(x.size) > 1
+
+
+def _quantize_parts(x: np.ndarray, sc: float, dtype) -> np.ndarray:
+    """`quantize` of `x` with one scale, slices of the flat map on the host's threads: each
+    element's arithmetic is its own (`quantize_scalar_nb`, `quantize`'s own kernel), so the
     bytes are those of one call."""
+    lo, hi = (float(v) for v in qrange(dtype))
     flat = np.ascontiguousarray(x).reshape(-1)
     y = np.empty(x.shape, dtype=dtype)
     out = y.reshape(-1)
-    run_parts(flat.size, lambda lo, hi: fn(flat[lo:hi], sc, dtype, out=out[lo:hi]))
+    nan = []
+    run_parts(flat.size, lambda a, b: None if quantize_scalar_nb(flat[a:b], sc, lo, hi,
+                                                                 out[a:b]) else nan.append(a))
+    if nan:
+        raise ValueError("quantize: input contains NaN")
+    return y
+
+
+def _dequantize_parts(q: np.ndarray, sc: float, dtype) -> np.ndarray:
+    """`dequantize` of `q` with one scale in slices on the host's threads (as
+    `_quantize_parts`)."""
+    if not (np.isfinite(sc) and sc > 0):
+        raise ValueError("scales must be finite and > 0")
+    flat = np.ascontiguousarray(q).reshape(-1)
+    y = np.empty(q.shape, dtype=dtype)
+    out = y.reshape(-1)
+    run_parts(flat.size, lambda a, b: dequantize_scalar_nb(flat[a:b], sc, out[a:b]))
     return y
 
 

@@ -3,15 +3,15 @@
 The host's intra-op thread count follows onnxruntime's convention as `sgemm` does: one part
 per Numba thread (``NUMBA_NUM_THREADS``; the benchmarks set it to the thread count of the
 comparison). A Cast at a network's edge (the float input quantized, the result dequantized)
-is one pass over the whole map: 196K floats of a 256 x 256 RGB input take ~0.15 ms, which a
-second core halves. Each part writes its own slice of the output from its own slice of the
-input with the same arithmetic, so the bytes are those of one pass whatever the count. A part
-no worker has started when the caller finishes its own runs on the caller (a worker pre-empted
-on a busy machine holds nothing up).
+is one pass over the whole map: 196K floats of a 256 x 256 RGB input take ~0.15 ms on one
+core. Each part writes its own slice of the output from its own slice of the input with the
+same arithmetic, so the bytes are those of one pass whatever the count (the parts are taken
+as `npu_model.kernels.pool` takes its parts).
 """
 
 from __future__ import annotations
 
+import itertools
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -19,7 +19,9 @@ from concurrent.futures import ThreadPoolExecutor
 from numba import get_num_threads
 
 #: elements a part holds at least (below this a hand-off costs more than the part)
-PART_MIN = 1 << 16
+PART_MIN = 1 << 15
+#: parts per thread at most
+PARTS_PER_THREAD = 4
 
 _POOL: dict[int, ThreadPoolExecutor] = {}
 _POOL_LOCK = threading.Lock()
@@ -36,34 +38,33 @@ def _pool(parts: int) -> ThreadPoolExecutor:
 
 
 def count(n: int) -> int:
-    """Parts `n` elements are cut into (1: run inline)."""
+    """Threads `n` elements are shared out among (1: run inline)."""
     return max(1, min(get_num_threads(), n // PART_MIN))
 
 
 def run_parts(n: int, fn: Callable[[int, int], None]) -> None:
-    """``fn(lo, hi)`` over ``[0, n)`` cut into `count` parts, the caller running the first (and
-    any a worker has not started when it is done); the first error raised is raised here once
-    every part has ended."""
-    parts = count(n)
-    if parts == 1:
+    """``fn(lo, hi)`` over ``[0, n)``, cut into up to `PARTS_PER_THREAD` parts per thread of
+    `count` that the threads take in turn, the caller too: a worker scheduled late or
+    pre-empted holds the call up by one small part at most, and one not started when the
+    caller has run out of parts is cancelled. An error raised in a part is raised here once
+    every started part has ended."""
+    threads = count(n)
+    if threads == 1:
         fn(0, n)
         return
-    cuts = [n * p // parts for p in range(parts + 1)]
-    pool = _pool(parts)
-    pending = [(p, pool.submit(fn, cuts[p], cuts[p + 1])) for p in range(1, parts)]
-    error: BaseException | None = None
+    k = max(threads, min(threads * PARTS_PER_THREAD, n // PART_MIN))
+    cuts = [n * p // k for p in range(k + 1)]
+    ticket = itertools.count()  # next() is atomic: each part is taken exactly once
+
+    def work() -> None:
+        while (i := next(ticket)) < k:
+            fn(cuts[i], cuts[i + 1])
+
+    pool = _pool(threads)
+    futures = [pool.submit(work) for _ in range(threads - 1)]
     try:
-        fn(cuts[0], cuts[1])
-    except BaseException as exc:  # the workers' parts still end before it propagates
-        error = exc
-    for p, job in pending:
-        try:
-            if job.cancel():
-                if error is None:
-                    fn(cuts[p], cuts[p + 1])
-            else:
-                job.result()
-        except BaseException as exc:
-            error = error or exc
-    if error is not None:
-        raise error
+        work()
+    finally:
+        for f in futures:
+            if not f.cancel():  # started: it may be running a part
+                f.result()
