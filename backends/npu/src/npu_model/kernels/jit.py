@@ -49,11 +49,13 @@ import types
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from numba import config, njit
+from numba import config
 from numba.core.dispatcher import Dispatcher
 from numba.core.registry import CPUDispatcher
 
 from xir.errors import XirError
+
+from . import compile_pool
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -62,7 +64,17 @@ class HelperCallError(XirError, TypeError):
     """A kernel helper (`helper`, `inline`) called from Python: only kernels may call it."""
 
 
-class _HelperDispatcher(CPUDispatcher):
+class _KernelDispatcher(CPUDispatcher):
+    """A Numba dispatcher that, before compiling, waits for a worker process compiling the
+    same kernel into the disk cache (`compile_pool`), then loads it from there."""
+
+    def compile(self, sig: Any) -> Any:
+        if compile_pool._jobs:
+            compile_pool.wait(self, tuple(sig) if isinstance(sig, (tuple, list)) else sig)
+        return super().compile(sig)
+
+
+class _HelperDispatcher(_KernelDispatcher):
     """A Numba dispatcher compiled without a CPython wrapper: kernels call it, Python may not
     (a call would run a wrapper that was never compiled)."""
 
@@ -71,25 +83,29 @@ class _HelperDispatcher(CPUDispatcher):
         raise HelperCallError(f"{name} is a kernel helper, compiled for other kernels only; "
                               f"call a kernel, or {name}.py_func for the plain Python")
 
-_KERNEL = njit(cache=True, no_cfunc_wrapper=True)
-_KERNEL_NOGIL = njit(cache=True, nogil=True, no_cfunc_wrapper=True)
+_KERNEL_OPTIONS = {"nopython": True, "no_cfunc_wrapper": True}
 _HELPER_OPTIONS = {"nopython": True, "no_cpython_wrapper": True, "no_cfunc_wrapper": True}
 
 
-def _helper(func: F, **options: Any) -> Any:
+def _dispatcher(cls: type, func: F, options: dict[str, Any]) -> Any:
+    """What ``njit(cache=True, **options)`` makes, as a `cls` dispatcher."""
     if config.DISABLE_JIT:
         return func
-    disp = _HelperDispatcher(py_func=func, locals={},
-                             targetoptions=dict(_HELPER_OPTIONS, **options))
+    disp = cls(py_func=func, locals={}, targetoptions=dict(options))
     disp.enable_caching()
     return disp
 
 
+def _helper(func: F, **options: Any) -> Any:
+    return _dispatcher(_HelperDispatcher, func, dict(_HELPER_OPTIONS, **options))
+
+
 def kernel(func: F | None = None, *, nogil: bool = False) -> Any:
     """A Numba kernel called from Python (``@kernel`` or ``@kernel(nogil=True)``)."""
+    options = dict(_KERNEL_OPTIONS, nogil=True) if nogil else _KERNEL_OPTIONS
     if func is None:
-        return _KERNEL_NOGIL if nogil else _KERNEL
-    return (_KERNEL_NOGIL if nogil else _KERNEL)(func)
+        return lambda f: _dispatcher(_KernelDispatcher, f, options)
+    return _dispatcher(_KernelDispatcher, func, options)
 
 
 def helper(func: F) -> Any:
@@ -194,6 +210,14 @@ class Tiered:
         out = self.kernel(*args)
         self._state = 2
         return out
+
+    def will_compile(self, *args: Any) -> bool:
+        """Whether a call with `args` now would compile the kernel (not compiled, and not run
+        as Python): what a caller may hand to `compile_pool.prefetch` beforehand."""
+        if self._state == 2 or compiled_for(self.kernel, args):
+            return False
+        return not (TIERING and self.spent_s < self.budget_s
+                    and (self.small is None or self.small(*args)))
 
     def _interpret(self, args: tuple) -> Any:
         py = self._py

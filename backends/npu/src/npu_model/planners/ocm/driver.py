@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from .kernels import _conflicts
-from .options import OPTION2_MAX_OPS, _option1, _option2, _option3, _total
+from .options import OPTION2_MAX_OPS, _option1, _option2, _option3, _prefetch, _total
 from .problem import OcmOpt, OcmPlan, _as_option, _prepare, check_plan
 
 log = logging.getLogger(__name__)
@@ -40,6 +40,9 @@ def plan_ocm(sizes: Sequence[int] | np.ndarray, starts: Sequence[int] | np.ndarr
     adj_ptr, adj_idx = _conflicts(starts, ends)
     wanted = ([OcmOpt.OPTION1, OcmOpt.OPTION2, OcmOpt.OPTION3]
               if opt == OcmOpt.BEST_SCORE else [opt])
+    _prefetch(OcmOpt.OPTION1 in wanted, OcmOpt.OPTION2 in wanted and num_ops <= OPTION2_MAX_OPS,
+              sizes, starts, ends, scores, eligible, adj_ptr, adj_idx, cap, max_moves,
+              search_iters, seed, top_m)
     results: dict[OcmOpt, np.ndarray] = {}
     per: dict[OcmOpt, float | None] = {}
     skipped: list[OcmOpt] = []

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...kernels import compile_pool
 from ...kernels.jit import tiered
 from . import kernels
 from .kernels import _walk_order
@@ -49,6 +50,29 @@ _beam = tiered(kernels._beam, _small_beam)
 
 #: the vendor skips OPTION2 (local dynamic programming) above this many ops
 OPTION2_MAX_OPS = 500
+
+
+def _prefetch(want1, want2, sizes, starts, ends, scores, eligible, adj_ptr, adj_idx, cap,
+              max_moves, iters, seed, top_m):
+    """Start compiling, in worker processes, the search kernels OPTION1 (`want1`) and OPTION2
+    (`want2`) will compile (their calls too big to run as Python, and not compiled yet), so
+    that the two compile side by side (`compile_pool`; a fresh install planning yolov5s
+    compiles both, ~1.5 s each). Same arguments as the options pass them."""
+    order = _walk_order(starts, ends)
+    off = np.full(sizes.shape[0], -1, np.int64)
+    calls = []
+    if want1:
+        args = (order, sizes, scores, starts, ends, eligible, off, adj_ptr, adj_idx, cap,
+                iters, seed, max_moves)
+        if _perturb_search.will_compile(*args):
+            calls.append((kernels._perturb_search, args))
+    if want2:
+        args = (order, sizes, scores, starts, ends, eligible, adj_ptr, adj_idx, cap,
+                max(1, int(top_m)))
+        if _beam.will_compile(*args):
+            calls.append((kernels._beam, args))
+    if len(calls) > 1:
+        compile_pool.prefetch(calls)
 
 
 def _orders(sizes, starts, ends, scores):
