@@ -120,3 +120,44 @@ def test_requantization_over_whole_parameter_ranges(hw, data):
         cout + extra if extra else None, d(st.integers(0, extra)), d(st.booleans()))
     assert got.tobytes() == want.tobytes()
     hw.off = 64
+
+
+@settings(max_examples=50, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(data=st.data())
+def test_depthwise_staged_rows_and_the_int32_form(hw, data):
+    """int8 depthwise layers of any kernel width (3 and 5 take the int16 tap pairs), stride,
+    dilation and padding, on pitched maps: the staged form (no weight -128) and, with a -128
+    weight, the int32 form, both against numpy integers."""
+    from npu_testlib import rand_requant, ref_conv_acc, ref_requant
+
+    from npu_model import asm
+
+    d = data.draw
+    rng = np.random.default_rng(d(st.integers(0, 2**32 - 1)))
+    c = d(st.integers(1, 70))
+    kh, kw = d(st.integers(1, 5)), d(st.sampled_from([1, 2, 3, 3, 5, 5, 6]))
+    sh, sw = d(st.integers(1, 3)), d(st.integers(1, 3))
+    dh, dw = d(st.integers(1, 2)), d(st.integers(1, 2))
+    pad = tuple(d(st.integers(0, 2)) for _ in range(4))
+    h = d(st.integers(dh * (kh - 1) + 1, 14))
+    w = d(st.integers(dw * (kw - 1) + 1, 30))
+    x = rng.integers(-128, 128, (h, w, c)).astype(np.int8)
+    wq = rng.integers(-127, 128, (kh, kw, 1, c)).astype(np.int8)
+    if d(st.booleans()):  # one weight -128: two taps' products could overflow int16
+        wq.flat[d(st.integers(0, wq.size - 1))] = -128
+    bias = rng.integers(-5000, 5000, c)
+    m, s = rand_requant(rng, c, 2.0 / (kh * kw * 30))
+    leaky = d(st.booleans())
+    mn, sn = rand_requant(rng, c, 0.2 / (kh * kw * 30)) if leaky else (None, None)
+    extra = d(st.sampled_from([0, 8, 32]))
+    oh, ow = asm.conv_out_hw(h, w, (kh, kw), (sh, sw), pad, (dh, dw))
+    fo = hw.fmap_out(oh, ow, c, "int8", pitch=c + extra if extra else None)
+    hw.run([asm.Conv(hw.fmap_in(x, pitch=c + d(st.sampled_from([0, 3, 16]))), fo,
+                     hw.put(asm.pack_conv_weights(wq, c, "int8", hw.cfg)),
+                     hw.put(asm.pack_requant_params(bias, m, s, mn, sn)), kernel=(kh, kw),
+                     stride=(sh, sw), pad=pad, dilation=(dh, dw), groups=c, clip=(-128, 127))])
+    acc = ref_conv_acc(x, wq, bias, (sh, sw), pad, (dh, dw), c)
+    want = ref_requant(acc, m, s, -128, 127, mn, sn).astype(np.int8)
+    assert hw.read(fo).tobytes() == want.tobytes()
+    hw.off = 64

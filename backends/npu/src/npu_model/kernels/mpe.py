@@ -704,37 +704,66 @@ def conv_depthwise(x, xrs, xpitch, xcoff, ih_n, iw_n,
     """
     # one output row at a time: every tap adds its weight row times the input pixels it
     # reaches (the columns inside the input, found once per tap, so no per-pixel bounds
-    # test). With unit column stride over a dense map a tap's pixels are one run of the
-    # input row, multiplied by the tap's weights repeated along the row: one long loop,
-    # whatever the channel count (16 channels would leave a per-pixel loop one vector long).
-    # One kernel, not a driver and a row helper: a helper is compiled on its own and again
-    # inside its caller (issue 30, item 4).
+    # test). With unit column stride a tap's pixels are one run of the input row, multiplied
+    # by the tap's weights repeated along the row: one long loop, whatever the channel count
+    # (16 channels would leave a per-pixel loop one vector long). Where the input's pitch is
+    # wider than its channels (a 88-channel map in 96-channel pixels) the run takes the
+    # pitch's channels too, their weights 0 (`cc` accumulators a pixel), when that costs at
+    # most twice the MACs and the run stays inside x; only the layer's channels are
+    # requantized. One kernel, not a driver and a row helper: a helper is compiled on its own
+    # and again inside its caller (issue 30, item 4).
     w2 = _dw_weights(packed, cu, kh * kw, c_n, np.empty(0, dtype=np.int32))
-    acc = np.empty((ow_n, c_n), dtype=acc_like.dtype)
+    # int8 operands with no weight -128: the input rows a tap row reads are staged (zero
+    # padded, compacted to the layer's channels, split into `sw` phases), so every tap, of any
+    # stride, reads one run of a staged row, and two taps' int8 products sum exactly in int16
+    # (|x w| <= 128 * 127): `_mac3p` / `_mac5p` multiply 16 lanes a vector where int32 takes 8
+    staged = x.itemsize == 1 and acc_like.itemsize == 4 and w2.min() > -128
+    # the last element a pitch-wide run of the last input row reads
+    last = xcoff + (ih_n - 1) * xrs + iw_n * xpitch
+    flat = not staged and sw == 1 and (
+        xpitch == c_n or (xpitch <= 2 * c_n and last <= x.shape[0]))
+    cc = xpitch if flat else c_n
+    span = ow_n + ((kw - 1) * dw) // sw  # staged pixels a phase
+    xs = np.empty(sw * span * c_n if staged else 0, dtype=x.dtype)
+    # the weights repeated along a chunk of up to 4096 values of the row (long runs: a short
+    # one spends its time in the loop's scalar tail), filled a pixel at a time
+    wpix = min(ow_n, max(1, 4096 // c_n))
+    w16 = np.empty((kh * kw if staged else 0, wpix * c_n), dtype=np.int16)
+    wt16 = np.empty(c_n, dtype=np.int16)
+    for t in range(w16.shape[0]):
+        for c in range(c_n):
+            wt16[c] = w2[t, c]
+        for ow in range(wpix):
+            _cp(w16[t, ow * c_n:(ow + 1) * c_n], wt16)
+    acc = np.empty((ow_n, cc), dtype=acc_like.dtype)
     # an output row is requantized in runs of pixels, parameters repeated: straight into y
     # where the row is dense, else into a scratch run copied out pixel by pixel
     dense_out = ypitch == c_n
     reps = max(1, min(ow_n, RQ_RUN // c_n))
+    folded = _one_sided(mult, shift, mult_neg, shift_neg, np.int64(0), c_n)
+    m32, cf, sf = _fold_params(mult, shift, bias, np.int64(0), np.int64(0),
+                               c_n if folded else np.int64(0), reps)
     prm = _tiled(_requant_params(mult, shift, mult_neg, shift_neg, np.int64(0), c_n), reps)
     brep = _tiled(bias[:c_n].reshape((1, c_n)), reps)[0]
     tmp = np.empty(reps * c_n, dtype=np.int64)
     ytmp = np.empty(0 if dense_out else reps * c_n, dtype=y.dtype)
-    flat = sw == 1 and xpitch == c_n
-    wrep = np.empty((kh * kw if flat else 0, ow_n * c_n), dtype=w2.dtype)
+    # a pitch-wide accumulator row, compacted to the layer's channels before requantizing
+    dense_acc = np.empty(ow_n * c_n if cc != c_n else 0, dtype=acc_like.dtype)
+    wrep = np.zeros((kh * kw if flat else 0, ow_n * cc), dtype=w2.dtype)
     for t in range(wrep.shape[0]):
         for ow in range(ow_n):
             for c in range(c_n):
-                wrep[t, ow * c_n + c] = w2[t, c]
-    accf = acc.reshape(ow_n * c_n)
+                wrep[t, ow * cc + c] = w2[t, c]
+    accf = acc.reshape(ow_n * cc)
     for oh in range(oh_lo, oh_hi):
         _zero(accf)
-        for ky in range(kh):
+        for ky in range(kh if not staged else 0):
             ih = oh * sh - pt + ky * dh
             if ih < 0 or ih >= ih_n:
                 continue
             rb = ih * xrs + xcoff
             if flat and kw == 3:
-                _dw_row3(accf, x, rb, wrep, ky * 3, ow_n, c_n, iw_n, dw, pl)
+                _dw_row3(accf, x, rb, wrep, ky * 3, ow_n, cc, iw_n, dw, pl)
                 continue
             for kx in range(kw):
                 off = kx * dw - pl
@@ -744,26 +773,36 @@ def conv_depthwise(x, xrs, xpitch, xcoff, ih_n, iw_n,
                 if ow1 <= ow0:
                     continue
                 if flat:
-                    n = (ow1 - ow0) * c_n
-                    src = rb + (ow0 + off) * c_n
-                    _mac_run(accf[ow0 * c_n:ow0 * c_n + n], x[src:src + n],
-                             wrep[ky * kw + kx, ow0 * c_n:ow0 * c_n + n])
+                    n = (ow1 - ow0) * cc
+                    src = rb + (ow0 + off) * cc
+                    _mac_run(accf[ow0 * cc:ow0 * cc + n], x[src:src + n],
+                             wrep[ky * kw + kx, ow0 * cc:ow0 * cc + n])
                     continue
                 _mac_pixels(acc, x, rb + off * xpitch, sw * xpitch, w2[ky * kw + kx], ow0,
                             ow1, c_n)
+        if staged:
+            _dw_staged_row(accf, x, xrs, xpitch, xcoff, ih_n, iw_n, oh, kh, kw, sh, sw, dh, dw,
+                           pt, pl, c_n, ow_n, xs, span, w16)
+        if cc != c_n:
+            for ow in range(ow_n):
+                _cp(dense_acc[ow * c_n:(ow + 1) * c_n], accf[ow * cc:ow * cc + c_n])
+            arow = dense_acc
+        else:
+            arow = accf
         for r0 in range(0, ow_n, reps):
             r1 = min(ow_n, r0 + reps)
             m = (r1 - r0) * c_n
             a0 = r0 * c_n
-            av = accf[a0:a0 + m]
-            for i in range(m):
-                tmp[i] = np.int64(av[i]) + brep[i]
-            if dense_out:
-                base = oh * yrs + ycoff + a0
-                _requant_row(tmp[:m], prm, lo, hi, y[base:base + m])
-                continue
-            _requant_row(tmp[:m], prm, lo, hi, ytmp[:m])
-            _put_pixels(y, ytmp, oh * ow_n + r0, r1 - r0, c_n, ow_n, yrs, ypitch, ycoff)
+            av = arow[a0:a0 + m]
+            out = y[oh * yrs + ycoff + a0:oh * yrs + ycoff + a0 + m] if dense_out else ytmp[:m]
+            if folded:
+                _requant_folded(av, m32, cf, sf, lo, hi, out)
+            else:
+                for i in range(m):
+                    tmp[i] = np.int64(av[i]) + brep[i]
+                _requant_row(tmp[:m], prm, lo, hi, out)
+            if not dense_out:
+                _put_pixels(y, ytmp, oh * ow_n + r0, r1 - r0, c_n, ow_n, yrs, ypitch, ycoff)
     return y
 
 
@@ -775,6 +814,87 @@ def depthwise_acc(itemsize: int, taps: int) -> np.ndarray:
 
 _ACC_I32 = np.empty(0, np.int32)
 _ACC_I64 = np.empty(0, np.int64)
+
+
+@inline
+def _dw_staged_row(accf, x, xrs, xpitch, xcoff, ih_n, iw_n, oh, kh, kw, sh, sw, dh, dw, pt, pl,
+                   c_n, ow_n, xs, span, w16):
+    """One output row of `conv_depthwise`'s staged form into `accf` (``ow_n * c_n`` int32):
+    per tap row, the input row it reads staged in `xs` as ``sw`` phases of `span` pixels
+    (phase f, pixel j: padded column ``j * sw + f``, zeros outside the input), so tap kx's
+    pixels are the run of phase ``kx * dw % sw`` from ``kx * dw // sw``."""
+    n = ow_n * c_n
+    for ky in range(kh):
+        ih = oh * sh - pt + ky * dh
+        if ih < 0 or ih >= ih_n:
+            continue
+        rb = ih * xrs + xcoff
+        for f in range(sw):
+            for j in range(span):
+                iw = j * sw + f - pl
+                d = (f * span + j) * c_n
+                if iw < 0 or iw >= iw_n:
+                    for c in range(c_n):
+                        xs[np.uint64(d + c)] = 0
+                else:
+                    s0 = rb + iw * xpitch
+                    for c in range(c_n):
+                        xs[np.uint64(d + c)] = x[np.uint64(s0 + c)]
+        step = w16.shape[1]
+        wf = w16.reshape(w16.shape[0] * step)  # 1-D slices stay C-contiguous
+        w0 = ky * kw * step  # tap (ky, kx)'s weights at w0 + kx * step
+        for b in range(0, n, step):  # chunks of the row, as long as the repeated weights
+            e = min(n, b + step)
+            m = e - b
+            if kw == 3:
+                a0 = _dw_run_at(0, dw, sw, span, c_n) + b
+                a1 = _dw_run_at(1, dw, sw, span, c_n) + b
+                a2 = _dw_run_at(2, dw, sw, span, c_n) + b
+                _mac3p(accf[b:e], xs[a0:a0 + m], xs[a1:a1 + m], xs[a2:a2 + m], wf[w0:w0 + m],
+                       wf[w0 + step:w0 + step + m], wf[w0 + 2 * step:w0 + 2 * step + m])
+            elif kw == 5:
+                a0 = _dw_run_at(0, dw, sw, span, c_n) + b
+                a1 = _dw_run_at(1, dw, sw, span, c_n) + b
+                a2 = _dw_run_at(2, dw, sw, span, c_n) + b
+                a3 = _dw_run_at(3, dw, sw, span, c_n) + b
+                a4 = _dw_run_at(4, dw, sw, span, c_n) + b
+                _mac5p(accf[b:e], xs[a0:a0 + m], xs[a1:a1 + m], xs[a2:a2 + m], xs[a3:a3 + m],
+                       xs[a4:a4 + m], wf[w0:w0 + m], wf[w0 + step:w0 + step + m],
+                       wf[w0 + 2 * step:w0 + 2 * step + m], wf[w0 + 3 * step:w0 + 3 * step + m],
+                       wf[w0 + 4 * step:w0 + 4 * step + m])
+            else:
+                for kx in range(kw):
+                    a = _dw_run_at(kx, dw, sw, span, c_n) + b
+                    wk = w0 + kx * step
+                    _mac_run(accf[b:e], xs[a:a + m], wf[wk:wk + m])
+
+
+@inline
+def _dw_run_at(kx, dw, sw, span, c_n):
+    """Where tap kx's run starts in `_dw_staged_row`'s staged row."""
+    q = kx * dw
+    return ((q % sw) * span + q // sw) * c_n
+
+
+@helper
+def _mac3p(acc, x0, x1, x2, w0, w1, w2):
+    """``acc += x0 w0 + x1 w1 + x2 w2`` of int8 inputs and int16 weights in [-127, 127]: the
+    first two products summed in int16 (exact: at most 2 * 128 * 127), so the loop runs in
+    16-bit lanes."""
+    for c in range(acc.shape[0]):
+        p = np.int16(np.int16(x0[c]) * w0[c] + np.int16(x1[c]) * w1[c])
+        q = np.int16(np.int16(x2[c]) * w2[c])
+        acc[c] += np.int32(p) + np.int32(q)
+
+
+@helper
+def _mac5p(acc, x0, x1, x2, x3, x4, w0, w1, w2, w3, w4):
+    """`_mac3p` for five taps (two int16 pairs and one product)."""
+    for c in range(acc.shape[0]):
+        p = np.int16(np.int16(x0[c]) * w0[c] + np.int16(x1[c]) * w1[c])
+        q = np.int16(np.int16(x2[c]) * w2[c] + np.int16(x3[c]) * w3[c])
+        r = np.int16(np.int16(x4[c]) * w4[c])
+        acc[c] += np.int32(p) + np.int32(q) + np.int32(r)
 
 
 @helper
