@@ -11,11 +11,22 @@ from npu_testlib import Harness, rand_requant
 from numba.core import types
 
 from npu_model import asm
-from npu_model.kernels import bgemm, igemm, interleave, jit, matmul, mpe, pool, rownorm, vector
+from npu_model.kernels import (
+    bgemm,
+    grouped,
+    igemm,
+    interleave,
+    jit,
+    matmul,
+    mpe,
+    pool,
+    rownorm,
+    vector,
+)
 from npu_model.kernels.jit import HelperCallError
 from xir.errors import XirError
 
-MODULES = (bgemm, igemm, interleave, matmul, mpe, rownorm, vector)
+MODULES = (bgemm, grouped, igemm, interleave, matmul, mpe, rownorm, vector)
 
 
 def _dispatchers():
