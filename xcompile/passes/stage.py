@@ -14,6 +14,7 @@ from .fusion import ACT_HOSTS, fold_matmul_bias, fold_relu, fold_transpose_into_
 from .graph import bypass, copy_network, fuse_tag, only_reader
 from .layout import fold_channel_shuffle, is_noop
 from .normalization import fold_layernorm, is_mean, lrn_as_chip_ops
+from .pooled_layernorm import fold_pooled_layernorm
 from .sqrt import fold_sqrt_of_square, sqrt_as_table
 
 log = logging.getLogger(__name__)
@@ -36,6 +37,9 @@ def optimize(net: Network) -> Network:
         elif op in out.ops and op.op_type == "Tanh" and fold_gelu_tanh(out, op, outputs):
             n_act += 1
         elif op in out.ops and is_mean(op) and fold_layernorm(out, op, outputs):
+            n_act += 1
+        elif op in out.ops and op.op_type == "Reshape" and \
+                fold_pooled_layernorm(out, op, outputs):
             n_act += 1
         elif op in out.ops and op.op_type == "LRN" and lrn_as_chip_ops(out, op):
             n_act += 1

@@ -57,8 +57,16 @@ def stream_bits(net: Network, int_ops: set[int], bits: int) -> dict[int, int]:
     probes, no MAC in int16 (docs/quantization.md section 10)."""
     if bits != 8:
         return {}
-    return {v.producer.op_id: 16 for v in normalized_inputs(net, int_ops)
-            if v.producer.op_type in STREAM_OPS}
+    out = {}
+    for v in normalized_inputs(net, int_ops):
+        prod = v.producer
+        # through the Reshapes / Transposes between the Add and the LayerNorm (SVTR's tokens)
+        while prod is not None and prod.op_type in ("Reshape", "Transpose") and \
+                prod.op_id in int_ops and len(prod.feature_inputs()) == 1:
+            prod = prod.feature_inputs()[0].producer
+        if prod is not None and prod.op_id in int_ops and prod.op_type in STREAM_OPS:
+            out[prod.op_id] = 16
+    return out
 
 
 def resolve_op_bits(net: Network, op_bits: Any, bits: int, int_ops: set[int]
