@@ -108,6 +108,18 @@ class Forwarder:
         self._steps: dict[int, tuple[int, Run, tuple[int, ...]]] = {}
         #: v_id -> where its results lie (`_place_of`), made on first use
         self._places: dict[int, tuple[TensorType, Any, int, bool, int]] = {}
+        #: v_id of a value fed from an INPUT buffer -> what binding it needs that only the
+        #: deployment decides (`_feed_of`), made on first use
+        self._feeds: dict[int, tuple[Any, ...]] = {}
+        #: buffer owner -> (chunk, offset) a result tensor over it was last made at, its type
+        #: checked to fit there (`tensor_of`; `bound` holds those chunks too)
+        self._fits: dict[int, tuple[Any, int]] = {}
+        #: every INPUT/OUTPUT buffer with its own chunk, offset and address (`restore_io`)
+        self._io_own = [(self.layout.buffers[owner], ci.memChunk,
+                         dep.io_offsets.get(owner, 0))
+                        for st in (SegmentType.INPUT, SegmentType.OUTPUT)
+                        for owner, ci in dep.segments[st].multi_chunk.items()]
+        self._io_own = [(b, c, off, c.addr + off) for b, c, off in self._io_own]
         #: (HardOps, wanted v_ids) -> the compiled plan of that chip segment
         self._segments: dict[tuple[tuple[Any, ...], tuple[int, ...]], _Segment] = {}
         #: device state read once per `forward_segment` call and reused by its runs (None
@@ -313,10 +325,8 @@ class Forwarder:
     # --- binding ---------------------------------------------------------------------------------
     def restore_io(self) -> None:
         """Bind every INPUT/OUTPUT buffer to its own chunk."""
-        for st in (SegmentType.INPUT, SegmentType.OUTPUT):
-            for owner, ci in self.dep.segments[st].multi_chunk.items():
-                self._bind(self.layout.buffers[owner], ci.memChunk,
-                           self.dep.io_offsets.get(owner, 0))
+        for b, chunk, offset, phys in self._io_own:
+            self._bind(b, chunk, offset, phys)
 
     def _own(self, b: Buffer) -> tuple[Any, int]:
         """The chunk and offset the deployment gave buffer `b`."""
@@ -327,13 +337,30 @@ class Forwarder:
         """Whether `b`'s address is fixed (MMU off, or packed): bind by copying."""
         return not self.settings.mmu_on or b.owner in self.dep.io_offsets
 
+    def _feed_of(self, v: Any) -> tuple[Any, ...]:
+        """(buffer, its own chunk, offset and address, the value's first byte there, its
+        bytes, its type, shape and numpy dtype, whether it is the whole buffer) of a value fed
+        from an INPUT buffer: the deployment's, so made once."""
+        feed = self._feeds.get(v.v_id)
+        if feed is None:
+            lay = self.layout
+            b = lay.buffer_of(v)
+            own, own_off = self._own(b)
+            w = lay.window(v)
+            want = v.dtype
+            nbytes = want.storageBytes()
+            feed = self._feeds[v.v_id] = (
+                b, own, own_off, own.addr + own_off,
+                own_off + w["c_off"] * (2 if w["dtype"] == "int16" else 1),
+                nbytes, want, tuple(want.shape), want.numpy_dtype,
+                v.v_id == b.owner and nbytes == b.byte_size)
+        return feed
+
     def _bind_input(self, op: Any, v: Any, t: Tensor) -> float:
         """Bind input `v` (one in an INPUT buffer, `_step_of`) to tensor `t`: map or copy."""
-        lay = self.layout
-        b = lay.buffer_of(v)
-        own, own_off = self._own(b)
+        b, own, own_off, own_phys, at, nbytes, want, shape, npdt, whole = self._feed_of(v)
         staged = self.settings.staged
-        if v.v_id in staged and not self.is_fork:
+        if staged and v.v_id in staged and not self.is_fork:
             self._bind(b, own, own_off)
             t0 = time.perf_counter()
             src = staged[v.v_id]
@@ -342,36 +369,39 @@ class Forwarder:
                 src.copyFrom(0, t.chunk(), t.offset(), v.storageBytes())
             self._stage(v, src, to_user=False)
             return (time.perf_counter() - t0) * 1e3
-        want, got = v.dtype, t.dtype()
-        if tuple(got.shape) != tuple(want.shape) or got.numpy_dtype != want.numpy_dtype:
+        got = t.dtype()
+        if got is not want and (tuple(got.shape) != shape or got.numpy_dtype != npdt):
             raise TensorError(f"HardOp {op.op_id} input v_id {v.v_id} must be "
-                              f"{list(want.shape)} {want.numpy_dtype}, got {list(got.shape)} "
+                              f"{list(shape)} {npdt}, got {list(got.shape)} "
                               f"{got.numpy_dtype}")
-        nbytes = want.storageBytes()
-        if t.isOn(self.device.defaultMemRegion()) and v.v_id == b.owner and \
-                nbytes == b.byte_size:
+        if whole and t.isOn(self.device.defaultMemRegion()):
             self._bind(b, t.chunk(), t.offset())  # zero copy: the MMU maps the tensor itself
             return 0.0
-        self._bind(b, own, own_off)
+        self._bind(b, own, own_off, own_phys)
         t0 = time.perf_counter()
-        w = lay.window(v)
-        at = own_off + w["c_off"] * (2 if w["dtype"] == "int16" else 1)
         if t.isOn(HostDevice.MemRegion()):
-            own.write(at, t.numpy(), nbytes)  # a host array as it is: no chunk made for it
+            arr = t.numpy()  # a host array as it is: no chunk made for it
+            if arr.nbytes == nbytes and arr.flags.c_contiguous and not own.is_freed:
+                # the window's range in its chunk is the deployment's (checked when it was
+                # made): the bytes go to the store as they are
+                own.region.storage.write(own_phys - own_off + at, arr)
+            else:
+                own.write(at, arr, nbytes)
         else:
             own.copyFrom(at, t.chunk(), t.offset(), nbytes)
         return (time.perf_counter() - t0) * 1e3
 
-    def _bind(self, b: Buffer, chunk: Any, offset: int) -> None:
-        """Point the MMU entry of an INPUT/OUTPUT buffer at ``chunk + offset`` (a fixed buffer:
-        copy into its own place instead)."""
+    def _bind(self, b: Buffer, chunk: Any, offset: int, phys: int | None = None) -> None:
+        """Point the MMU entry of an INPUT/OUTPUT buffer at ``chunk + offset`` (`phys`, when
+        the caller knows it) -- a fixed buffer: copy into its own place instead."""
         if self._fixed(b):
             own, own_off = self._own(b)
             if chunk is not own or offset != own_off:
                 own.copyFrom(own_off, chunk, offset, b.byte_size)
             self.bound[b.owner] = (own.addr + own_off, own, own_off)
             return
-        phys = chunk.addr + offset
+        if phys is None:
+            phys = chunk.addr + offset
         self.bound[b.owner] = (phys, chunk, offset)
         index = self.dep.mmu_index[b.owner]
         lo, old, n = self.dep.mmu[index]
@@ -566,7 +596,12 @@ class Forwarder:
         ttype, chunk, base, is_ocm, owner = place
         if chunk is None:  # an INPUT/OUTPUT buffer: wherever it is bound this forward
             _, chunk, base = self.bound[owner]
-            return steps.result_tensor(Tensor(ttype, chunk, base), is_ocm)
+            fit = self._fits.get(owner)
+            if fit is not None and fit[0] is chunk and fit[1] == base:  # checked last time
+                return steps.result_tensor(Tensor.over_chunk(ttype, chunk, base), is_ocm)
+            t = Tensor(ttype, chunk, base)  # checks that the type fits there
+            self._fits[owner] = (chunk, base)
+            return steps.result_tensor(t, is_ocm)
         return steps.result_tensor(Tensor.over_chunk(ttype, chunk, base), is_ocm)
 
     def _place_of(self, v: Any) -> tuple[TensorType, Any, int, bool, int]:
