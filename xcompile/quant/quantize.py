@@ -56,6 +56,7 @@ from typing import Any
 import numpy as np
 
 from xcompile.passes import optimize
+from xcompile.quant.act_bias import activation_bias_shifts, apply_bias_shifts
 from xcompile.quant.bits import logit_bits, resolve_op_bits, value_bits
 from xcompile.quant.calibrate import calibrate, load_calibration
 from xcompile.quant.capability import (
@@ -117,12 +118,28 @@ def _observer_kw(method: str, bits: int, kw: dict, outlier_aware: bool = False) 
     return out
 
 
+def _rounding(opt: Network, int_ops: set[int], scales: dict[int, float],
+              bits_of: Any) -> dict[int, tuple[float, int, int]]:
+    """`{v_id: (scale, qmin, qmax)}` of every value the integer network holds as codes: the
+    outputs and feature inputs of its integer ops."""
+    out = {}
+    for op in opt.ops:
+        if op.op_id not in int_ops:
+            continue
+        for v in op.feature_inputs() + op.outputs:
+            if v.v_id in scales:
+                q = 127 if bits_of(v.v_id) == 8 else 32767
+                out[v.v_id] = (scales[v.v_id], -q - 1, q)
+    return out
+
+
 def quantize_network(net: Network, samples: Any, *, bits: int = 8, method: str = "mse",
                      per_channel: bool = True, weight_rounding: str = "gptq",
                      headroom: float | None = None, op_bits: Any = None,
                      input_bits: int | None = None, runner: Runner | None = None,
                      equalize: bool | None = None, bias_correction: bool | None = None,
-                     outlier_aware: bool = False, **kw: Any) -> Network:
+                     outlier_aware: bool = False, activation_bias: bool = True,
+                     **kw: Any) -> Network:
     """Quantize `net` (float) into a new network of integer ops; see the module docstring.
 
     `samples`: anything `load_calibration` accepts. `bits`: 8 or 16 (activations and weights).
@@ -145,6 +162,9 @@ def quantize_network(net: Network, samples: Any, *, bits: int = 8, method: str =
     more of the few large values a squared error clips, and the inputs of Sigmoid / Tanh
     tables are calibrated only to where the table still changes
     (`xcompile.quant.saturation`); docs/quantization.md section 8 says where it pays.
+    `activation_bias`: each convolution's output mean, as the integer network computes it
+    on the calibration samples, brought back to the float network's through its bias
+    (`xcompile.quant.act_bias`; default on).
     """
     if bits not in (8, 16):
         raise QuantizationError(f"bits must be 8 or 16, not {bits}", field="bits")
@@ -214,10 +234,14 @@ def quantize_network(net: Network, samples: Any, *, bits: int = 8, method: str =
     scales, groups = assign_scales(amax, uf, lambda vid: el_of(vid).numpy_dtype)
     op_el = {op.op_id: el_of(op.feature_inputs()[0].v_id) for op in opt.ops
              if op.op_id in int_ops and op.feature_inputs()}
+    # the mean shifts the integer network's roundings cause, measured before any bias moves
+    shifts = activation_bias_shifts(opt, data, int_ops, _rounding(opt, int_ops, scales, bits_of),
+                                    runner) if activation_bias else {}
     codes: dict[int, tuple[np.ndarray, np.ndarray]] = {}
     if gptq_ops:
         codes = gptq_codes(opt, data, gptq_ops, op_el, runner, (net, samples))
     n_bc = correct_biases(opt, nearest, means, op_el, bits, per_channel) if means else 0
+    n_ab = apply_bias_shifts(opt, shifts)
 
     q = Network(opt.name, framework_kind=opt.framework_kind,
                 framework_version=opt.framework_version, icraft_version=opt.icraft_version,
@@ -227,7 +251,8 @@ def quantize_network(net: Network, samples: Any, *, bits: int = 8, method: str =
                               "headroom": float(headroom if headroom is not None else
                                                  1.0 if bits == 8 else INT16_HEADROOM),
                               "input_bits": input_bits, "equalized_pairs": n_eq,
-                              "bias_corrected": n_bc, "concats": concats,
+                              "bias_corrected": n_bc, "activation_bias_corrected": n_ab,
+                              "concats": concats,
                               "outlier_aware": bool(outlier_aware),
                               "table_inputs_clipped": len(clipped),
                               "op_bits": {str(oid): 16 for oid, el in op_el.items()
