@@ -63,14 +63,48 @@ def eltw(a, ars, apitch, acoff, b, brs, bpitch, bcoff, b_bcast,
     rq = (np.int64(1) << np.int64(sn - 1)) if sn > 0 else np.int64(0)
     lo64 = np.int64(lo)
     hi64 = np.int64(hi)
+    # one-sided (no LeakyReLU) with every accumulator inside int32 (operands of their
+    # dtype's range times ka, kb): one requantization, an int32 x int32 product (`_eltw_run32`)
+    amax = np.int64(1) << np.int64(8 * a.itemsize - 1)
+    bmax = np.int64(1) << np.int64(8 * b.itemsize - 1)
+    fa = amax * abs(ka) if abs(ka) < (1 << 31) else np.int64(1) << np.int64(62)
+    fb = bmax * abs(kb) if abs(kb) < (1 << 31) else np.int64(1) << np.int64(62)
+    fits = fa < (1 << 31) and fb < (1 << 31)  # so the bound below does not overflow
+    bound = fa * fb if op == 2 else fa + fb
+    narrow = mp == mq and sp == sq and -(1 << 31) <= mp < (1 << 31) and fits and bound < (1 << 31)
     for h in range(h_n):
         for w in range(w_n):
             abase = h * ars + w * apitch + acoff
             bbase = bcoff if b_bcast else h * brs + w * bpitch + bcoff
             ybase = h * yrs + w * ypitch + ycoff
+            if narrow:
+                _eltw_run32(a[abase:abase + c_n], b[bbase:bbase + c_n], y[ybase:ybase + c_n], op,
+                            ka, kb, mp, sp, rp, lo64, hi64)
+                continue
             _eltw_run(a[abase:abase + c_n], b[bbase:bbase + c_n], y[ybase:ybase + c_n], op,
                       ka, kb, mp, sp, rp, mq, sq, rq, lo64, hi64)
     return y
+
+
+@inline
+def _eltw_run32(av, bv, yv, op, ka, kb, mp, sp, rp, lo, hi):
+    """`_eltw_run` where both signs requantize alike and every accumulator fits int32 (the
+    caller's bound): the accumulator taken as int32, so that its product with the int32
+    multiplier is one 32 x 32 -> 64 multiply (``vpmuldq``), and one requantization."""
+    m32 = np.int64(np.int32(mp))
+    for c in range(yv.shape[0]):
+        va = np.int64(av[c]) * ka
+        vb = np.int64(bv[c]) * kb
+        if op == 0:
+            acc = va + vb
+        elif op == 1:
+            acc = va - vb
+        else:
+            acc = va * vb
+        v = (np.int64(np.int32(acc)) * m32 + rp) >> sp
+        v = lo if v < lo else v
+        v = hi if v > hi else v
+        yv[c] = v
 
 
 @kernel
