@@ -13,7 +13,7 @@ import pytest
 from npu_testlib import Harness, rand_requant, ref_conv_acc, ref_requant
 
 from npu_model import asm
-from npu_model.kernels import bgemm, implicit, mpe, pool
+from npu_model.kernels import bgemm, grouped, implicit, mpe, pool
 from xir.quant.fixed_point import clip_bounds
 
 pytestmark = pytest.mark.skipif(not ll.get_host_cpu_features().get("avx512vnni"),
@@ -22,9 +22,10 @@ pytestmark = pytest.mark.skipif(not ll.get_host_cpu_features().get("avx512vnni")
 
 @pytest.fixture
 def ran(monkeypatch):
-    """Kernel name -> calls, for the implicit and the im2col byte-GEMM convolutions."""
+    """Kernel name -> calls, for the implicit, the im2col and the grouped 1x1 byte-GEMM
+    convolutions."""
     seen: dict[str, int] = {}
-    for split in (implicit.CONV_IMPLICIT, mpe.CONV_INT8_BYTES):
+    for split in (implicit.CONV_IMPLICIT, mpe.CONV_INT8_BYTES, grouped.CONV_G1X1_INT8):
         def spy(*args, _k=split.kernel, _name=split.__name__):
             if args[-2] == 0:
                 seen[_name] = seen.get(_name, 0) + 1
@@ -36,7 +37,7 @@ def ran(monkeypatch):
 
 def _conv(hw, rng, h, w, cin, cout, k=(3, 3), stride=(1, 1), pad=(1, 1, 1, 1),
           dilation=(1, 1), in_pitch=None, out_pitch=None, out_c_off=0, relu=False, leaky=False,
-          x=None, wq=None, spread=None):
+          x=None, wq=None, spread=None, groups=1):
     if x is None:
         x = rng.integers(-128, 128, (h, w, cin)).astype(np.int8)
     if spread is not None:  # ConvTranspose's UPSAMPLE ZERO: pixels `spread` apart, zeros between
@@ -45,19 +46,20 @@ def _conv(hw, rng, h, w, cin, cout, k=(3, 3), stride=(1, 1), pad=(1, 1, 1, 1),
         x = z
         h, w = x.shape[:2]
     if wq is None:
-        wq = rng.integers(-127, 128, (k[0], k[1], cin, cout)).astype(np.int8)
+        wq = rng.integers(-127, 128, (k[0], k[1], cin // groups, cout)).astype(np.int8)
     bias = rng.integers(-5000, 5000, cout)
-    m, s = rand_requant(rng, cout, 2.0 / (k[0] * k[1] * cin * 30))
+    m, s = rand_requant(rng, cout, 2.0 / (k[0] * k[1] * cin // groups * 30))
     mn, sn = rand_requant(rng, cout, 0.1 / (k[0] * k[1] * cin * 30)) if leaky else (None, None)
     lo, hi = clip_bounds(np.int8, relu=relu)
     fi = hw.fmap_in(x, pitch=in_pitch)
     oh, ow = asm.conv_out_hw(h, w, k, stride, pad, dilation)
     fo = hw.fmap_out(oh, ow, cout, "int8", pitch=out_pitch, c_off=out_c_off)
-    layer = asm.Conv(fi, fo, hw.put(asm.pack_conv_weights(wq, 1, "int8", hw.cfg)),
+    layer = asm.Conv(fi, fo, hw.put(asm.pack_conv_weights(wq, groups, "int8", hw.cfg)),
                      hw.put(asm.pack_requant_params(bias, m, s, mn, sn)), kernel=k,
-                     stride=stride, pad=pad, dilation=dilation, clip=(lo, hi))
+                     stride=stride, pad=pad, dilation=dilation, groups=groups, clip=(lo, hi))
     hw.run([layer])
-    ref = ref_requant(ref_conv_acc(x, wq, bias, stride, pad, dilation), m, s, lo, hi, mn, sn)
+    ref = ref_requant(ref_conv_acc(x, wq, bias, stride, pad, dilation, groups), m, s, lo, hi,
+                      mn, sn)
     return hw.read(fo), ref, fo
 
 
@@ -92,6 +94,15 @@ def test_other_convolutions_keep_the_im2col_gemm(hw, rng, ran, case):
     got, ref, _ = _conv(hw, rng, **case)
     np.testing.assert_array_equal(got, ref)
     assert ran == {"conv_dense_int8_bytes": 1}
+
+
+@pytest.mark.parametrize("leaky", [False, True])
+def test_grouped_pointwise_takes_one_gather(hw, rng, ran, leaky):
+    """A grouped 1x1 layer (ShuffleNet's) runs on `grouped.CONV_G1X1_INT8`."""
+    got, ref, _ = _conv(hw, rng, 9, 10, 24, 36, k=(1, 1), pad=(0, 0, 0, 0), groups=3,
+                        leaky=leaky)
+    np.testing.assert_array_equal(got, ref)
+    assert ran == {"conv_grouped_1x1_int8": 1}
 
 
 @pytest.mark.parametrize(("xv", "wv"), [(-128, -127), (-128, 127), (127, 127), (127, -127)])

@@ -38,7 +38,7 @@ from .isa import (
     decode_arrays,
     unpack_payload,
 )
-from .kernels import bgemm, igemm, implicit, matmul, mpe, rownorm, vector
+from .kernels import bgemm, grouped, igemm, implicit, matmul, mpe, rownorm, vector
 from .mmu import MEM_ETM, MEM_OCM, MmuFault, MmuTable
 from .program import MAX_PROGRAMS, Program, Recording
 
@@ -621,8 +621,12 @@ class Icore:
             nr = igemm.panel_width(cout_g)
             wq, corr = self._unpacked_weights(wmem, waddr, packed, ("bytes", nr), g, kh, kw,
                                               cin_g, cout_g, cu, ocb)
-            self._rec.call(mpe.CONV_INT8_BYTES, x.arr, x.rs, x.pitch, x.coff, x.h, x.w, wq, nr,
-                           bias + corr, mult, shift, mneg, sneg, lo, hi, y.arr, y.rs, y.pitch,
+            # a grouped 1x1: every group's channels of a pixel tile from one gather
+            one_gather = grouped.fits(kh, kw, sh, sw, (pt, pb, pl, pr), g, (x.h, x.w),
+                                      (y.h, y.w), cin_g)
+            self._rec.call(grouped.CONV_G1X1_INT8 if one_gather else mpe.CONV_INT8_BYTES,
+                           x.arr, x.rs, x.pitch, x.coff, x.h, x.w, wq, nr, bias + corr,
+                           mult, shift, mneg, sneg, lo, hi, y.arr, y.rs, y.pitch,
                            y.coff, y.h, y.w, kh, kw, sh, sw, dh, dw, pt, pl, g, cin_g, cout_g)
             return
         if dtype == "int8" and self.int_gemm and kh * kw * cin_g <= igemm.MAX_K:
