@@ -138,6 +138,41 @@ def kernel_calls(steps: Iterable[tuple[Any, tuple]]) -> list[tuple[Dispatcher, t
     return out
 
 
+def available() -> bool:
+    """Whether `prefetch` may start workers at all: Numba's JIT on, not in a worker, and
+    workers allowed (``XRT_COMPILE_WORKERS`` not 0, else more than one CPU)."""
+    if config.DISABLE_JIT or os.environ.get(WORKER_ENV):
+        return False
+    wanted = _configured_workers()
+    return wanted > 0 if wanted is not None else _cpus() > 1
+
+
+def _uncompiled(disp: Any, args: tuple) -> tuple | None:
+    """The signature `disp` would compile for `args` when it is a kernel neither compiled in
+    this process nor in the disk cache, that a worker can import; else None."""
+    if not isinstance(disp, Dispatcher) or not disp._can_compile:
+        return None
+    sig = _signature(disp, args)
+    if sig is None or sig in disp.overloads or not _resolvable(disp) or _on_disk(disp, sig):
+        return None
+    return sig
+
+
+def pending(calls: Iterable[tuple[Dispatcher, tuple]]) -> bool:
+    """Whether any of `calls` (kernel, arguments) would compile its kernel."""
+    seen = set()
+    for disp, args in calls:
+        if not isinstance(disp, Dispatcher):
+            continue
+        sig = _signature(disp, args)
+        if sig is None or (id(disp), sig) in seen or sig in disp.overloads:
+            continue
+        seen.add((id(disp), sig))
+        if _uncompiled(disp, args) is not None:
+            return True
+    return False
+
+
 def prefetch(calls: Iterable[tuple[Dispatcher, tuple]]) -> int:
     """Start compiling, in worker processes, the kernels of `calls` (kernel, arguments; in the
     order they will be called) that are neither compiled in this process nor in the disk
@@ -148,12 +183,8 @@ def prefetch(calls: Iterable[tuple[Dispatcher, tuple]]) -> int:
     new: list[_Job] = []
     with _lock:
         for disp, args in calls:
-            if not isinstance(disp, Dispatcher) or not disp._can_compile:
-                continue
-            sig = _signature(disp, args)
-            if sig is None or sig in disp.overloads or (id(disp), sig) in _jobs:
-                continue
-            if not _resolvable(disp) or _on_disk(disp, sig):
+            sig = _uncompiled(disp, args)
+            if sig is None or (id(disp), sig) in _jobs:
                 continue
             if not _writable(getattr(disp._cache, "_cache_path", "")):
                 return 0  # the workers' compiles could not reach the caller

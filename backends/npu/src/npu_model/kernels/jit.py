@@ -134,10 +134,14 @@ def _interpreted_globals(module: str) -> dict[str, Any]:
     g = _INTERPRETED.get(module)
     if g is None:
         src = vars(sys.modules[module])
-        g = _INTERPRETED[module] = dict(src)
-        for name, obj in src.items():
-            if isinstance(obj, Dispatcher):
-                g[name] = interpreted(obj)
+        g = _INTERPRETED[module] = dict(src)  # first: kernels of this module call each other
+        try:
+            for name, obj in src.items():
+                if isinstance(obj, Dispatcher):
+                    g[name] = interpreted(obj)
+        except BaseException:
+            del _INTERPRETED[module]  # never leave a half-replaced copy behind
+            raise
     return g
 
 
