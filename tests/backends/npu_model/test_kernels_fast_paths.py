@@ -202,3 +202,33 @@ def test_eltw_int32_form_and_the_int64_one(hw, data):
         want = ref_requant(acc, m, s, info.min, info.max, mn, sn).astype(npdt)
     assert hw.read(fo).tobytes() == want.tobytes()
     hw.off = 64
+
+
+@settings(max_examples=60, deadline=None)
+@given(h=st.integers(1, 5), w=st.integers(1, 9), c=st.integers(1, 150),
+       pads=st.tuples(*[st.integers(0, 70)] * 4), seed=st.integers(0, 2**16))
+def test_byte_lut_is_the_table_walk(h, w, c, pads, seed):
+    """int8 LUT layers through the byte lookup (`bytelut.lut_bytes`: 64 channels a step, the
+    last masked) give the bytes of the value-at-a-time walk, pitched maps' other channels
+    untouched, dense maps as one run; other tables and dtypes take the walk."""
+    import pytest
+
+    from npu_model.kernels import bytelut
+
+    if not bytelut.enabled():
+        pytest.skip("no AVX-512 VBMI on this CPU")
+    rng = np.random.default_rng(seed)
+    table = rng.integers(-128, 128, 256).astype(np.int8)
+    xpitch, ypitch = c + pads[0], c + pads[1]
+    xrs, yrs = w * xpitch + pads[2], w * ypitch + pads[3]
+    x = rng.integers(-128, 128, pads[2] + h * xrs).astype(np.int8)
+    got = rng.integers(-128, 128, pads[3] + h * yrs + 64).astype(np.int8)
+    want = got.copy()
+    args = (xrs, xpitch, pads[2] % 7)
+    vector.lut(x, *args, table, -128, got, yrs, ypitch, pads[3] % 5, h, w, c)
+    vector.lut_walk(x, *args, table, -128, want, yrs, ypitch, pads[3] % 5, h, w, c)
+    assert got.tobytes() == want.tobytes()
+    dense_x = rng.integers(-128, 128, h * w * c).astype(np.int8)
+    dense_y = np.zeros(h * w * c, np.int8)
+    vector.lut(dense_x, w * c, c, 0, table, -128, dense_y, w * c, c, 0, h, w, c)
+    assert dense_y.tobytes() == table[dense_x.astype(np.int64) + 128].tobytes()

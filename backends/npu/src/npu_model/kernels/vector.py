@@ -11,6 +11,7 @@ import numpy as np
 
 from xir.quant.fixed_point import requantize_one
 
+from . import bytelut
 from .jit import helper, inline, kernel
 
 #: Numba kernels called from this file's kernels but defined in other files, with a stamp of
@@ -18,6 +19,9 @@ from .jit import helper, inline, kernel
 #: file only, so when a dependency changes, `tests/test_kernel_stamps.py`
 #: fails until the stamp here is updated, and that edit makes Numba recompile these kernels.
 NUMBA_DEPENDS = {"xir.quant.fixed_point.requantize_one": "e5bd92a5402c36dd"}
+
+#: int8 LUT layers on the byte lookup (`bytelut.enabled`), decided once
+_BYTE_LUT = bytelut.enabled()
 
 ELTW_ADD = 0
 ELTW_SUB = 1
@@ -224,9 +228,20 @@ def _lut_run(xs, tab, off, ys):
         ys[i] = tab[np.uint64(np.int64(xs[i]) + off)]
 
 
-@kernel
 def lut(x, xrs, xpitch, xcoff, table, qmin, y, yrs, ypitch, ycoff, h_n, w_n, c_n):
-    """``y = table[x - qmin]`` (offset-binary index, docs/quantization.md section 5)."""
+    """``y = table[x - qmin]`` (offset-binary index, docs/quantization.md section 5): int8 to
+    int8 through a whole 256-entry table on the byte lookup (`bytelut`, AVX-512 VBMI) where
+    the CPU has it, else `lut_walk`."""
+    if (_BYTE_LUT and x.dtype == np.int8 and y.dtype == np.int8 and table.dtype == np.int8
+            and table.shape[0] == 256 and qmin == -128):
+        return bytelut.lut_bytes(x, xrs, xpitch, xcoff, table, y, yrs, ypitch, ycoff, h_n,
+                                 w_n, c_n)
+    return lut_walk(x, xrs, xpitch, xcoff, table, qmin, y, yrs, ypitch, ycoff, h_n, w_n, c_n)
+
+
+@kernel
+def lut_walk(x, xrs, xpitch, xcoff, table, qmin, y, yrs, ypitch, ycoff, h_n, w_n, c_n):
+    """`lut` a value at a time (any dtypes and table length)."""
     nt = table.shape[0]
     tab = np.empty(nt, dtype=y.dtype)
     for i in range(nt):
@@ -238,10 +253,11 @@ def lut(x, xrs, xpitch, xcoff, table, qmin, y, yrs, ypitch, ycoff, h_n, w_n, c_n
         _lut_run(x[xcoff:xcoff + n], tab, off, y[ycoff:ycoff + n])
         return y
     for h in range(h_n):
-        for w in range(w_n):
+        for w in range(w_n):  # a pixel's channels inline: a call per pixel cost more
             src = h * xrs + w * xpitch + xcoff
             dst = h * yrs + w * ypitch + ycoff
-            _lut_run(x[src:src + c_n], tab, off, y[dst:dst + c_n])
+            for c in range(c_n):
+                y[np.uint64(dst + c)] = tab[np.uint64(np.int64(x[np.uint64(src + c)]) + off)]
     return y
 
 
