@@ -34,13 +34,16 @@ from numba import types
 from numba.extending import intrinsic
 
 from .bgemm import MR, NR, NR16, int8_weights, pack_quads
+from .grouped import _one_sided, _requant_folded
 from .jit import helper, kernel
 from .mpe import _requant_tile
 from .pool import Split
 
 #: Numba kernels called from this file's kernels but defined in other files, with a stamp of
 #: their source (tests/test_kernel_stamps.py; see `mpe.NUMBA_DEPENDS`)
-NUMBA_DEPENDS = {"npu_model.kernels.mpe._requant_tile": "d3bc4fec47ae757e"}
+NUMBA_DEPENDS = {"npu_model.kernels.mpe._requant_tile": "712f619bb2c3e7ed",
+                 "npu_model.kernels.grouped._one_sided": "67095b1173abce66",
+                 "npu_model.kernels.grouped._requant_folded": "e947f4a1b3685faf"}
 
 #: output pixels requantized together where whole output rows are one run of the tile
 TILE_PIXELS = 1024
@@ -221,6 +224,18 @@ def conv_implicit_int8(x, xrs, xpitch, xcoff, ih_n, iw_n,
     rpt = max(1, TILE_PIXELS // ow_n) if ow_pad == ow_n else 1
     ctile = np.empty(rpt * ow_pad * width, dtype=np.int32)
     none = np.empty((0, cout), dtype=np.int64)
+    # one multiplier and shift for both signs (no LeakyReLU): requantized straight from the
+    # tile into y, the bias folded into the rounding term (`grouped._requant_folded`)
+    folded = _one_sided(mult, shift, mult_neg, shift_neg, cout)
+    m32 = np.empty(cout if folded else 0, dtype=np.int32)
+    cf = np.empty(cout if folded else 0, dtype=np.int64)
+    sf = np.empty(cout if folded else 0, dtype=np.int64)
+    if folded:
+        for o in range(cout):
+            s = shift[o] if shift[o] > 0 else 0
+            m32[o] = mult[o]
+            cf[o] = bias[o] * mult[o] + ((np.int64(1) << np.int64(s - 1)) if s > 0 else 0)
+            sf[o] = s
     for r0 in range(oh_lo, oh_hi, rpt):
         r1 = min(oh_hi, r0 + rpt)
         for oh in range(r0, r1):
@@ -247,9 +262,13 @@ def conv_implicit_int8(x, xrs, xpitch, xcoff, ih_n, iw_n,
                             _mk16_set(xp, ao, lda, wq, bo, ctile, co, width, seg4)
                         else:
                             _mk16_add(xp, ao, lda, wq, bo, ctile, co, width, seg4)
-        _requant_tile(ctile, width, none, bias, np.int64(0), r0 * ow_n, (r1 - r0) * ow_n, ow_n,
-                      cout, y, yrs, ypitch, ycoff, np.int64(0), mult, shift, mult_neg,
-                      shift_neg, lo, hi)
+        if folded:
+            _requant_folded(ctile, width, r0 * ow_n, (r1 - r0) * ow_n, ow_n, cout, y, yrs,
+                            ypitch, ycoff, m32, cf, sf, lo, hi)
+        else:
+            _requant_tile(ctile, width, none, bias, np.int64(0), r0 * ow_n, (r1 - r0) * ow_n,
+                          ow_n, cout, y, yrs, ypitch, ycoff, np.int64(0), mult, shift,
+                          mult_neg, shift_neg, lo, hi)
     return y
 
 
