@@ -72,3 +72,30 @@ def test_small_maps_stay_on_the_calling_thread():
     calls = []
     parts.run_parts(10, lambda lo, hi: calls.append((lo, hi, threading.get_ident())))
     assert calls == [(0, 10, threading.get_ident())]
+
+
+@pytest.mark.parametrize("shape", [(1, 5, 7), (1, 64, 128), (2, 3, 40, 41)])
+@pytest.mark.parametrize("bits", [8, 16, 32])
+def test_edge_casts_give_the_general_kernels_bytes(shape, bits):
+    """The one-scale edge Casts (`cast._edge_cast`) against `quantize` / `dequantize`: maps of
+    35 elements (the general path), 8K (inline) and 10K; a transposed (non-contiguous) input,
+    float16 (the general path), a NaN refused."""
+    rng = np.random.default_rng(bits)
+    scale = {8: 0.031, 16: 0.0002, 32: 1e-6}[bits]
+    for fdt in (np.float32, np.float64, np.float16):
+        x = (rng.normal(0, 3, shape)).astype(fdt)
+        qt, ft = _qtype(bits, scale, shape), _ftype(np.dtype(fdt).itemsize * 8, shape)
+        (q,) = cast_mod.cast([x], {}, [ft], [qt])
+        assert q.shape == shape and q.flags.c_contiguous
+        assert np.array_equal(q, quantize(x, np.array([scale]), q.dtype))
+        (back,) = cast_mod.cast([q], {}, [qt], [ft])
+        assert back.dtype == fdt
+        assert np.array_equal(back, dequantize(q, np.array([scale]), dtype=fdt))
+    xt = rng.normal(0, 3, shape[::-1]).astype(np.float32).T  # not C-contiguous
+    qt, ft = _qtype(bits, scale, shape), _ftype(32, shape)
+    (q,) = cast_mod.cast([xt], {}, [ft], [qt])
+    assert np.array_equal(q, quantize(xt, np.array([scale]), q.dtype))
+    x = np.zeros(shape, np.float32)
+    x.reshape(-1)[-1] = np.nan
+    with pytest.raises(ValueError, match="NaN"):
+        cast_mod.cast([x], {}, [ft], [qt])

@@ -10,6 +10,9 @@ quantized is a rescale by ``requant_multiplier(s_in, 1.0, s_out)``. A tiled layo
 
 from __future__ import annotations
 
+import math
+from typing import Any
+
 import numpy as np
 
 from xir.quant.fixed_point import (
@@ -25,11 +28,79 @@ from xir.tiling import tile, untile
 from ._common import is_q, rq_any
 from .parts import count, run_parts
 
+_INTS = (np.dtype(np.int8), np.dtype(np.int16), np.dtype(np.int32))
+_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+
+#: (id(source type), id(destination type)) -> (source type, destination type, plan): what
+#: `_plan_of` found about a pair of types (the types are kept, so an id is never reused)
+_PLANS: dict[tuple[int, int], tuple[Any, Any, Any]] = {}
+
+
+def _plan_of(src_t, dst_t):
+    """("q" or "d", result dtype, shape, lo, hi) when a Cast between these types is a
+    one-scale quantize ("q": float to int8/16/32) or dequantize ("d": integer to float32/64)
+    of untiled maps -- the edge Casts of every network --, else None (the general path)."""
+    key = (id(src_t), id(dst_t))
+    hit = _PLANS.get(key)
+    if hit is not None and hit[0] is src_t and hit[1] is dst_t:
+        return hit[2]
+    plan = None
+    if not src_t.layout.is_tiled() and not dst_t.layout.is_tiled():
+        sq, dq = is_q(src_t), is_q(dst_t)
+        out_dt = np.dtype(dst_t.numpy_dtype)
+        shape = tuple(dst_t.shape)
+        if dq and not sq and dst_t.element_dtype.axis is None and out_dt in _INTS:
+            lo, hi = (float(v) for v in qrange(out_dt))
+            plan = ("q", out_dt, shape, lo, hi)
+        elif sq and not dq and src_t.element_dtype.axis is None and out_dt in _FLOATS:
+            plan = ("d", out_dt, shape, 0.0, 0.0)
+    if len(_PLANS) >= 4096:
+        _PLANS.clear()
+    _PLANS[key] = (src_t, dst_t, plan)
+    return plan
+
+
+def _edge_cast(plan, x: np.ndarray, scale: np.ndarray) -> np.ndarray | None:
+    """A one-scale quantize / dequantize (`_plan_of`) of `x` by the kernels `quantize` and
+    `dequantize` run on such maps (the same bytes), without their per-call checks and
+    dispatch; None where `x` is not such a map (the general path runs)."""
+    kind, out_dt, shape, lo, hi = plan
+    n = x.size
+    if scale.size != 1 or n <= 64 or math.prod(shape) != n:
+        return None
+    sc = float(scale[0])
+    if kind == "q":
+        if x.dtype not in _FLOATS:
+            return None
+        if count(n) > 1:
+            return _quantize_parts(x, sc, out_dt).reshape(shape)
+        y = np.empty(shape, dtype=out_dt)
+        flat = (x if x.flags.c_contiguous else np.ascontiguousarray(x)).reshape(-1)
+        if not quantize_scalar_nb(flat, sc, lo, hi, y.reshape(-1)):
+            raise ValueError("quantize: input contains NaN")
+        return y
+    if x.dtype.kind not in "iu":
+        return None
+    if count(n) > 1:
+        return _dequantize_parts(x, sc, out_dt).reshape(shape)
+    if not (math.isfinite(sc) and sc > 0):
+        raise ValueError("scales must be finite and > 0")
+    y = np.empty(shape, dtype=out_dt)
+    flat = (x if x.flags.c_contiguous else np.ascontiguousarray(x)).reshape(-1)
+    dequantize_scalar_nb(flat, sc, y.reshape(-1))
+    return y
+
 
 def cast(inputs, attrs, in_types, out_types, *, fake=False):
     """Convert ``inputs[0]`` from ``in_types[0]`` to ``out_types[0]`` (see the module doc)."""
     src_t, dst_t = in_types[0], out_types[0]
     x = np.asarray(inputs[0])
+    if not fake:
+        plan = _plan_of(src_t, dst_t)
+        if plan is not None:
+            y = _edge_cast(plan, x, (dst_t if plan[0] == "q" else src_t).element_dtype.scale)
+            if y is not None:
+                return [y]
     src_tiled, dst_tiled = src_t.layout.is_tiled(), dst_t.layout.is_tiled()
     if src_tiled:
         x = untile(x, src_t.layout)
@@ -40,16 +111,12 @@ def cast(inputs, attrs, in_types, out_types, *, fake=False):
         sc = dst_el.scale  # a float64 array: one value, or one per entry along the axis
         if fake:
             y = _scaled(np.asarray(x, np.float64), 1.0 / sc, dst_el.axis)
-        elif _parted(x, sc, dst_el.axis, "f") and dst_el.numpy_dtype in _INTS:
-            y = _quantize_parts(x, float(sc.reshape(-1)[0]), dst_el.numpy_dtype)
         else:
             y = quantize(x, sc, dst_el.numpy_dtype, dst_el.axis)
     elif sq and not dq:
         sc = src_el.scale
         if fake:
             y = _scaled(np.asarray(x, np.float64), sc, src_el.axis).astype(dst_t.numpy_dtype)
-        elif _parted(x, sc, src_el.axis, "iu") and dst_t.numpy_dtype in _FLOATS:
-            y = _dequantize_parts(x, float(sc.reshape(-1)[0]), dst_t.numpy_dtype)
         else:
             y = dequantize(x, sc, src_el.axis, dtype=dst_t.numpy_dtype)
     elif sq and dq:
@@ -67,16 +134,6 @@ def cast(inputs, attrs, in_types, out_types, *, fake=False):
     if y.shape != shape or not y.flags.c_contiguous:
         y = np.ascontiguousarray(y).reshape(shape)
     return [y]
-
-
-_INTS = (np.dtype(np.int8), np.dtype(np.int16), np.dtype(np.int32))
-_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
-
-
-def _parted(x: np.ndarray, sc: np.ndarray, axis, kinds: str) -> bool:
-    """Whether a Cast is one scale over a map big enough for the host's threads (`parts`)."""
-    return axis is None and sc.size == 1 and x.dtype.kind in kinds and \
-        (kinds != "f" or x.dtype in _FLOATS) and count(x.size) > 1
 
 
 def _quantize_parts(x: np.ndarray, sc: float, dtype) -> np.ndarray:

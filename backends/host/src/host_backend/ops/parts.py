@@ -39,6 +39,8 @@ def _pool(parts: int) -> ThreadPoolExecutor:
 
 def count(n: int) -> int:
     """Threads `n` elements are shared out among (1: run inline)."""
+    if n < 2 * PART_MIN:
+        return 1  # (without asking Numba: most maps are small)
     return max(1, min(get_num_threads(), n // PART_MIN))
 
 
