@@ -9,7 +9,9 @@ copied); no pass writes a weight in place, a pass that changes one builds new da
    either association) becomes one Hardswish op and GELU (``x * (1 + erf(x / sqrt 2)) / 2``,
    or its tanh form ``x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x**3))) / 2``) one Gelu op:
    a lookup table each once quantized; LayerNorm written out (ReduceMean, Sub, Pow 2,
-   ReduceMean, Add eps, Sqrt, Div, then Mul gamma and Add beta) becomes one LayerNorm;
+   ReduceMean, Add eps, Sqrt, Div, then Mul gamma and Add beta) becomes one LayerNorm, also
+   over the tokens of a (N, C, L) map whose means the importer made global pools (paddle2onnx's
+   SVTR: a LayerNorm over the last axis between Transposes, `pooled_layernorm`);
    an LRN becomes ops the NPUs run (`x * x`, the channel window's sum as a 1x1 Conv2d with a
    band of ones, the denominator's power as a Power table, `x * d`); the square root of a
    square, ``sqrt(x * x)`` or ``sqrt(max(x * x, c))`` (keras' magnitude with a floor), becomes
@@ -37,9 +39,9 @@ network has the same `v_id` as the value it equals in the original one. Removed 
 `tags["fused_op_ids"]` on the op that absorbed them.
 
 The modules: `graph` (copy, single reader, op replacement), `activations` (HardSwish, GELU),
-`sqrt`, `normalization` (LayerNorm, LRN), `affine` (per-channel affines, BatchNorm folding),
-`fusion` (Relu, Matmul bias, Transpose into Matmul), `layout` (channel shuffles, no-ops) and
-`stage` (`optimize`, which runs them in order).
+`sqrt`, `normalization` (LayerNorm, LRN), `pooled_layernorm` (SVTR's LayerNorm), `affine`
+(per-channel affines, BatchNorm folding), `fusion` (Relu, Matmul bias, Transpose into Matmul),
+`layout` (channel shuffles, no-ops) and `stage` (`optimize`, which runs them in order).
 """
 
 from __future__ import annotations
