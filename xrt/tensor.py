@@ -243,7 +243,11 @@ class Tensor:
             # bytes come from the store's own copying read (no view handed out, no argument
             # checks beyond the chunk's range: this tensor's type and offset are its own)
             n = dtype.storageBytes()
-            st, at = self._chunk._range(self._offset, n, "read")  # type: ignore[union-attr]
+            chunk = self._chunk
+            st = chunk._live()  # type: ignore[union-attr]
+            at = self._offset
+            if at < 0 or at + n > st.size:  # (the chunk's own message)
+                st, at = chunk._range(at, n, "read")  # type: ignore[union-attr]
             raw = st.region.storage.read(st.addr + at, n) if n and st.region is not None \
                 else None
             if not (isinstance(raw, np.ndarray) and raw.dtype == np.uint8 and raw.size == n
