@@ -101,9 +101,9 @@ def test_results_are_byte_identical_at_any_thread_count(dtype, monkeypatch):
         pool.set_threads(n)
         seen.clear()
         results[n] = _run_stream(dtype)[0]
-        # dense, depthwise, matmul of this dtype; int8 on the byte GEMM: the stem and the 3x3
-        # on the implicit GEMM, the 1x1 on the dense one
-        assert len(seen) == (4 if dtype == "int8" and bgemm.enabled() else 3), seen
+        # dense (int8 on the byte GEMM: the implicit one), depthwise, matmul of this dtype
+        assert len(seen) == 3, seen
+        assert ("conv_implicit_int8" in seen) == (dtype == "int8" and bgemm.enabled())
         for name, parts in seen.items():  # cut into parts at n > 1, run on n threads at most
             calls = sum(1 for lo, _ in parts if lo == 0)
             if n == 1:

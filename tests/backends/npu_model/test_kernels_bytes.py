@@ -14,7 +14,7 @@ import pytest
 from npu_testlib import Harness, rand_requant, ref_conv_acc, ref_requant
 
 from npu_model import asm
-from npu_model.kernels import bgemm, igemm, mpe
+from npu_model.kernels import bgemm, grouped, igemm, implicit, mpe
 
 VNNI = bool(ll.get_host_cpu_features().get("avx512vnni"))
 needs_vnni = pytest.mark.skipif(not VNNI, reason="vpdpbusd needs AVX-512 VNNI")
@@ -269,7 +269,8 @@ def _conv8(hw, rng, h, w, cin, cout, k=3, stride=1, pad=1, groups=1, x=None, wq=
 
 def _spy8(monkeypatch):
     ran: list[str] = []
-    for split in (mpe.CONV_INT, mpe.CONV_INT8_BYTES):
+    for split in (mpe.CONV_INT, mpe.CONV_INT8_BYTES, grouped.CONV_G1X1_INT8,
+                  implicit.CONV_IMPLICIT):
         def spy(*args, _k=split.kernel, _n=split.__name__):
             ran.append(_n)
             return _k(*args)
@@ -287,7 +288,10 @@ def test_int8_conv_on_each_integer_path(hw16, monkeypatch, path, case):
     ran = _spy8(monkeypatch)
     got, ref = _conv8(hw, np.random.default_rng(len(case) + 1), **CASES[case])
     np.testing.assert_array_equal(got, ref)
-    assert ran and set(ran) == {"conv_dense_int8_bytes" if path == "bytes"
+    # on the byte GEMM a grouped 1x1 takes its one-gather kernel (`grouped`); the others here
+    # have rows shorter than the implicit GEMM's micro tile
+    assert ran and set(ran) == {("conv_grouped_1x1_int8" if case == "grouped-1x1"
+                                 else "conv_dense_int8_bytes") if path == "bytes"
                                 else "conv_dense_int"}
 
 

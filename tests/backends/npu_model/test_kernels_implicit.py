@@ -2,8 +2,8 @@
 the layer really on that kernel (and not where it does not apply), byte-for-byte against numpy
 integers over the geometries networks use (stems over 3 channels in a wider pitch, strides,
 dilations, asymmetric pads, ConvTranspose's 2x2 over a zero-spread map, narrow and multi-panel
-outputs, rows not a multiple of the micro tile, channel windows), the int32 accumulators at
-their bound, and the same bytes at 1, 2 and 4 threads."""
+outputs, rows not a multiple of the micro tile, channel windows, 1x1 layers across map rows),
+the int32 accumulators at their bound, and the same bytes at 1, 2 and 4 threads."""
 
 from __future__ import annotations
 
@@ -77,6 +77,12 @@ CASES = [
     dict(h=7, w=9, cin=18, cout=9, leaky=True, out_pitch=48, out_c_off=7),  # channel window
     dict(h=5, w=40, cin=64, cout=100, k=(1, 3), pad=(0, 0, 1, 1)),
     dict(h=16, w=8, cin=32, cout=64, k=(5, 1), pad=(2, 2, 0, 0), dilation=(2, 1)),
+    # 1x1 layers: pixels across map rows in tiles (`_pointwise`)
+    dict(h=8, w=8, cin=16, cout=32, k=(1, 1), pad=(0, 0, 0, 0)),
+    dict(h=13, w=11, cin=18, cout=40, k=(1, 1), pad=(0, 0, 0, 0), in_pitch=32, leaky=True),
+    dict(h=40, w=37, cin=64, cout=255, k=(1, 1), pad=(0, 0, 0, 0), out_pitch=256),
+    dict(h=1, w=1, cin=24, cout=6, k=(1, 1), pad=(0, 0, 0, 0)),  # a squeeze-excite conv
+    dict(h=5, w=7, cin=3, cout=9, k=(1, 1), pad=(0, 0, 0, 0), out_pitch=32, out_c_off=20),
 ]
 
 
@@ -87,9 +93,10 @@ def test_implicit_conv_is_exact_and_runs_there(hw, rng, ran, case):
     assert ran == {"conv_implicit_int8": 1}
 
 
-@pytest.mark.parametrize("case", [dict(h=8, w=8, cin=16, cout=32, k=(1, 1), pad=(0, 0, 0, 0)),
+@pytest.mark.parametrize("case", [dict(h=8, w=8, cin=16, cout=32, k=(1, 1), stride=(2, 2),
+                                       pad=(0, 0, 0, 0)),
                                   dict(h=9, w=7, cin=16, cout=16)],
-                         ids=["pointwise", "rows-shorter-than-a-tile"])
+                         ids=["strided-1x1", "rows-shorter-than-a-tile"])
 def test_other_convolutions_keep_the_im2col_gemm(hw, rng, ran, case):
     got, ref, _ = _conv(hw, rng, **case)
     np.testing.assert_array_equal(got, ref)

@@ -606,8 +606,10 @@ class Icore:
                            mpe.depthwise_acc(x.arr.itemsize, kh * kw))
             return
         waddr = d.get(F.WGT_ADDR, 0)
-        if dtype == "int8" and self.int_gemm and self.byte_gemm and g == 1 and kh * kw > 1 \
-                and y.w >= bgemm.MR and kh * kw * cin_g <= bgemm.MAX_K8:
+        pointwise = (kh, kw, sh, sw, pt, pb, pl, pr) == (1, 1, 1, 1, 0, 0, 0, 0)
+        if dtype == "int8" and self.int_gemm and self.byte_gemm and g == 1 and \
+                (pointwise or (kh * kw > 1 and y.w >= bgemm.MR)) and \
+                kh * kw * cin_g <= bgemm.MAX_K8:
             nr = igemm.panel_width(cout_g)
             wq, corr = self._unpacked_weights(wmem, waddr, packed, ("implicit", nr), g, kh, kw,
                                               cin_g, cout_g, cu, ocb)

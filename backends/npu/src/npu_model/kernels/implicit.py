@@ -24,6 +24,14 @@ contiguous range of a panel's quads.
 
 Output pixels past the row (up to a multiple of `MR`) are computed from the padding columns
 ``xp`` holds for them and never read.
+
+A 1x1 layer of unit stride without padding (`_pointwise`) has no taps to find in a map: its
+pixels are the GEMM's rows in tiles across map rows, compacted and turned unsigned in one pass
+(where `mpe.conv_dense_int8_bytes` copies them, then flips them in place), requantized from a
+tile kept in L1. PP-OCRv4 detector's 1x1 layers 1.13 -> 0.89 ms, yolov5s-640's 21.5 -> 20 ms.
+
+Layers without LeakyReLU are requantized straight from the tile, the bias folded into the
+rounding term (`grouped._requant_folded`, the same int64 bits).
 """
 
 from __future__ import annotations
@@ -47,6 +55,8 @@ NUMBA_DEPENDS = {"npu_model.kernels.mpe._requant_tile": "712f619bb2c3e7ed",
 
 #: output pixels requantized together where whole output rows are one run of the tile
 TILE_PIXELS = 1024
+#: bytes of a 1x1 layer's int32 tile (`_pointwise`), as `grouped.C_TILE_BYTES`: kept in L1
+C_TILE_BYTES = 32768
 
 
 def _micro_kernel(nr: int, accumulate: bool):
@@ -195,6 +205,64 @@ def _compact(x, xrs, xpitch, xcoff, ih_n, iw_n, cin, cpad, pt, pl, h0, h1, wp, x
                 xp[np.uint64(d0 + c)] = 128
 
 
+@helper
+def _requant_out(ctile, width, p0, npix, ow_n, cout, y, yrs, ypitch, ycoff, folded, m32, cf,
+                 sf, bias, mult, shift, mult_neg, shift_neg, lo, hi):
+    """Output pixels ``p0..p0+npix`` from the int32 tile (rows `width` apart) into y: straight
+    from the tile with the bias folded into the rounding term where one multiplier and shift
+    serve both signs (`grouped._requant_folded`), else `mpe._requant_tile`."""
+    if folded:
+        _requant_folded(ctile, width, p0, npix, ow_n, cout, y, yrs, ypitch, ycoff, m32, cf, sf,
+                        lo, hi)
+    else:
+        _requant_tile(ctile, width, np.empty((0, cout), dtype=np.int64), bias, np.int64(0), p0,
+                      npix, ow_n, cout, y, yrs, ypitch, ycoff, np.int64(0), mult, shift,
+                      mult_neg, shift_neg, lo, hi)
+
+
+@helper
+def _pointwise(x, xrs, xpitch, xcoff, wq, nr, y, yrs, ypitch, ycoff, ow_n, cin, cout, p_lo,
+               p_hi, folded, m32, cf, sf, bias, mult, shift, mult_neg, shift_neg, lo, hi):
+    """A 1x1 convolution of unit stride without padding, output pixels ``p_lo..p_hi``: the
+    pixels are the GEMM's rows whatever the map's rows, so they are taken in tiles of about
+    `C_TILE_BYTES` of int32 results (no padding pixels at the end of each map row), each tile's
+    channels compacted and turned unsigned in one pass, one byte GEMM per panel, requantized
+    from the tile."""
+    cpad = (cin + 3) // 4 * 4
+    width = cout + nr
+    nb = (cout + nr - 1) // nr
+    k4 = cpad // 4
+    tile = max(MR, min(p_hi - p_lo, C_TILE_BYTES // (4 * width)) // MR * MR)
+    xp = np.empty(tile * cpad, dtype=np.uint8)
+    ctile = np.empty(tile * width, dtype=np.int32)
+    for p0 in range(p_lo, p_hi, tile):
+        npix = min(tile, p_hi - p0)
+        oh = p0 // ow_n
+        ow = p0 - oh * ow_n
+        for p in range(npix):
+            s0 = oh * xrs + ow * xpitch + xcoff
+            d0 = p * cpad
+            for c in range(cin):
+                xp[np.uint64(d0 + c)] = np.uint8(np.int16(x[np.uint64(s0 + c)]) + 128)
+            for c in range(cin, cpad):
+                xp[np.uint64(d0 + c)] = 128
+            ow += 1
+            if ow == ow_n:
+                ow = 0
+                oh += 1
+        rows = (npix + MR - 1) // MR * MR
+        for pb in range(nb):
+            bo = pb * k4 * nr * 4
+            for m0 in range(0, rows, MR):
+                if nr == NR:
+                    _mk_set(xp, m0 * cpad, cpad, wq, bo, ctile, m0 * width + pb * nr, width, k4)
+                else:
+                    _mk16_set(xp, m0 * cpad, cpad, wq, bo, ctile, m0 * width + pb * nr, width,
+                              k4)
+        _requant_out(ctile, width, p0, npix, ow_n, cout, y, yrs, ypitch, ycoff, folded, m32, cf,
+                     sf, bias, mult, shift, mult_neg, shift_neg, lo, hi)
+
+
 @kernel(nogil=True)
 def conv_implicit_int8(x, xrs, xpitch, xcoff, ih_n, iw_n,
                        wq, nr, bias, mult, shift, mult_neg, shift_neg, lo, hi,
@@ -202,8 +270,27 @@ def conv_implicit_int8(x, xrs, xpitch, xcoff, ih_n, iw_n,
                        kh, kw, sh, sw, dh, dw, pt, pl, cin, cout, oh_lo, oh_hi):
     """Dense int8 convolution (one group) by the implicit byte GEMM of the module docstring:
     `wq` from `row_weights` with panels `nr` wide, the bias holding its correction. Output
-    rows ``oh_lo..oh_hi`` only (the pool's part, `pool.Split`)."""
+    rows ``oh_lo..oh_hi`` only (the pool's part, `pool.Split`). A 1x1 layer of unit stride
+    without padding takes its pixels as GEMM rows across map rows (`_pointwise`)."""
     if oh_hi <= oh_lo:
+        return y
+    # one multiplier and shift for both signs (no LeakyReLU): requantized straight from the
+    # tile into y, the bias folded into the rounding term (`grouped._requant_folded`)
+    folded = _one_sided(mult, shift, mult_neg, shift_neg, cout)
+    m32 = np.empty(cout if folded else 0, dtype=np.int32)
+    cf = np.empty(cout if folded else 0, dtype=np.int64)
+    sf = np.empty(cout if folded else 0, dtype=np.int64)
+    if folded:
+        for o in range(cout):
+            s = shift[o] if shift[o] > 0 else 0
+            m32[o] = mult[o]
+            cf[o] = bias[o] * mult[o] + ((np.int64(1) << np.int64(s - 1)) if s > 0 else 0)
+            sf[o] = s
+    if (kh == 1 and kw == 1 and sh == 1 and sw == 1 and pt == 0 and pl == 0
+            and oh_n == ih_n and ow_n == iw_n):
+        _pointwise(x, xrs, xpitch, xcoff, wq, nr, y, yrs, ypitch, ycoff, ow_n, cin, cout,
+                   oh_lo * ow_n, oh_hi * ow_n, folded, m32, cf, sf, bias, mult, shift,
+                   mult_neg, shift_neg, lo, hi)
         return y
     cpad = (cin + 3) // 4 * 4
     ow_pad = (ow_n + MR - 1) // MR * MR
@@ -223,19 +310,6 @@ def conv_implicit_int8(x, xrs, xpitch, xcoff, ih_n, iw_n,
     # whole output rows per tile where they are one run of it (no padding pixels between)
     rpt = max(1, TILE_PIXELS // ow_n) if ow_pad == ow_n else 1
     ctile = np.empty(rpt * ow_pad * width, dtype=np.int32)
-    none = np.empty((0, cout), dtype=np.int64)
-    # one multiplier and shift for both signs (no LeakyReLU): requantized straight from the
-    # tile into y, the bias folded into the rounding term (`grouped._requant_folded`)
-    folded = _one_sided(mult, shift, mult_neg, shift_neg, cout)
-    m32 = np.empty(cout if folded else 0, dtype=np.int32)
-    cf = np.empty(cout if folded else 0, dtype=np.int64)
-    sf = np.empty(cout if folded else 0, dtype=np.int64)
-    if folded:
-        for o in range(cout):
-            s = shift[o] if shift[o] > 0 else 0
-            m32[o] = mult[o]
-            cf[o] = bias[o] * mult[o] + ((np.int64(1) << np.int64(s - 1)) if s > 0 else 0)
-            sf[o] = s
     for r0 in range(oh_lo, oh_hi, rpt):
         r1 = min(oh_hi, r0 + rpt)
         for oh in range(r0, r1):
@@ -262,13 +336,8 @@ def conv_implicit_int8(x, xrs, xpitch, xcoff, ih_n, iw_n,
                             _mk16_set(xp, ao, lda, wq, bo, ctile, co, width, seg4)
                         else:
                             _mk16_add(xp, ao, lda, wq, bo, ctile, co, width, seg4)
-        if folded:
-            _requant_folded(ctile, width, r0 * ow_n, (r1 - r0) * ow_n, ow_n, cout, y, yrs,
-                            ypitch, ycoff, m32, cf, sf, lo, hi)
-        else:
-            _requant_tile(ctile, width, none, bias, np.int64(0), r0 * ow_n, (r1 - r0) * ow_n,
-                          ow_n, cout, y, yrs, ypitch, ycoff, np.int64(0), mult, shift,
-                          mult_neg, shift_neg, lo, hi)
+        _requant_out(ctile, width, r0 * ow_n, (r1 - r0) * ow_n, ow_n, cout, y, yrs, ypitch,
+                     ycoff, folded, m32, cf, sf, bias, mult, shift, mult_neg, shift_neg, lo, hi)
     return y
 
 
