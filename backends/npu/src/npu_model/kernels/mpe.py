@@ -725,16 +725,20 @@ def conv_depthwise(x, xrs, xpitch, xcoff, ih_n, iw_n,
     cc = xpitch if flat else c_n
     span = ow_n + ((kw - 1) * dw) // sw  # staged pixels a phase
     xs = np.empty(sw * span * c_n if staged else 0, dtype=x.dtype)
-    # the weights repeated along a chunk of up to 4096 values of the row (long runs: a short
-    # one spends its time in the loop's scalar tail), filled a pixel at a time
+    # the weights repeated along a chunk of up to 4096 values of the row (filled on every
+    # call, for every tap, by doubling copies): each chunk is a call of the MAC loop with its
+    # overlap checks and scalar tail, so chunks of 1024 cost more than they save
     wpix = min(ow_n, max(1, 4096 // c_n))
     w16 = np.empty((kh * kw if staged else 0, wpix * c_n), dtype=np.int16)
-    wt16 = np.empty(c_n, dtype=np.int16)
     for t in range(w16.shape[0]):
+        wt = w16[t]
         for c in range(c_n):
-            wt16[c] = w2[t, c]
-        for ow in range(wpix):
-            _cp(w16[t, ow * c_n:(ow + 1) * c_n], wt16)
+            wt[c] = w2[t, c]
+        k = c_n
+        while k < wt.shape[0]:  # doubling copies
+            e = min(wt.shape[0], 2 * k)
+            _cp(wt[k:e], wt[:e - k])
+            k = e
     acc = np.empty((ow_n, cc), dtype=acc_like.dtype)
     # an output row is requantized in runs of pixels, parameters repeated: straight into y
     # where the row is dense, else into a scratch run copied out pixel by pixel
@@ -743,9 +747,10 @@ def conv_depthwise(x, xrs, xpitch, xcoff, ih_n, iw_n,
     folded = _one_sided(mult, shift, mult_neg, shift_neg, np.int64(0), c_n)
     m32, cf, sf = _fold_params(mult, shift, bias, np.int64(0), np.int64(0),
                                c_n if folded else np.int64(0), reps)
-    prm = _tiled(_requant_params(mult, shift, mult_neg, shift_neg, np.int64(0), c_n), reps)
-    brep = _tiled(bias[:c_n].reshape((1, c_n)), reps)[0]
-    tmp = np.empty(reps * c_n, dtype=np.int64)
+    two = np.int64(0) if folded else c_n  # the two-sided form's parameters, else none
+    prm = _tiled(_requant_params(mult, shift, mult_neg, shift_neg, np.int64(0), two), reps)
+    brep = _tiled(bias[:two].reshape((1, two)), reps)[0]
+    tmp = np.empty(reps * two, dtype=np.int64)
     ytmp = np.empty(0 if dense_out else reps * c_n, dtype=y.dtype)
     # a pitch-wide accumulator row, compacted to the layer's channels before requantizing
     dense_acc = np.empty(ow_n * c_n if cc != c_n else 0, dtype=acc_like.dtype)
@@ -876,7 +881,7 @@ def _dw_run_at(kx, dw, sw, span, c_n):
     return ((q % sw) * span + q // sw) * c_n
 
 
-@helper
+@inline
 def _mac3p(acc, x0, x1, x2, w0, w1, w2):
     """``acc += x0 w0 + x1 w1 + x2 w2`` of int8 inputs and int16 weights in [-127, 127]: the
     first two products summed in int16 (exact: at most 2 * 128 * 127), so the loop runs in
@@ -887,7 +892,7 @@ def _mac3p(acc, x0, x1, x2, w0, w1, w2):
         acc[c] += np.int32(p) + np.int32(q)
 
 
-@helper
+@inline
 def _mac5p(acc, x0, x1, x2, x3, x4, w0, w1, w2, w3, w4):
     """`_mac3p` for five taps (two int16 pairs and one product)."""
     for c in range(acc.shape[0]):
