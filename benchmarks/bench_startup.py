@@ -10,6 +10,12 @@ Numba's own array implementations they pull in; then the project's slowest kerne
 compile, each with its number of compiles when above one (one per specialisation: a second
 means a literal, dtype or layout variant).
 
+What the start-up measures besides (`npu_model.kernels.jit.Tiered`, `kernels.compile_pool`):
+the calls of the tiered kernels (deploy planners, cycle model) that ran as Python instead of
+compiling, and the compile workers -- how many started, what they compiled and what the main
+process took itself, and their CPU time (the main process's CPU time leaves it out; on a
+machine with spare cores it is off the critical path, on a loaded one it is not).
+
 Target: cold within 4x of warm.
 
     python -m pytest benchmarks/bench_startup.py --benchmark-only -s
@@ -71,8 +77,22 @@ CHILD = textwrap.dedent("""
     first, first_cpu = time.perf_counter() - t0, time.process_time() - c0
     t1 = time.perf_counter()
     sess.forward([x])
-    print(json.dumps(dict(first=first, first_cpu=first_cpu, second=time.perf_counter() - t1,
-                          compiles=spent, kernels=per_kernel)))
+    second = time.perf_counter() - t1
+    import resource
+    from npu_model import cycles
+    from npu_model.kernels import compile_pool
+    from npu_model.planners.etm import planner
+    from npu_model.planners.ocm import options
+    for w in compile_pool._workers:
+        w.proc.wait()
+    ch = resource.getrusage(resource.RUSAGE_CHILDREN)
+    tiered = {{t.__name__: t.calls[0] for t in [cycles.layer_cycles, planner._place,
+              planner._improve] + [getattr(options, n) for n in ("_refill", "_total",
+              "_eject_search", "_repack_search", "_evict_walk", "_perturb_search", "_beam")]
+              if t.calls[0]}}
+    print(json.dumps(dict(first=first, first_cpu=first_cpu, second=second,
+                          compiles=spent, kernels=per_kernel, python_calls=tiered,
+                          pool=compile_pool.stats, workers_cpu=ch.ru_utime + ch.ru_stime)))
 """)
 
 
@@ -102,7 +122,18 @@ def test_cold_and_warm_start(benchmark, model, tmp_path):
     top = sorted(cold["kernels"].items(), key=lambda kv: -kv[1][0])[:12]
     print("  slowest kernels to compile (CPU s, compiles): "
           + ", ".join(f"{k} {s:.2f}" + (f" x{n}" if n > 1 else "") for k, (s, n) in top))
+    pool = cold["pool"]
+    print(f"  compile workers: {pool['workers']} started, {pool['compiled']} kernels compiled "
+          f"there ({pool['failed']} failed), {pool['by_caller']} queued ones taken by the main "
+          f"process; workers' CPU {cold['workers_cpu']:.1f} s (main + workers "
+          f"{cold['first_cpu'] + cold['workers_cpu']:.1f} s)")
+    print("  tiered kernels run as Python (calls), cold: "
+          + (", ".join(f"{k} {n}" for k, n in cold["python_calls"].items()) or "none")
+          + "; warm: " + (", ".join(f"{k} {n}" for k, n in warm["python_calls"].items())
+                          or "none"))
     benchmark.extra_info.update(cold_s=cold["first"], warm_s=warm["first"],
                                 ratio=cold["first"] / warm["first"], cold_cpu_s=cold["first_cpu"],
                                 warm_cpu_s=warm["first_cpu"], compiles=cold["compiles"],
-                                kernels=cold["kernels"])
+                                kernels=cold["kernels"], pool=pool,
+                                workers_cpu_s=cold["workers_cpu"],
+                                python_calls=cold["python_calls"])

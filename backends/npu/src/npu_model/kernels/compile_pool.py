@@ -286,6 +286,7 @@ class _Worker:
             self.open = False
             try:
                 proc.stdin.close()
+                proc.wait()  # it exits at the end of its input: reap it
             except OSError:
                 pass
 
