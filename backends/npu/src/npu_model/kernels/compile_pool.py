@@ -66,6 +66,7 @@ class _Job:
 
 
 _lock = threading.Lock()
+_owner = os.getpid()  # the process whose workers and feeders these are (not a forked child)
 _jobs: dict[tuple[int, tuple], _Job] = {}
 _queue: collections.deque[_Job] = collections.deque()  # first needed on the left
 _workers: list[_Worker] = []
@@ -177,7 +178,7 @@ def prefetch(calls: Iterable[tuple[Dispatcher, tuple]]) -> int:
     """Start compiling, in worker processes, the kernels of `calls` (kernel, arguments; in the
     order they will be called) that are neither compiled in this process nor in the disk
     cache. Returns the compiles queued (0: nothing to gain, or no workers)."""
-    if config.DISABLE_JIT or os.environ.get(WORKER_ENV):
+    if config.DISABLE_JIT or os.environ.get(WORKER_ENV) or os.getpid() != _owner:
         return 0
     wanted = _configured_workers()
     new: list[_Job] = []
@@ -213,7 +214,7 @@ def wait(disp: Dispatcher, sig: tuple) -> None:
     queued, take it off the queue (the caller compiles it). Returns at once for a kernel not
     prefetched."""
     job = _jobs.get((id(disp), sig))
-    if job is None:
+    if job is None or os.getpid() != _owner:  # (a forked child has no feeders: compile)
         return
     with _lock:
         if job.state == _QUEUED:
