@@ -38,7 +38,7 @@ from .isa import (
     decode_arrays,
     unpack_payload,
 )
-from .kernels import bgemm, grouped, igemm, implicit, matmul, mpe, rownorm, vector
+from .kernels import bgemm, grouped, igemm, implicit, matmul, mpe, resize, rownorm, vector
 from .mmu import MEM_ETM, MEM_OCM, MmuFault, MmuTable
 from .program import MAX_PROGRAMS, Program, Recording
 
@@ -554,7 +554,7 @@ class Icore:
         lv[cy.L_KIND], lv[cy.L_TAPS] = cy.K_RESIZE, 4
         lv[cy.L_PRM_BYTES] = raw.size
         if compute:
-            self._rec.call(vector.resize_taps, x.arr, x.rs, x.pitch, x.coff, y.arr, y.rs, y.pitch,
+            self._rec.call(resize.RESIZE_TAPS, x.arr, x.rs, x.pitch, x.coff, y.arr, y.rs, y.pitch,
                            y.coff, y.h, y.w, y.c, taps, one, rq["mult"], rq["shift"], lo, hi)
 
     def _geometry(self, d: dict) -> tuple[int, ...]:
@@ -606,9 +606,7 @@ class Icore:
                            mpe.depthwise_acc(x.arr.itemsize, kh * kw))
             return
         waddr = d.get(F.WGT_ADDR, 0)
-        pointwise = (kh, kw, sh, sw, pt, pb, pl, pr) == (1, 1, 1, 1, 0, 0, 0, 0)
         if dtype == "int8" and self.int_gemm and self.byte_gemm and g == 1 and \
-                (pointwise or (kh * kw > 1 and y.w >= bgemm.MR)) and \
                 kh * kw * cin_g <= bgemm.MAX_K8:
             nr = igemm.panel_width(cout_g)
             wq, corr = self._unpacked_weights(wmem, waddr, packed, ("implicit", nr), g, kh, kw,
