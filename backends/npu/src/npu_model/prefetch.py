@@ -39,6 +39,7 @@ def kernel_calls_of_run(icore: Any, *decode: Any) -> list[tuple[Any, tuple]]:
     `Icore._interpret`'s arguments), in order, without making them. A run that faults gives
     the calls before the fault."""
     dry = copy.copy(icore)
+    dry.dry_decode = True  # (what counts the icore's decodes can tell this one apart)
     dry._stats = dict.fromkeys(icore._stats, 0)
     dry._unfolded = []
     dry.tiles = TileCounters(icore.cfg.mpe_cols)
