@@ -209,3 +209,12 @@ def test_micro_kernel_is_vector_fma():
     fmas = re.findall(r"\bvfmadd\d+ps\s+[^\n]*zmm", asm)
     # the 4-lane kernel alone has MR x 4 in its loop
     assert len(fmas) >= sgemm.MR * 4
+
+
+def test_work_buffers_start_on_a_cache_line():
+    """Packed B and C are read and written as whole 64-byte vectors: a buffer starting off
+    a cache line would make every one of them straddle two lines."""
+    for tag, size in (("align-test-a", 5), ("align-test-a", 70_001), ("align-test-b", 1 << 20)):
+        buf = sgemm.scratch(tag, size)
+        assert buf.size == size and buf.dtype == np.float32
+        assert buf.ctypes.data % sgemm.ALIGN == 0
