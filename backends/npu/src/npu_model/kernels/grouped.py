@@ -14,13 +14,18 @@ and read back by the requantization from L2), and the requantization goes straig
 tile into the output pixel by pixel: with one multiplier and shift for both signs (no
 LeakyReLU, every layer the quantizer writes) folded as ``(acc * m + (bias * m + r)) >> s``,
 the same int64 arithmetic as ``((acc + bias) * m + r) >> s``, modulo 2^64 alike; otherwise
-both signs as `xir.quant.fixed_point.requantize_one`. ShuffleNet's 32 grouped 1x1 layers:
-2.75 -> 1.89 ms a forward on one core, the same bytes.
+both signs as `xir.quant.fixed_point.requantize_one`. The folded form runs eight channels per
+512-bit pass (`_requant8`, LLVM vector IR: Numba vectorises loops 256 bits wide on this CPU's
+tuning, and int64 lanes are what the requantization is made of). ShuffleNet's 32 grouped 1x1
+layers: 2.74 -> 1.47 ms a forward on one core, the same bytes.
 """
 
 from __future__ import annotations
 
 import numpy as np
+from llvmlite import ir
+from numba import types
+from numba.extending import intrinsic
 
 from .bgemm import MAX_K8, MR, NR, _mk, _mk16
 from .jit import helper, kernel
@@ -89,6 +94,68 @@ def _requant_folded(src, ld, p0, npix, ow_n, n, y, yrs, ypitch, ycoff, m32, cf, 
             v = lo64 if v < lo64 else v
             v = hi64 if v > hi64 else v
             yv[o] = v
+        ow += 1
+        if ow == ow_n:
+            ow = 0
+            oh += 1
+
+
+@intrinsic
+def _requant8(typingctx, src, so, m32, cf, sf, mo, lo, hi, y, yo):
+    """Eight channels of `_requant_folded` in one 512-bit pass: ``y[yo + i] = clip((src[so + i]
+    * m32[mo + i] + cf[mo + i]) >> sf[mo + i], lo, hi)`` for i < 8, in int64 lanes (the
+    same wrapping products and sums). Written as LLVM vector IR because Numba's loops are
+    vectorised 256 bits wide on this CPU's tuning (a third slower on these int64 lanes)."""
+    sig = types.void(src, so, m32, cf, sf, mo, lo, hi, y, yo)
+    ybits = y.dtype.bitwidth
+
+    def codegen(context, builder, sig, args):
+        src_, so_, m_, cf_, sf_, mo_, lo_, hi_, y_, yo_ = args
+        i32, i64 = ir.IntType(32), ir.IntType(64)
+        v8i32, v8i64 = ir.VectorType(i32, 8), ir.VectorType(i64, 8)
+        v8y = ir.VectorType(ir.IntType(ybits), 8)
+
+        def at(k, arg, off, vt):
+            arr = context.make_array(sig.args[k])(context, builder, arg)
+            return builder.bitcast(builder.gep(arr.data, [off]), ir.PointerType(vt))
+
+        def splat(v):
+            one = builder.insert_element(ir.Constant(v8i64, ir.Undefined), v, ir.Constant(i32, 0))
+            return builder.shuffle_vector(one, one, ir.Constant(v8i32, [0] * 8))
+
+        a = builder.sext(builder.load(at(0, src_, so_, v8i32), align=1), v8i64)
+        m = builder.sext(builder.load(at(2, m_, mo_, v8i32), align=1), v8i64)
+        c = builder.load(at(3, cf_, mo_, v8i64), align=1)
+        sh = builder.load(at(4, sf_, mo_, v8i64), align=1)
+        v = builder.ashr(builder.add(builder.mul(a, m), c), sh)
+        lov, hiv = splat(lo_), splat(hi_)
+        v = builder.select(builder.icmp_signed("<", v, lov), lov, v)
+        v = builder.select(builder.icmp_signed(">", v, hiv), hiv, v)
+        builder.store(builder.trunc(v, v8y), at(8, y_, yo_, v8y), align=1)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@helper
+def _requant_folded8(src, ld, p0, npix, ow_n, n, y, yrs, ypitch, ycoff, m32, cf, sf, lo, hi):
+    """`_requant_folded` eight channels at a time (`_requant8`), the last ``n % 8`` one by
+    one: 1.5x faster from 112 channels a pixel."""
+    lo64 = np.int64(lo)
+    hi64 = np.int64(hi)
+    n8 = n // 8 * 8
+    oh = p0 // ow_n
+    ow = p0 - oh * ow_n
+    for p in range(npix):
+        so = p * ld
+        at = oh * yrs + ow * ypitch + ycoff
+        for o in range(0, n8, 8):
+            _requant8(src, so + o, m32, cf, sf, o, lo64, hi64, y, at + o)
+        for o in range(n8, n):
+            v = (np.int64(src[so + o]) * np.int64(m32[o]) + cf[o]) >> sf[o]
+            v = lo64 if v < lo64 else v
+            v = hi64 if v > hi64 else v
+            y[at + o] = v
         ow += 1
         if ow == ow_n:
             ow = 0
@@ -178,8 +245,8 @@ def conv_grouped_1x1_int8(x, xrs, xpitch, xcoff, ih_n, iw_n,
             _gemm_window(rows_buf, g * cin_g, lda, rows, wq[g], k4, cout_g, nr, ctile,
                          g * cout_g, width)
         if folded:
-            _requant_folded(ctile, width, p0, npix, ow_n, cout, y, yrs, ypitch, ycoff, m32, cf,
-                            sf, lo, hi)
+            _requant_folded8(ctile, width, p0, npix, ow_n, cout, y, yrs, ypitch, ycoff, m32, cf,
+                             sf, lo, hi)
         else:
             _requant_both(ctile, width, bias, p0, npix, ow_n, cout, y, yrs, ypitch, ycoff, prm,
                           lo, hi)
