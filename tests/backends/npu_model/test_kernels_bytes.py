@@ -288,11 +288,11 @@ def test_int8_conv_on_each_integer_path(hw16, monkeypatch, path, case):
     ran = _spy8(monkeypatch)
     got, ref = _conv8(hw, np.random.default_rng(len(case) + 1), **CASES[case])
     np.testing.assert_array_equal(got, ref)
-    # on the byte GEMM a grouped 1x1 takes its one-gather kernel (`grouped`); the others here
-    # have rows shorter than the implicit GEMM's micro tile
-    assert ran and set(ran) == {("conv_grouped_1x1_int8" if case == "grouped-1x1"
-                                 else "conv_dense_int8_bytes") if path == "bytes"
-                                else "conv_dense_int"}
+    # on the byte GEMM one group takes the implicit GEMM (`implicit`), a grouped 1x1 its
+    # one-gather kernel (`grouped`), other grouped layers the im2col one
+    on_bytes = {"grouped-1x1": "conv_grouped_1x1_int8",
+                "grouped-strided": "conv_dense_int8_bytes"}.get(case, "conv_implicit_int8")
+    assert ran and set(ran) == {on_bytes if path == "bytes" else "conv_dense_int"}
 
 
 @needs_vnni

@@ -83,6 +83,11 @@ CASES = [
     dict(h=40, w=37, cin=64, cout=255, k=(1, 1), pad=(0, 0, 0, 0), out_pitch=256),
     dict(h=1, w=1, cin=24, cout=6, k=(1, 1), pad=(0, 0, 0, 0)),  # a squeeze-excite conv
     dict(h=5, w=7, cin=3, cout=9, k=(1, 1), pad=(0, 0, 0, 0), out_pitch=32, out_c_off=20),
+    dict(h=12, w=60, cin=256, cout=300, k=(1, 1), pad=(0, 0, 0, 0)),  # wide: a bigger tile
+    dict(h=9, w=10, cin=16, cout=32, k=(1, 1), stride=(2, 2), pad=(0, 0, 0, 0)),  # strided
+    dict(h=9, w=7, cin=16, cout=16),  # rows shorter than the micro tile
+    dict(h=7, w=7, cin=64, cout=96, leaky=True),  # several padded rows a tile, LeakyReLU
+    dict(h=3, w=2, cin=8, cout=8, k=(3, 3), pad=(1, 1, 1, 1)),
 ]
 
 
@@ -93,12 +98,8 @@ def test_implicit_conv_is_exact_and_runs_there(hw, rng, ran, case):
     assert ran == {"conv_implicit_int8": 1}
 
 
-@pytest.mark.parametrize("case", [dict(h=8, w=8, cin=16, cout=32, k=(1, 1), stride=(2, 2),
-                                       pad=(0, 0, 0, 0)),
-                                  dict(h=9, w=7, cin=16, cout=16)],
-                         ids=["strided-1x1", "rows-shorter-than-a-tile"])
-def test_other_convolutions_keep_the_im2col_gemm(hw, rng, ran, case):
-    got, ref, _ = _conv(hw, rng, **case)
+def test_grouped_convolutions_keep_the_im2col_gemm(hw, rng, ran):
+    got, ref, _ = _conv(hw, rng, 9, 10, 24, 36, groups=3)
     np.testing.assert_array_equal(got, ref)
     assert ran == {"conv_dense_int8_bytes": 1}
 

@@ -30,8 +30,9 @@ pixels are the GEMM's rows in tiles across map rows, compacted and turned unsign
 (where `mpe.conv_dense_int8_bytes` copies them, then flips them in place), requantized from a
 tile kept in L1. PP-OCRv4 detector's 1x1 layers 1.13 -> 0.89 ms, yolov5s-640's 21.5 -> 20 ms.
 
-Layers without LeakyReLU are requantized straight from the tile, the bias folded into the
-rounding term (`grouped._requant_folded`, the same int64 bits).
+Every layer is requantized straight from the tile, pixel by pixel, into y: without LeakyReLU
+the bias folded into the rounding term (`grouped._requant_folded`, the same int64 bits), with
+it each sign its own multiplier and shift (`grouped._requant_both`).
 """
 
 from __future__ import annotations
@@ -42,36 +43,37 @@ from numba import types
 from numba.extending import intrinsic
 
 from .bgemm import MR, NR, NR16, int8_weights, pack_quads
-from .grouped import _one_sided, _requant_folded
-from .jit import helper, kernel
-from .mpe import _requant_tile
+from .grouped import _one_sided, _requant_both, _requant_folded
+from .jit import helper, inline, kernel
 from .pool import Split
 
 #: Numba kernels called from this file's kernels but defined in other files, with a stamp of
 #: their source (tests/test_kernel_stamps.py; see `mpe.NUMBA_DEPENDS`)
-NUMBA_DEPENDS = {"npu_model.kernels.mpe._requant_tile": "712f619bb2c3e7ed",
-                 "npu_model.kernels.grouped._one_sided": "67095b1173abce66",
+NUMBA_DEPENDS = {"npu_model.kernels.grouped._one_sided": "67095b1173abce66",
+                 "npu_model.kernels.grouped._requant_both": "76a733feb2693ff4",
                  "npu_model.kernels.grouped._requant_folded": "e947f4a1b3685faf"}
 
-#: output pixels requantized together where whole output rows are one run of the tile
-TILE_PIXELS = 1024
+#: bytes of the int32 results of the output rows a tile holds (several rows where they fit)
+ROWS_TILE_BYTES = 131072
 #: bytes of a 1x1 layer's int32 tile (`_pointwise`), as `grouped.C_TILE_BYTES`: kept in L1
 C_TILE_BYTES = 32768
 
 
-def _micro_kernel(nr: int, accumulate: bool):
-    """An intrinsic ``mk(a, aoff, lda, b, boff, c, coff, ldc, k4n)``: the ``MR x nr`` int32
-    tile ``C (+)= A[:, :4*k4n] @ B_panel`` (A unsigned bytes, rows `lda` apart; B signed bytes
-    in `bgemm.pack_quads` layout) at ``c[coff + r * ldc + n]``; with `accumulate` the tile in C
-    is the accumulators' start, else zero (`bgemm`'s micro kernel)."""
+def _micro_kernel(nr: int):
+    """An intrinsic ``mk(a, aoff, lda, b, boff, c, coff, ldc, k4n, add)``: the ``MR x nr``
+    int32 tile ``C (+)= A[:, :4*k4n] @ B_panel`` (A unsigned bytes, rows `lda` apart; B signed
+    bytes in `bgemm.pack_quads` layout) at ``c[coff + r * ldc + n]``; where `add` is not 0 the
+    tile in C is the accumulators' start, else zero (`bgemm`'s micro kernel). One form for
+    both, the tile read either way (an unused read of a few cache lines): half the inlined
+    copies a fresh install compiles."""
     lanes = nr // 16
 
     @intrinsic
-    def mk(typingctx, a, aoff, lda, b, boff, c, coff, ldc, k4n):
-        sig = types.void(a, aoff, lda, b, boff, c, coff, ldc, k4n)
+    def mk(typingctx, a, aoff, lda, b, boff, c, coff, ldc, k4n, add):
+        sig = types.void(a, aoff, lda, b, boff, c, coff, ldc, k4n, add)
 
         def codegen(context, builder, sig, args):
-            a_, aoff_, lda_, b_, boff_, c_, coff_, ldc_, k4n_ = args
+            a_, aoff_, lda_, b_, boff_, c_, coff_, ldc_, k4n_, add_ = args
             i64, i32, i8 = ir.IntType(64), ir.IntType(32), ir.IntType(8)
             v64i8, v16i32 = ir.VectorType(i8, 64), ir.VectorType(i32, 16)
             mod = builder.module
@@ -92,11 +94,10 @@ def _micro_kernel(nr: int, accumulate: bool):
                 ir.PointerType(v16i32)) for j in range(lanes)] for r in range(MR)]
             bvec = builder.bitcast(bd, ir.PointerType(v64i8))
             splat0 = ir.Constant(v16i32, [0] * 16)
-            if accumulate:
-                init = [[builder.load(cptr[r][j], align=4) for j in range(lanes)]
-                        for r in range(MR)]
-            else:
-                init = [[ir.Constant(v16i32, None)] * lanes for _ in range(MR)]
+            zero = ir.Constant(v16i32, None)
+            keep = builder.icmp_signed("!=", add_, ir.Constant(i64, 0))
+            init = [[builder.select(keep, builder.load(cptr[r][j], align=4), zero)
+                     for j in range(lanes)] for r in range(MR)]
             entry = builder.block
             loop = builder.append_basic_block("igemm_k")
             done = builder.append_basic_block("igemm_done")
@@ -143,10 +144,8 @@ def _micro_kernel(nr: int, accumulate: bool):
     return mk
 
 
-_mk_set = _micro_kernel(NR, False)
-_mk_add = _micro_kernel(NR, True)
-_mk16_set = _micro_kernel(NR16, False)
-_mk16_add = _micro_kernel(NR16, True)
+_mk = _micro_kernel(NR)
+_mk16 = _micro_kernel(NR16)
 
 
 def channel_pad(cin_g: int) -> int:
@@ -167,7 +166,7 @@ def row_weights(wf: np.ndarray, kh: int, kw: int, nr: int) -> tuple[np.ndarray, 
     return pack_quads(w.reshape(g, kh * kw * cpad, n), nr), corr
 
 
-@helper
+@inline
 def _compact(x, xrs, xpitch, xcoff, ih_n, iw_n, cin, cpad, pt, pl, h0, h1, wp, xp):
     """Rows ``h0..h1`` of the padded input as unsigned bytes ``x + 128`` (module docstring),
     row ``h`` at ``(h - h0) * wp * cpad``; padding pixels and channels 128."""
@@ -207,22 +206,21 @@ def _compact(x, xrs, xpitch, xcoff, ih_n, iw_n, cin, cpad, pt, pl, h0, h1, wp, x
 
 @helper
 def _requant_out(ctile, width, p0, npix, ow_n, cout, y, yrs, ypitch, ycoff, folded, m32, cf,
-                 sf, bias, mult, shift, mult_neg, shift_neg, lo, hi):
-    """Output pixels ``p0..p0+npix`` from the int32 tile (rows `width` apart) into y: straight
-    from the tile with the bias folded into the rounding term where one multiplier and shift
-    serve both signs (`grouped._requant_folded`), else `mpe._requant_tile`."""
+                 sf, bias, prm, lo, hi):
+    """Output pixels ``p0..p0+npix`` from the int32 tile (rows `width` apart) into y: with the
+    bias folded into the rounding term where one multiplier and shift serve both signs
+    (`grouped._requant_folded`), else each sign its own (`grouped._requant_both`)."""
     if folded:
         _requant_folded(ctile, width, p0, npix, ow_n, cout, y, yrs, ypitch, ycoff, m32, cf, sf,
                         lo, hi)
     else:
-        _requant_tile(ctile, width, np.empty((0, cout), dtype=np.int64), bias, np.int64(0), p0,
-                      npix, ow_n, cout, y, yrs, ypitch, ycoff, np.int64(0), mult, shift,
-                      mult_neg, shift_neg, lo, hi)
+        _requant_both(ctile, width, bias, p0, npix, ow_n, cout, y, yrs, ypitch, ycoff, prm,
+                      lo, hi)
 
 
-@helper
+@inline
 def _pointwise(x, xrs, xpitch, xcoff, wq, nr, y, yrs, ypitch, ycoff, ow_n, cin, cout, p_lo,
-               p_hi, folded, m32, cf, sf, bias, mult, shift, mult_neg, shift_neg, lo, hi):
+               p_hi, folded, m32, cf, sf, bias, prm, lo, hi):
     """A 1x1 convolution of unit stride without padding, output pixels ``p_lo..p_hi``: the
     pixels are the GEMM's rows whatever the map's rows, so they are taken in tiles of about
     `C_TILE_BYTES` of int32 results (no padding pixels at the end of each map row), each tile's
@@ -233,6 +231,8 @@ def _pointwise(x, xrs, xpitch, xcoff, wq, nr, y, yrs, ypitch, ycoff, ow_n, cin, 
     nb = (cout + nr - 1) // nr
     k4 = cpad // 4
     tile = max(MR, min(p_hi - p_lo, C_TILE_BYTES // (4 * width)) // MR * MR)
+    if tile < 64:  # wide outputs: a bigger tile, each weight panel streamed for more pixels
+        tile = max(MR, min(p_hi - p_lo, ROWS_TILE_BYTES // (4 * width)) // MR * MR)
     xp = np.empty(tile * cpad, dtype=np.uint8)
     ctile = np.empty(tile * width, dtype=np.int32)
     for p0 in range(p_lo, p_hi, tile):
@@ -255,12 +255,12 @@ def _pointwise(x, xrs, xpitch, xcoff, wq, nr, y, yrs, ypitch, ycoff, ow_n, cin, 
             bo = pb * k4 * nr * 4
             for m0 in range(0, rows, MR):
                 if nr == NR:
-                    _mk_set(xp, m0 * cpad, cpad, wq, bo, ctile, m0 * width + pb * nr, width, k4)
+                    _mk(xp, m0 * cpad, cpad, wq, bo, ctile, m0 * width + pb * nr, width, k4, 0)
                 else:
-                    _mk16_set(xp, m0 * cpad, cpad, wq, bo, ctile, m0 * width + pb * nr, width,
-                              k4)
+                    _mk16(xp, m0 * cpad, cpad, wq, bo, ctile, m0 * width + pb * nr, width, k4,
+                          0)
         _requant_out(ctile, width, p0, npix, ow_n, cout, y, yrs, ypitch, ycoff, folded, m32, cf,
-                     sf, bias, mult, shift, mult_neg, shift_neg, lo, hi)
+                     sf, bias, prm, lo, hi)
 
 
 @kernel(nogil=True)
@@ -276,21 +276,31 @@ def conv_implicit_int8(x, xrs, xpitch, xcoff, ih_n, iw_n,
         return y
     # one multiplier and shift for both signs (no LeakyReLU): requantized straight from the
     # tile into y, the bias folded into the rounding term (`grouped._requant_folded`)
+    # (else each sign its own multiplier, rounding and shift: `grouped._requant_both`)
     folded = _one_sided(mult, shift, mult_neg, shift_neg, cout)
     m32 = np.empty(cout if folded else 0, dtype=np.int32)
     cf = np.empty(cout if folded else 0, dtype=np.int64)
     sf = np.empty(cout if folded else 0, dtype=np.int64)
-    if folded:
-        for o in range(cout):
-            s = shift[o] if shift[o] > 0 else 0
+    prm = np.empty((6, 0 if folded else cout), dtype=np.int64)
+    for o in range(cout):
+        s = shift[o] if shift[o] > 0 else 0
+        r = (np.int64(1) << np.int64(s - 1)) if s > 0 else np.int64(0)
+        if folded:
             m32[o] = mult[o]
-            cf[o] = bias[o] * mult[o] + ((np.int64(1) << np.int64(s - 1)) if s > 0 else 0)
+            cf[o] = bias[o] * mult[o] + r
             sf[o] = s
+        else:
+            sn = shift_neg[o] if shift_neg[o] > 0 else 0
+            prm[0, o] = mult[o]
+            prm[1, o] = r
+            prm[2, o] = s
+            prm[3, o] = mult_neg[o]
+            prm[4, o] = (np.int64(1) << np.int64(sn - 1)) if sn > 0 else np.int64(0)
+            prm[5, o] = sn
     if (kh == 1 and kw == 1 and sh == 1 and sw == 1 and pt == 0 and pl == 0
             and oh_n == ih_n and ow_n == iw_n):
         _pointwise(x, xrs, xpitch, xcoff, wq, nr, y, yrs, ypitch, ycoff, ow_n, cin, cout,
-                   oh_lo * ow_n, oh_hi * ow_n, folded, m32, cf, sf, bias, mult, shift,
-                   mult_neg, shift_neg, lo, hi)
+                   oh_lo * ow_n, oh_hi * ow_n, folded, m32, cf, sf, bias, prm, lo, hi)
         return y
     cpad = (cin + 3) // 4 * 4
     ow_pad = (ow_n + MR - 1) // MR * MR
@@ -307,19 +317,21 @@ def conv_implicit_int8(x, xrs, xpitch, xcoff, ih_n, iw_n,
     seg4 = k4 // nseg
     rs = wp * cpad
     lda = sw * cpad
-    # whole output rows per tile where they are one run of it (no padding pixels between)
-    rpt = max(1, TILE_PIXELS // ow_n) if ow_pad == ow_n else 1
+    # whole output rows per tile, as many as `ROWS_TILE_BYTES` of int32 results hold, each
+    # panel's weights used for every row of the tile before the next panel's (a small map's
+    # weights can outgrow L2: 3x3 512 -> 512 is 2.4 MB)
+    rpt = max(1, min(oh_hi - oh_lo, ROWS_TILE_BYTES // (4 * ow_pad * width)))
     ctile = np.empty(rpt * ow_pad * width, dtype=np.int32)
     for r0 in range(oh_lo, oh_hi, rpt):
         r1 = min(oh_hi, r0 + rpt)
-        for oh in range(r0, r1):
-            rb = (oh * sh - h0) * rs
-            cb = (oh - r0) * ow_pad * width
-            for pb in range(nb):
-                bp = pb * k4 * nr * 4
+        for pb in range(nb):
+            bp = pb * k4 * nr * 4
+            for oh in range(r0, r1):
+                rb = (oh * sh - h0) * rs
+                cb = (oh - r0) * ow_pad * width + pb * nr
                 for m0 in range(0, ow_pad, MR):
                     ab = rb + m0 * lda
-                    co = cb + m0 * width + pb * nr
+                    co = cb + m0 * width
                     for s in range(nseg):
                         if dw == 1:
                             ao = ab + s * dh * rs
@@ -328,16 +340,16 @@ def conv_implicit_int8(x, xrs, xpitch, xcoff, ih_n, iw_n,
                             ao = ab + ky * dh * rs + (s - ky * kw) * dw * cpad
                         bo = bp + s * seg4 * nr * 4
                         if nr == NR:
-                            if s == 0:
-                                _mk_set(xp, ao, lda, wq, bo, ctile, co, width, seg4)
-                            else:
-                                _mk_add(xp, ao, lda, wq, bo, ctile, co, width, seg4)
-                        elif s == 0:
-                            _mk16_set(xp, ao, lda, wq, bo, ctile, co, width, seg4)
+                            _mk(xp, ao, lda, wq, bo, ctile, co, width, seg4, s)
                         else:
-                            _mk16_add(xp, ao, lda, wq, bo, ctile, co, width, seg4)
-        _requant_out(ctile, width, r0 * ow_n, (r1 - r0) * ow_n, ow_n, cout, y, yrs, ypitch,
-                     ycoff, folded, m32, cf, sf, bias, mult, shift, mult_neg, shift_neg, lo, hi)
+                            _mk16(xp, ao, lda, wq, bo, ctile, co, width, seg4, s)
+        if ow_pad == ow_n:  # the tile's rows are one run of pixels
+            _requant_out(ctile, width, r0 * ow_n, (r1 - r0) * ow_n, ow_n, cout, y, yrs, ypitch,
+                         ycoff, folded, m32, cf, sf, bias, prm, lo, hi)
+            continue
+        for oh in range(r0, r1):
+            _requant_out(ctile[(oh - r0) * ow_pad * width:], width, oh * ow_n, ow_n, ow_n, cout,
+                         y, yrs, ypitch, ycoff, folded, m32, cf, sf, bias, prm, lo, hi)
     return y
 
 
