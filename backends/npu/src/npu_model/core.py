@@ -22,6 +22,7 @@ import numpy as np
 from xir.ops.resize_taps import BILINEAR_FRAC_BITS
 
 from . import cycles as cy
+from . import prefetch
 from .asm import AVG_RECORD, PARAM_RECORD, TAP_RECORD, conv_weight_bytes
 from .config import CODE_DTYPES, NP_DTYPES, NpuConfig
 from .dma import TileCounters
@@ -210,6 +211,9 @@ class Icore:
         tiles0 = self.tiles.read.copy(), self.tiles.write.copy()
         code = code.copy()
         self._rec = rec = Recording()
+        if prefetch.active:  # a fresh install: compile this run's kernels side by side
+            prefetch.prefetch_run(self, code, instr_addr, mmu, rows, cols, hw, timer, profiler,
+                                  layer_base)
         res = self._interpret(code, instr_addr, mmu, rows, cols, hw, timer, profiler, layer_base)
         if len(self._programs) >= MAX_PROGRAMS:
             self._programs.clear()
