@@ -125,10 +125,11 @@ def test_requantization_over_whole_parameter_ranges(hw, data):
 @settings(max_examples=50, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(data=st.data())
-def test_depthwise_staged_rows_and_the_int32_form(hw, data):
-    """int8 depthwise layers of any kernel width (3 and 5 take the int16 tap pairs), stride,
-    dilation and padding, on pitched maps: the staged form (no weight -128) and, with a -128
-    weight, the int32 form, both against numpy integers."""
+def test_depthwise_on_pitched_rows(hw, data):
+    """int8 depthwise layers of any kernel width, stride, dilation and padding, on maps whose
+    pitch is wider than their channels (unit-stride rows taken as pitch-wide runs, `cc`
+    accumulators a pixel, where the pitch is at most twice the channels), extreme weights
+    (-128) too, one- and two-sided requantization, against numpy integers."""
     from npu_testlib import rand_requant, ref_conv_acc, ref_requant
 
     from npu_model import asm
@@ -144,7 +145,7 @@ def test_depthwise_staged_rows_and_the_int32_form(hw, data):
     w = d(st.integers(dw * (kw - 1) + 1, 30))
     x = rng.integers(-128, 128, (h, w, c)).astype(np.int8)
     wq = rng.integers(-127, 128, (kh, kw, 1, c)).astype(np.int8)
-    if d(st.booleans()):  # one weight -128: two taps' products could overflow int16
+    if d(st.booleans()):  # one weight at the int8 end
         wq.flat[d(st.integers(0, wq.size - 1))] = -128
     bias = rng.integers(-5000, 5000, c)
     m, s = rand_requant(rng, c, 2.0 / (kh * kw * 30))

@@ -706,39 +706,19 @@ def conv_depthwise(x, xrs, xpitch, xcoff, ih_n, iw_n,
     # reaches (the columns inside the input, found once per tap, so no per-pixel bounds
     # test). With unit column stride a tap's pixels are one run of the input row, multiplied
     # by the tap's weights repeated along the row: one long loop, whatever the channel count
-    # (16 channels would leave a per-pixel loop one vector long). Where the input's pitch is
-    # wider than its channels (a 88-channel map in 96-channel pixels) the run takes the
-    # pitch's channels too, their weights 0 (`cc` accumulators a pixel), when that costs at
-    # most twice the MACs and the run stays inside x; only the layer's channels are
-    # requantized. One kernel, not a driver and a row helper: a helper is compiled on its own
-    # and again inside its caller (issue 30, item 4).
+    # (16 channels would leave a per-pixel loop one vector long). One kernel, not a driver
+    # and a row helper: a helper is compiled on its own and again inside its caller (issue 30,
+    # item 4).
     w2 = _dw_weights(packed, cu, kh * kw, c_n, np.empty(0, dtype=np.int32))
-    # int8 operands with no weight -128: the input rows a tap row reads are staged (zero
-    # padded, compacted to the layer's channels, split into `sw` phases), so every tap, of any
-    # stride, reads one run of a staged row, and two taps' int8 products sum exactly in int16
-    # (|x w| <= 128 * 127): `_mac3p` / `_mac5p` multiply 16 lanes a vector where int32 takes 8
-    staged = x.itemsize == 1 and acc_like.itemsize == 4 and w2.min() > -128
-    # the last element a pitch-wide run of the last input row reads
-    last = xcoff + (ih_n - 1) * xrs + iw_n * xpitch
-    flat = not staged and sw == 1 and (
-        xpitch == c_n or (xpitch <= 2 * c_n and last <= x.shape[0]))
+    # Where the input's pitch is wider than its channels (a 88-channel map in 96-channel
+    # pixels) a unit-stride row is still one run: it takes the pitch's channels too, their
+    # weights 0 (`cc` accumulators a pixel), when that costs at most twice the MACs and the
+    # run stays inside x; only the layer's channels are requantized. (A staged form summing
+    # two taps' int8 products in int16 measured 5-8% faster on MobileNetV3's layers for about
+    # 3 s more of a cold start's compile: not kept.)
+    last = xcoff + (ih_n - 1) * xrs + iw_n * xpitch  # the end of the last row's pitched run
+    flat = sw == 1 and (xpitch == c_n or (xpitch <= 2 * c_n and last <= x.shape[0]))
     cc = xpitch if flat else c_n
-    span = ow_n + ((kw - 1) * dw) // sw  # staged pixels a phase
-    xs = np.empty(sw * span * c_n if staged else 0, dtype=x.dtype)
-    # the weights repeated along a chunk of up to 4096 values of the row (filled on every
-    # call, for every tap, by doubling copies): each chunk is a call of the MAC loop with its
-    # overlap checks and scalar tail, so chunks of 1024 cost more than they save
-    wpix = min(ow_n, max(1, 4096 // c_n))
-    w16 = np.empty((kh * kw if staged else 0, wpix * c_n), dtype=np.int16)
-    for t in range(w16.shape[0]):
-        wt = w16[t]
-        for c in range(c_n):
-            wt[c] = w2[t, c]
-        k = c_n
-        while k < wt.shape[0]:  # doubling copies
-            e = min(wt.shape[0], 2 * k)
-            _cp(wt[k:e], wt[:e - k])
-            k = e
     acc = np.empty((ow_n, cc), dtype=acc_like.dtype)
     # an output row is requantized in runs of pixels, parameters repeated: straight into y
     # where the row is dense, else into a scratch run copied out pixel by pixel
@@ -753,6 +733,7 @@ def conv_depthwise(x, xrs, xpitch, xcoff, ih_n, iw_n,
     tmp = np.empty(reps * two, dtype=np.int64)
     ytmp = np.empty(0 if dense_out else reps * c_n, dtype=y.dtype)
     # a pitch-wide accumulator row, compacted to the layer's channels before requantizing
+    # a pitch-wide accumulator row, compacted to the layer's channels before requantizing
     dense_acc = np.empty(ow_n * c_n if cc != c_n else 0, dtype=acc_like.dtype)
     wrep = np.zeros((kh * kw if flat else 0, ow_n * cc), dtype=w2.dtype)
     for t in range(wrep.shape[0]):
@@ -762,7 +743,7 @@ def conv_depthwise(x, xrs, xpitch, xcoff, ih_n, iw_n,
     accf = acc.reshape(ow_n * cc)
     for oh in range(oh_lo, oh_hi):
         _zero(accf)
-        for ky in range(kh if not staged else 0):
+        for ky in range(kh):
             ih = oh * sh - pt + ky * dh
             if ih < 0 or ih >= ih_n:
                 continue
@@ -785,9 +766,6 @@ def conv_depthwise(x, xrs, xpitch, xcoff, ih_n, iw_n,
                     continue
                 _mac_pixels(acc, x, rb + off * xpitch, sw * xpitch, w2[ky * kw + kx], ow0,
                             ow1, c_n)
-        if staged:
-            _dw_staged_row(accf, x, xrs, xpitch, xcoff, ih_n, iw_n, oh, kh, kw, sh, sw, dh, dw,
-                           pt, pl, c_n, ow_n, xs, span, w16)
         if cc != c_n:
             for ow in range(ow_n):
                 _cp(dense_acc[ow * c_n:(ow + 1) * c_n], accf[ow * cc:ow * cc + c_n])
@@ -819,87 +797,6 @@ def depthwise_acc(itemsize: int, taps: int) -> np.ndarray:
 
 _ACC_I32 = np.empty(0, np.int32)
 _ACC_I64 = np.empty(0, np.int64)
-
-
-@inline
-def _dw_staged_row(accf, x, xrs, xpitch, xcoff, ih_n, iw_n, oh, kh, kw, sh, sw, dh, dw, pt, pl,
-                   c_n, ow_n, xs, span, w16):
-    """One output row of `conv_depthwise`'s staged form into `accf` (``ow_n * c_n`` int32):
-    per tap row, the input row it reads staged in `xs` as ``sw`` phases of `span` pixels
-    (phase f, pixel j: padded column ``j * sw + f``, zeros outside the input), so tap kx's
-    pixels are the run of phase ``kx * dw % sw`` from ``kx * dw // sw``."""
-    n = ow_n * c_n
-    for ky in range(kh):
-        ih = oh * sh - pt + ky * dh
-        if ih < 0 or ih >= ih_n:
-            continue
-        rb = ih * xrs + xcoff
-        for f in range(sw):
-            for j in range(span):
-                iw = j * sw + f - pl
-                d = (f * span + j) * c_n
-                if iw < 0 or iw >= iw_n:
-                    for c in range(c_n):
-                        xs[np.uint64(d + c)] = 0
-                else:
-                    s0 = rb + iw * xpitch
-                    for c in range(c_n):
-                        xs[np.uint64(d + c)] = x[np.uint64(s0 + c)]
-        step = w16.shape[1]
-        wf = w16.reshape(w16.shape[0] * step)  # 1-D slices stay C-contiguous
-        w0 = ky * kw * step  # tap (ky, kx)'s weights at w0 + kx * step
-        for b in range(0, n, step):  # chunks of the row, as long as the repeated weights
-            e = min(n, b + step)
-            m = e - b
-            if kw == 3:
-                a0 = _dw_run_at(0, dw, sw, span, c_n) + b
-                a1 = _dw_run_at(1, dw, sw, span, c_n) + b
-                a2 = _dw_run_at(2, dw, sw, span, c_n) + b
-                _mac3p(accf[b:e], xs[a0:a0 + m], xs[a1:a1 + m], xs[a2:a2 + m], wf[w0:w0 + m],
-                       wf[w0 + step:w0 + step + m], wf[w0 + 2 * step:w0 + 2 * step + m])
-            elif kw == 5:
-                a0 = _dw_run_at(0, dw, sw, span, c_n) + b
-                a1 = _dw_run_at(1, dw, sw, span, c_n) + b
-                a2 = _dw_run_at(2, dw, sw, span, c_n) + b
-                a3 = _dw_run_at(3, dw, sw, span, c_n) + b
-                a4 = _dw_run_at(4, dw, sw, span, c_n) + b
-                _mac5p(accf[b:e], xs[a0:a0 + m], xs[a1:a1 + m], xs[a2:a2 + m], xs[a3:a3 + m],
-                       xs[a4:a4 + m], wf[w0:w0 + m], wf[w0 + step:w0 + step + m],
-                       wf[w0 + 2 * step:w0 + 2 * step + m], wf[w0 + 3 * step:w0 + 3 * step + m],
-                       wf[w0 + 4 * step:w0 + 4 * step + m])
-            else:
-                for kx in range(kw):
-                    a = _dw_run_at(kx, dw, sw, span, c_n) + b
-                    wk = w0 + kx * step
-                    _mac_run(accf[b:e], xs[a:a + m], wf[wk:wk + m])
-
-
-@inline
-def _dw_run_at(kx, dw, sw, span, c_n):
-    """Where tap kx's run starts in `_dw_staged_row`'s staged row."""
-    q = kx * dw
-    return ((q % sw) * span + q // sw) * c_n
-
-
-@inline
-def _mac3p(acc, x0, x1, x2, w0, w1, w2):
-    """``acc += x0 w0 + x1 w1 + x2 w2`` of int8 inputs and int16 weights in [-127, 127]: the
-    first two products summed in int16 (exact: at most 2 * 128 * 127), so the loop runs in
-    16-bit lanes."""
-    for c in range(acc.shape[0]):
-        p = np.int16(np.int16(x0[c]) * w0[c] + np.int16(x1[c]) * w1[c])
-        q = np.int16(np.int16(x2[c]) * w2[c])
-        acc[c] += np.int32(p) + np.int32(q)
-
-
-@inline
-def _mac5p(acc, x0, x1, x2, x3, x4, w0, w1, w2, w3, w4):
-    """`_mac3p` for five taps (two int16 pairs and one product)."""
-    for c in range(acc.shape[0]):
-        p = np.int16(np.int16(x0[c]) * w0[c] + np.int16(x1[c]) * w1[c])
-        q = np.int16(np.int16(x2[c]) * w2[c] + np.int16(x3[c]) * w3[c])
-        r = np.int16(np.int16(x4[c]) * w4[c])
-        acc[c] += np.int32(p) + np.int32(q) + np.int32(r)
 
 
 @helper
