@@ -623,7 +623,9 @@ class Session:
             while j < len(steps) and steps[j][1] is backend:
                 j += 1
             ops = tuple(st[0] for st in steps[i:j])
-            made = {v.v_id for o in ops for v in o.outputs}
+            # an Input op's outputs are the forward's inputs: fed to the segment, like values
+            # made before it
+            made = {v.v_id for o in ops if o.op_type != "Input" for v in o.outputs}
             feeds = tuple(dict.fromkeys(vid for st in steps[i:j] for vid in st[2]
                                         if vid not in made))
             wanted = tuple(v.v_id for o in ops for v in o.outputs

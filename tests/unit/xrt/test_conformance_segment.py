@@ -1,6 +1,6 @@
 """The conformance kit's `forward_segment` check: a backend's optional `forwardSegment` gives
-exactly what its op-by-op forward gives. Listed only for backends that have one (the example
-plugin's and the HostBackend's lists are unchanged); a segment that computes anything else, or
+exactly what its op-by-op forward gives. Listed only for backends that have one (the
+HostBackend has one: its fused Conv2d chains); a segment that computes anything else, or
 returns too few tensors, fails it; the shipped chips pass it."""
 
 from __future__ import annotations
@@ -84,8 +84,15 @@ def _segment_result(backend, **kw):
 
 def test_listed_only_for_backends_with_a_segment(seg_plugin):
     assert "forward_segment" in [c.name for c in checks(Subject(SegRelu))]
-    assert "forward_segment" not in [c.name for c in checks(Subject(plugins.backend_class(
+    assert "forward_segment" in [c.name for c in checks(Subject(plugins.backend_class(
         "Host")))]
+
+    class NoSegment(xrt.Backend):
+        name = "KitNoSegment"
+        default_url = "host://"
+        FORWARDS = {"Relu": _relu}
+
+    assert "forward_segment" not in [c.name for c in checks(Subject(NoSegment))]
 
 
 def test_a_faithful_segment_passes(seg_plugin):

@@ -13,9 +13,10 @@ import numpy as np
 
 from xir.types import ScalarType
 from xrt.backend import Backend
-from xrt.errors import TensorError, UnsupportedOpError
+from xrt.errors import TensorError, UnsupportedOpError, XrtError
 from xrt.tensor import Tensor
 
+from . import fused
 from .ops import FLOAT_KERNELS, INT_KERNELS
 
 FP64 = ScalarType("fp", 64)
@@ -140,6 +141,7 @@ class HostBackend(Backend):
     def __init__(self, other: Any = None) -> None:
         super().__init__(other)
         self._plans: dict[int, _Plan] = {}
+        self._segments: dict[tuple, list] = {}
         self._region = None
         if not isinstance(other, Backend):
             self._fake_qf = False
@@ -154,6 +156,61 @@ class HostBackend(Backend):
     def _fork(self, parent: Backend) -> None:
         """A fork plans its ops on its own (a dict the two threads would both write)."""
         self._plans = dict(parent._plans)
+        self._segments = dict(parent._segments)
+
+    def forwardSegment(self, ops: tuple[Any, ...], feeds: dict[int, Tensor],
+                       wanted: tuple[int, ...]) -> list[Tensor]:
+        """Run consecutive ops of the view in one call (a Session's plain forward): `feeds`
+        holds the tensors of the values they read from outside (v_id -> tensor), the result
+        is a tensor per v_id of `wanted`. Each op runs as `forwardOp` runs it, except float
+        Conv2d chains (Conv2d, BatchNorm2d, Add, Relu) whose intermediate values nobody reads:
+        those run in one pass over the convolution's result (`fused`), byte for byte the
+        op-by-op results."""
+        self._require_forwardable("forwardSegment")
+        key = (tuple(op.op_id for op in ops), wanted)
+        steps = self._segments.get(key)
+        if steps is None:
+            steps = self._segments[key] = fused.plan_segment(ops, wanted)
+        values = dict(feeds)
+        # a subclass's own forwardOp is honoured: every op goes through it
+        own = type(self).forwardOp is not Backend.forwardOp
+        for step in steps:
+            if isinstance(step, fused.Chain) and not own:
+                out = self._chain(step, values)
+                if out is not None:
+                    values[step.last.outputs[0].v_id] = out
+                    continue
+            todo = [o for o in (step.conv, step.bn, step.add, step.relu) if o is not None] \
+                if isinstance(step, fused.Chain) else [step]
+            for op in todo:
+                sources = op.outputs if op.op_type == "Input" else op.inputs
+                ins = [values[v.v_id] for v in sources if not v.is_params]
+                outs = self.forwardOp(op, ins, [])
+                if len(outs) != len(op.outputs):
+                    raise XrtError(f"{type(self).__name__} returned {len(outs)} tensors for op "
+                                   f"{op.op_id} ({op.op_type}), which has {len(op.outputs)} "
+                                   f"outputs")
+                values.update(zip((v.v_id for v in op.outputs), outs))
+        return [values[vid] for vid in wanted]
+
+    def _chain(self, chain: fused.Chain, values: dict[int, Tensor]) -> Tensor | None:
+        """A fused chain's output tensor, or None where it must run op by op."""
+        conv = chain.conv
+        plan = self._plans.get(conv.op_id)
+        if plan is None:
+            plan = self._plans[conv.op_id] = _Plan(conv, self)
+        conv_in = _arrays(conv, [values[conv.inputs[0].v_id]], plan)
+        bn_in = None
+        if chain.bn is not None:
+            bn_in = [v.data for v in chain.bn.inputs[1:]]
+            if any(d is None for d in bn_in):
+                return None  # op by op: BatchNorm2d's forward names the Params without data
+        res = values[chain.residual].numpy() if chain.residual is not None else None
+        y = fused.run_chain(chain, conv_in, bn_in, res)
+        if y is None:
+            return None
+        vtype = chain.last.outputs[0].dtype
+        return Tensor.over_array(y.reshape(tuple(vtype.shape)), vtype, self.memRegion())
 
     @property
     def fakeQf(self) -> bool:

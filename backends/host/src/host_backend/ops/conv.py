@@ -70,9 +70,24 @@ def conv2d(inputs: list[np.ndarray], attrs: dict) -> list[np.ndarray]:
     return [fold_act(y, attrs, "Conv2d")]
 
 
+def sgemm_sums(inputs: list[np.ndarray], attrs: dict) -> np.ndarray | None:
+    """What `conv2d` computes before its folded activation, where it runs on `sgemm`: the
+    sums plus bias as a float32 (n, ho, wo, npad) view, ``npad >= cout`` (the channels past
+    cout are padding), possibly of this thread's GEMM scratch (read it before the next
+    convolution); None where `conv2d` takes the BLAS path. The HostBackend's fused chains
+    (Conv2d, BatchNorm2d, Add, Relu in one pass over the result) start from it."""
+    x, w = f32(inputs[0]), f32(inputs[1])
+    bias = f32(inputs[2]) if len(inputs) > 2 else None
+    if int_attr(attrs, "groups", 1) == 1 and (bias is None or bias.shape == w.shape[3:]) and \
+            sgemm.enabled():
+        return _conv2d_sgemm(x, w, bias, attrs, view=True)
+    return None
+
+
 def _conv2d_sgemm(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None,
-                  attrs: dict) -> np.ndarray:
-    """Conv2d without groups on `sgemm`: the sums plus bias, (n, ho, wo, cout) float32."""
+                  attrs: dict, view: bool = False) -> np.ndarray:
+    """Conv2d without groups on `sgemm`: the sums plus bias, (n, ho, wo, cout) float32; with
+    `view`, (n, ho, wo, npad) that may be a view of scratch (`sgemm_sums`)."""
     sh, sw, dh, dw, _ = _conv_attrs(attrs)
     pt, pb, pl, pr = pads4(attrs)
     mode = _pad_mode(attrs)
@@ -90,7 +105,7 @@ def _conv2d_sgemm(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None,
         y = _conv2d_taps(x, w.reshape(k, cout), bias, (pt, pb, pl, pr), (sh, sw, dh, dw),
                          (kh, kw), ho, wo)
         if y is not None:
-            return fresh(y[..., :cout])
+            return y if view else fresh(y[..., :cout])
     xp = pad_hw(x, pt, pb, pl, pr, mode=mode)
     s_n, s_h, s_w, s_c = xp.strides
     patches = as_strided(xp, shape=(n, ho, wo, kh, kw, cin),
@@ -99,6 +114,9 @@ def _conv2d_sgemm(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None,
     m = n * ho * wo
     a = sgemm.scratch("a", m * k).reshape(m, k)
     a.reshape(patches.shape)[...] = patches
+    if view:
+        c = sgemm.matmul(a, w.reshape(k, cout), bias, view=True)
+        return c.reshape(n, ho, wo, c.shape[1])
     return sgemm.matmul(a, w.reshape(k, cout), bias).reshape(n, ho, wo, cout)
 
 

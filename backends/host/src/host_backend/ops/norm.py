@@ -17,16 +17,24 @@ from ._common import f32, out32, scale1
 def batch_norm2d(inputs: list[np.ndarray], attrs: dict) -> list[np.ndarray]:
     """y = (x - mean) / sqrt(var + epsilon) * scale + bias over the last (C) axis."""
     x = f32(inputs[0])
-    scale, bias, mean, var = (np.asarray(v, dtype=np.float64) for v in inputs[1:5])
-    eps = float(attrs.get("epsilon", 1e-5))
-    a = scale / np.sqrt(var + eps)
-    b = bias - mean * a
     c = x.shape[-1] if x.ndim else 1
-    a32, b32 = (np.ascontiguousarray(np.broadcast_to(v.astype(np.float32).reshape(-1), (c,)))
-                for v in (a, b))
+    a32, b32 = batch_norm_scale_shift(inputs[1:5], attrs, c)
     y = np.empty(x.shape, dtype=np.float32)
     _scale_shift_rows(np.ascontiguousarray(x).reshape(-1, c), a32, b32, y.reshape(-1, c))
     return [y]
+
+
+def batch_norm_scale_shift(params: list[np.ndarray], attrs: dict,
+                           c: int) -> tuple[np.ndarray, np.ndarray]:
+    """BatchNorm2d as ``y = x * a + b`` per channel: (a, b), float32 (c,), from scale, bias,
+    mean and var (computed in float64); the HostBackend's fused chains use the same."""
+    scale, bias, mean, var = (np.asarray(v, dtype=np.float64) for v in params)
+    eps = float(attrs.get("epsilon", 1e-5))
+    a = scale / np.sqrt(var + eps)
+    b = bias - mean * a
+    a32, b32 = (np.ascontiguousarray(np.broadcast_to(v.astype(np.float32).reshape(-1), (c,)))
+                for v in (a, b))
+    return a32, b32
 
 
 @njit(cache=True)

@@ -375,9 +375,11 @@ def accumulator(bias: np.ndarray | None, rows: int, npad: int) -> np.ndarray:
     return c
 
 
-def matmul(a: np.ndarray, b: np.ndarray, bias: np.ndarray | None = None) -> np.ndarray:
+def matmul(a: np.ndarray, b: np.ndarray, bias: np.ndarray | None = None,
+           view: bool = False) -> np.ndarray:
     """``a @ b (+ bias)`` for a 2-D float32 ``a`` (M x K) and ``b`` (K x N): C-contiguous
-    float32 (M x N). A few rows read B as it is; whole tiles read it padded to vectors."""
+    float32 (M x N). A few rows read B as it is; whole tiles read it padded to vectors. With
+    `view`, C itself: this thread's scratch, M x npad (``npad >= N``, zeros past N), no copy."""
     m, k = a.shape
     n = b.shape[1]
     if m < FEW_ROWS:
@@ -387,7 +389,7 @@ def matmul(a: np.ndarray, b: np.ndarray, bias: np.ndarray | None = None) -> np.n
     c = accumulator(bias, m, npad)
     gemm_taps(np.ascontiguousarray(a, dtype=np.float32).reshape(-1), k, np.zeros(1, np.int64),
               k, m, bp.reshape(-1), npad, npad, c.reshape(-1), npad)
-    return fresh(c[:, :n])
+    return c if view else fresh(c[:, :n])
 
 
 def enabled() -> bool:
