@@ -1,11 +1,13 @@
 """MaxPool2d and AvgPool2d (incl. global, ceil_mode, count_include_pad), float32, NHWC.
 
-Vectorised over N, H, W, C; the only Python loop is over the pool taps.
+MaxPool2d is one compiled pass over its output; AvgPool2d is vectorised over N, H, W, C, the
+only Python loop over the pool taps.
 """
 
 from __future__ import annotations
 
 import numpy as np
+from numba import njit
 
 from ._common import f32, int_attr, out32, pad_hw, pads4, require, tap
 
@@ -45,13 +47,37 @@ def max_pool2d(inputs: list[np.ndarray], attrs: dict) -> list[np.ndarray]:
     """Max over each window; padding (explicit and ceil-mode overhang) is -inf."""
     x = f32(inputs[0])
     kh, kw, sh, sw, dh, dw, pt, pb, pl, pr, eb, er, ho, wo = _geometry(x, attrs, "MaxPool2d", True)
-    xp = pad_hw(x, pt, pb + eb, pl, pr + er, value=-np.inf)
-    y = np.array(tap(xp, 0, 0, sh, sw, ho, wo), dtype=np.float32, order="C")
-    for i in range(kh):
-        for j in range(kw):
-            if i or j:
-                np.maximum(y, tap(xp, i * dh, j * dw, sh, sw, ho, wo), out=y)
+    y = np.empty((x.shape[0], ho, wo, x.shape[3]), np.float32)
+    _max_windows(np.ascontiguousarray(x), y, kh, kw, sh, sw, dh, dw, pt, pl)
     return [y]
+
+
+@njit(cache=True)
+def _max_windows(x, y, kh, kw, sh, sw, dh, dw, pt, pl):
+    """Each output pixel the max of its window's pixels inside x (the pads are -inf: left
+    out), channels innermost; NaN propagates as numpy's maximum does. One pass over the
+    output instead of one per tap over a padded copy (resnet18's 3x3 stride-2 pool: 1.3 ->
+    about 0.3 ms, CPU time)."""
+    n, h, w, c = x.shape
+    _, ho, wo, _ = y.shape
+    for b in range(n):
+        for p in range(ho):
+            for q in range(wo):
+                out = y[b, p, q]
+                out[:] = -np.inf
+                for i in range(kh):
+                    r = p * sh - pt + i * dh
+                    if r < 0 or r >= h:
+                        continue
+                    for j in range(kw):
+                        s = q * sw - pl + j * dw
+                        if s < 0 or s >= w:
+                            continue
+                        src = x[b, r, s]
+                        for ch in range(c):
+                            v = src[ch]
+                            if v > out[ch] or v != v:
+                                out[ch] = v
 
 
 def _counts(size: int, k: int, s: int, p0: int, p1: int, out: int, include_pad: bool) -> np.ndarray:
