@@ -56,7 +56,7 @@ def test_a_part_no_worker_started_runs_on_the_caller(rng, monkeypatch):
 
 @pytest.mark.parametrize("m,k,n,parts", [(1, 1, 1, 1), (6, 3, 16, 1), (13, 7, 5, 1),
                                          (30, 577, 70, 1), (29, 40, 64, 1), (161, 2500, 144, 3),
-                                         (70, 1025, 48, 2)])
+                                         (70, 1025, 48, 2), (49, 700, 512, 1)])
 def test_gemm_matches_numpy(rng, m, k, n, parts):
     """Any M (whole tiles and rows left over, or few rows: a matrix-vector product), K past
     the K block (KC), panels of every width, the work split among parts."""
@@ -218,3 +218,10 @@ def test_work_buffers_start_on_a_cache_line():
         buf = sgemm.scratch(tag, size)
         assert buf.size == size and buf.dtype == np.float32
         assert buf.ctypes.data % sgemm.ALIGN == 0
+
+
+def test_wide_b_is_packed_in_shorter_blocks():
+    """A K block of all columns stays within `PACK_BYTES` (wide B: fewer rows per block)."""
+    assert sgemm.block_rows(64) == sgemm.KC
+    assert sgemm.block_rows(512) * 512 * 4 <= sgemm.PACK_BYTES
+    assert sgemm.block_rows(10**9) == sgemm.VW

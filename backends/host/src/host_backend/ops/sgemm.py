@@ -40,8 +40,18 @@ NR = 4 * VW
 FEW_ROWS = 4 * MR
 #: bytes a work buffer's start is aligned to (a cache line; one 16-lane vector)
 ALIGN = 64
-#: B rows per K block: a 64-column block of 1024 rows (256 KiB) stays in the L2 cache
+#: B rows per K block at most: a 64-column block of 1024 rows (256 KiB) stays in the L2 cache
 KC = 1024
+#: bytes of one packed K block of all columns at most (`block_rows`): wide B (512 columns, the
+#: late layers of a CNN, few rows of A) packed 1024 rows at a time filled 2 MiB, the whole L2,
+#: and each block was evicted before its panels were used (resnet18's 7x7x512 layers: 256-row
+#: blocks 2.3 -> 2.0 ms, CPU time)
+PACK_BYTES = 512 * 1024
+
+
+def block_rows(n: int) -> int:
+    """B rows per K block for `n` columns: `KC`, fewer where a block would pass `PACK_BYTES`."""
+    return max(VW, min(KC, PACK_BYTES // (4 * max(n, 1))))
 
 
 def _micro_kernel(lanes: int, mr: int = MR):
@@ -190,25 +200,25 @@ def _copy(lanes, src, soff, dst, doff):
 
 
 @njit(cache=True)
-def _blocks(offs, kt):
-    """The K range cut into segments (A offset, B row, rows) of at most KC rows, and the
-    segments grouped into blocks of at most KC rows (one segment at least)."""
-    nseg = offs.size * ((kt + KC - 1) // KC)
+def _blocks(offs, kt, kc):
+    """The K range cut into segments (A offset, B row, rows) of at most kc rows, and the
+    segments grouped into blocks of at most kc rows (one segment at least)."""
+    nseg = offs.size * ((kt + kc - 1) // kc)
     seg_a = np.empty(nseg, np.int64)
     seg_b = np.empty(nseg, np.int64)
     seg_n = np.empty(nseg, np.int64)
     i = 0
     for t in range(offs.size):
-        for k0 in range(0, kt, KC):
+        for k0 in range(0, kt, kc):
             seg_a[i] = offs[t] + k0
             seg_b[i] = t * kt + k0
-            seg_n[i] = min(KC, kt - k0)
+            seg_n[i] = min(kc, kt - k0)
             i += 1
     starts = np.empty(nseg + 1, np.int64)
     nblk = 0
-    rows = KC
+    rows = kc
     for s in range(nseg):
-        if rows + seg_n[s] > KC:
+        if rows + seg_n[s] > kc:
             starts[nblk] = s
             nblk += 1
             rows = 0
@@ -240,8 +250,9 @@ def gemm_taps(a: np.ndarray, lda: int, offs: np.ndarray, kt: int, rows: int, b: 
     units = rows // group_rows * (group_rows // MR + group_rows % MR)
     parts = max(1, min(get_num_threads(), rows // FEW_ROWS))
     cuts = [units * p // parts for p in range(parts + 1)]
-    args = (a, lda, offs, kt, b, ldb, n, c, ldc, group_rows, group_stride)
-    packs = [scratch(f"pack{p}", KC * n) for p in range(parts)]
+    kc = block_rows(n)
+    args = (a, lda, offs, kt, b, ldb, n, c, ldc, group_rows, group_stride, kc)
+    packs = [scratch(f"pack{p}", kc * n) for p in range(parts)]
     pending = [(p, _pool(parts).submit(_gemm_taps, *args, cuts[p], cuts[p + 1], packs[p]))
                for p in range(1, parts)]
     _gemm_taps(*args, cuts[0], cuts[1], packs[0])
@@ -292,11 +303,12 @@ def _pool(parts: int) -> ThreadPoolExecutor:
 
 
 @njit(cache=True, nogil=True)
-def _gemm_taps(a, lda, offs, kt, b, ldb, n, c, ldc, group_rows, group_stride, u0, u1, packed):
+def _gemm_taps(a, lda, offs, kt, b, ldb, n, c, ldc, group_rows, group_stride, kc, u0, u1,
+               packed):
     """`gemm_taps` over work units ``u0 .. u1``: per group, its whole MR-row tiles, then its
     left-over rows one by one. Per K block, B is packed panel-major once (into ``packed``,
-    KC * n floats), then each panel serves every unit."""
-    seg_a, seg_b, seg_n, starts = _blocks(offs, kt)
+    kc * n floats), then each panel serves every unit."""
+    seg_a, seg_b, seg_n, starts = _blocks(offs, kt, kc)
     full = group_rows // MR
     per_group = full + group_rows % MR
     # one K block of B, all columns, packed panel-major: B rows are read whole (a stream
@@ -308,7 +320,7 @@ def _gemm_taps(a, lda, offs, kt, b, ldb, n, c, ldc, group_rows, group_stride, u0
                 src = (seg_b[s] + kk) * ldb
                 for pb in range(0, n, NR):
                     width = min(NR, n - pb)
-                    _copy(width // VW, b, src + pb, packed, pb * KC + rows_blk * width)
+                    _copy(width // VW, b, src + pb, packed, pb * kc + rows_blk * width)
                 rows_blk += 1
         for pb in range(0, n, NR):
             width = min(NR, n - pb)
@@ -321,10 +333,10 @@ def _gemm_taps(a, lda, offs, kt, b, ldb, n, c, ldc, group_rows, group_stride, u0
                 row = 0
                 for s in range(starts[blk], starts[blk + 1]):
                     if j < full:
-                        _tile(lanes, a, seg_a[s] + a0, lda, packed, pb * KC + row * width,
+                        _tile(lanes, a, seg_a[s] + a0, lda, packed, pb * kc + row * width,
                               width, c, c0, ldc, seg_n[s])
                     else:
-                        _row(lanes, a, seg_a[s] + a0, packed, pb * KC + row * width, width,
+                        _row(lanes, a, seg_a[s] + a0, packed, pb * kc + row * width, width,
                              c, c0, seg_n[s])
                     row += seg_n[s]
 
