@@ -111,3 +111,22 @@ def test_host_segments_pass_the_conformance_check():
     report = run_conformance("Host", only="forward_segment", trials=1)
     (r,) = report.results
     assert r.status in ("passed", "skipped"), r.message
+
+
+@pytest.mark.parametrize("c", [1, 7, 64, 513])
+def test_batch_norm_constants_compiled_are_the_float64_formula(c):
+    """The compiled per-channel constants are numpy's float64 formula rounded once, bit for
+    bit (float32 params of shape (c,)); other params take the numpy formula itself."""
+    from host_backend.ops import norm
+
+    rng = np.random.default_rng(c)
+    params = [rng.standard_normal(c).astype(np.float32) for _ in range(3)]
+    params.append((rng.random(c) * 3).astype(np.float32))
+    scale, bias, mean, var = (p.astype(np.float64) for p in params)
+    a = scale / np.sqrt(var + 1e-3)
+    want = (a.astype(np.float32), (bias - mean * a).astype(np.float32))
+    got = norm.batch_norm_scale_shift(params, {"epsilon": 1e-3}, c)
+    assert [g.tobytes() for g in got] == [w.tobytes() for w in want]
+    wide = norm.batch_norm_scale_shift([p.astype(np.float64) for p in params],
+                                       {"epsilon": 1e-3}, c)
+    assert [g.tobytes() for g in wide] == [w.tobytes() for w in want]

@@ -28,13 +28,29 @@ def batch_norm_scale_shift(params: list[np.ndarray], attrs: dict,
                            c: int) -> tuple[np.ndarray, np.ndarray]:
     """BatchNorm2d as ``y = x * a + b`` per channel: (a, b), float32 (c,), from scale, bias,
     mean and var (computed in float64); the HostBackend's fused chains use the same."""
-    scale, bias, mean, var = (np.asarray(v, dtype=np.float64) for v in params)
     eps = float(attrs.get("epsilon", 1e-5))
+    if all(isinstance(v, np.ndarray) and v.shape == (c,) and v.dtype == np.float32
+           for v in params):  # the usual case in one compiled call (a dozen numpy calls cost
+        # 60 us, x20 per resnet18 forward); the same float64 operations, the same bits
+        a32, b32 = np.empty(c, np.float32), np.empty(c, np.float32)
+        _scale_shift_consts(*params, eps, a32, b32)
+        return a32, b32
+    scale, bias, mean, var = (np.asarray(v, dtype=np.float64) for v in params)
     a = scale / np.sqrt(var + eps)
     b = bias - mean * a
     a32, b32 = (np.ascontiguousarray(np.broadcast_to(v.astype(np.float32).reshape(-1), (c,)))
                 for v in (a, b))
     return a32, b32
+
+
+@njit(cache=True)
+def _scale_shift_consts(scale, bias, mean, var, eps, a32, b32):
+    """`batch_norm_scale_shift` for float32 (c,) params: ``a = scale / sqrt(var + eps)``,
+    ``b = bias - mean * a`` in float64, each rounded to float32 once at the end."""
+    for j in range(a32.shape[0]):
+        a = np.float64(scale[j]) / np.sqrt(np.float64(var[j]) + eps)
+        a32[j] = np.float32(a)
+        b32[j] = np.float32(np.float64(bias[j]) - np.float64(mean[j]) * a)
 
 
 @njit(cache=True)
