@@ -39,6 +39,8 @@ class HostRunner:
 
         self._cls = plugins.backend_class(backend)
         self._single: Any = None
+        #: op_id -> the op object the single-op backend planned under that id
+        self._planned: dict[int, Any] = {}
 
     def run(self, net: Any, samples: Iterable[list[np.ndarray]], on_value: OnValue
             ) -> list[list[np.ndarray]]:
@@ -64,8 +66,13 @@ class HostRunner:
     def run_op(self, op: Any, inputs: list[np.ndarray]) -> list[np.ndarray] | None:
         from xrt import Tensor
 
-        if self._single is None:
+        if self._single is None or self._planned.get(op.op_id, op) is not op:
+            # a backend plans an op once per op_id (the HostBackend's kernel and types): an
+            # op of another network under the same id (the float op after its quantized twin,
+            # as the report's per-op measures run them) needs a fresh one
             self._single = self._cls()
+            self._planned = {}
+        self._planned[op.op_id] = op
         if self._single.getForwardFunc(op) is None:
             return None
         res = self._single.forwardOp(op, [Tensor(np.ascontiguousarray(a)) for a in inputs])

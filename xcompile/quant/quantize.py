@@ -66,6 +66,7 @@ from xcompile.quant.capability import (
     integer_ops,
 )
 from xcompile.quant.concats import BRANCH_SPREAD, concat_plan
+from xcompile.quant.dw_equalize import equalize_depthwise_inputs
 from xcompile.quant.equalize import equalize as equalize_pairs
 from xcompile.quant.float_stats import float_stats, reuse_float_statistics
 from xcompile.quant.saturation import clip_table_inputs
@@ -139,7 +140,7 @@ def quantize_network(net: Network, samples: Any, *, bits: int = 8, method: str =
                      input_bits: int | None = None, runner: Runner | None = None,
                      equalize: bool | None = None, bias_correction: bool | None = None,
                      outlier_aware: bool = False, activation_bias: bool = True,
-                     **kw: Any) -> Network:
+                     depthwise_equalize: bool = True, **kw: Any) -> Network:
     """Quantize `net` (float) into a new network of integer ops; see the module docstring.
 
     `samples`: anything `load_calibration` accepts. `bits`: 8 or 16 (activations and weights).
@@ -164,7 +165,9 @@ def quantize_network(net: Network, samples: Any, *, bits: int = 8, method: str =
     (`xcompile.quant.saturation`); docs/quantization.md section 8 says where it pays.
     `activation_bias`: each convolution's output mean, as the integer network computes it
     on the calibration samples, brought back to the float network's through its bias
-    (`xcompile.quant.act_bias`; default on).
+    (`xcompile.quant.act_bias`; default on). `depthwise_equalize`: the channels of a map
+    that a convolution writes and only a depthwise convolution reads carried to the map's
+    range, exactly (`xcompile.quant.dw_equalize`; default on).
     """
     if bits not in (8, 16):
         raise QuantizationError(f"bits must be 8 or 16, not {bits}", field="bits")
@@ -174,6 +177,7 @@ def quantize_network(net: Network, samples: Any, *, bits: int = 8, method: str =
     opt = optimize(net)
     n_eq = equalize_pairs(opt) if (not per_channel if equalize is None else equalize) else 0
     data = load_calibration(samples, opt)
+    n_dw = equalize_depthwise_inputs(opt, data, runner) if depthwise_equalize else 0
     if weight_rounding not in ("gptq", "nearest"):
         raise QuantizationError(f"weight_rounding must be 'gptq' or 'nearest', not "
                                 f"{weight_rounding!r}", field="weight_rounding")
@@ -251,6 +255,7 @@ def quantize_network(net: Network, samples: Any, *, bits: int = 8, method: str =
                               "headroom": float(headroom if headroom is not None else
                                                  1.0 if bits == 8 else INT16_HEADROOM),
                               "input_bits": input_bits, "equalized_pairs": n_eq,
+                              "depthwise_equalized": n_dw,
                               "bias_corrected": n_bc, "activation_bias_corrected": n_ab,
                               "concats": concats,
                               "outlier_aware": bool(outlier_aware),

@@ -19,6 +19,12 @@ with its scale, and compared over all samples together:
   requantization) shows, not what the layers before it lost. Toolkits call the two figures the
   entire and the single error; a layer with a low `alone` is the one to raise with `op_bits`
   (docs/quantization.md section 10). None where the op cannot be run alone (a float input).
+- `output_loss`: what the network's outputs lose (mean over samples of 1 - the worst output
+  part) when only this op computes as in `alone`, everything else float
+  (`xcompile.quant.sensitivity`): the op's cost where it counts. Measured when the partial
+  forwards it needs stay within `sensitivity.MAX_MACS` (or `sensitivity=True`); `raisable`
+  ranks by it when present, since a local `alone` misses an error the next layers amplify
+  (PP-OCRv4's stem) and flags one the head hardly reads.
 
 The network outputs are measured per *part* too (`xcompile.quant.parts`): a Concat output
 per input branch (a detector's boxes and class scores), score parts with their top-5
@@ -36,6 +42,7 @@ from typing import Any
 import numpy as np
 
 from xcompile.quant.calibrate import load_calibration, run_float
+from xcompile.quant.dw_equalize import channel_gain
 from xcompile.quant.parts import (  # noqa: F401 - cosine is part of this module's API
     PartResult,
     compare_parts,
@@ -43,6 +50,7 @@ from xcompile.quant.parts import (  # noqa: F401 - cosine is part of this module
     cosine,
     output_parts,
 )
+from xcompile.quant.sensitivity import MAX_MACS, output_sensitivity, rerun_macs
 from xcompile.runner import Runner, default_runner
 
 __all__ = ["LayerRow", "Report", "accuracy_report", "cosine"]
@@ -65,6 +73,8 @@ class LayerRow:
     alone: float | None = None
     #: the bits the op computes at: its widest quantized feature input's (None: no such input)
     in_bits: int | None = None
+    #: 1 - the worst output part with only this op quantized (as `alone`; None: not measured)
+    output_loss: float | None = None
 
 
 @dataclass
@@ -120,13 +130,17 @@ class Report:
         return sorted(self.rows, key=lambda r: r.cosine)[:n]
 
     def raisable(self, skip: Any = ()) -> list[LayerRow]:
-        """The layers computing at 8 bits (op ids not in `skip`) by their `alone` cosine, lowest
-        first: the ones whose own rounding costs most come first. An op reading 8-bit codes
-        computes at 8 bits whatever it writes (a 16-bit reader widens its output), and raising
-        it is what widens the 8-bit value it reads."""
+        """The layers computing at 8 bits (op ids not in `skip`), the ones whose own rounding
+        costs most first: by `output_loss` (highest first) where the report measured it,
+        else by their `alone` cosine (lowest first). An op reading 8-bit codes computes at 8
+        bits whatever it writes (a 16-bit reader widens its output), and raising it is what
+        widens the 8-bit value it reads."""
         rows = [r for r in self.rows if r.alone is not None and r.op_type != "Cast"
                 and (r.in_bits == 8 if r.in_bits is not None else r.dtype.endswith("(8)"))
                 and r.op_id not in skip]
+        if any(r.output_loss is not None for r in rows):
+            return sorted(rows, key=lambda r: (r.output_loss is None, -(r.output_loss or 0.0),
+                                               r.alone))
         return sorted(rows, key=lambda r: r.alone)
 
     def suggest_op_bits(self, n: int = 3) -> dict[str, int]:
@@ -145,15 +159,17 @@ class Report:
         title = f"{self.network}: int{self.bits} ({self.method}) vs float" if self.bits \
             else f"{self.network} vs float"
         table = Table(title=title)
-        for col in ("op", "type", "name", "dtype", "shape", "cosine", "alone", "max abs err",
-                    "mean abs err", "rel err", "sat"):
+        for col in ("op", "type", "name", "dtype", "shape", "cosine", "alone", "output loss",
+                    "max abs err", "mean abs err", "rel err", "sat"):
             table.add_column(col, justify="right" if col not in ("type", "name", "dtype")
                              else "left")
         for r in self.rows:
             style = "red" if r.cosine < 0.99 else ("yellow" if r.cosine < 0.999 else None)
             table.add_row(str(r.op_id), r.op_type, r.name, r.dtype,
                           "x".join(map(str, r.shape)), f"{r.cosine:.6f}",
-                          "-" if r.alone is None else f"{r.alone:.6f}", f"{r.max_abs_err:.4g}",
+                          "-" if r.alone is None else f"{r.alone:.6f}",
+                          "-" if r.output_loss is None else f"{r.output_loss:.2e}",
+                          f"{r.max_abs_err:.4g}",
                           f"{r.mean_abs_err:.4g}", f"{r.rel_err:.3%}", f"{r.sat_rate:.2%}",
                           style=style)
         console.print(table)
@@ -246,6 +262,13 @@ def _capture(net: Any, samples: list[list[np.ndarray]], runner: Runner) -> tuple
     return store, outs
 
 
+def _in_network(a: np.ndarray, v: Any) -> np.ndarray:
+    """The float network's value `a` as the quantized network's value `v` holds it: times its
+    channel factor where the quantizer evened out its channels (`dw_equalize`)."""
+    g = channel_gain(v)
+    return a if g is None else np.asarray(a, np.float64) * g
+
+
 class _Alone:
     """Runs single quantized ops of the report on the float network's inputs."""
 
@@ -265,7 +288,8 @@ class _Alone:
             if not getattr(el, "is_quantized", False) or el.scale.size != 1 or \
                     fid not in self.fvals or x.dtype.layout.is_tiled():
                 return None
-            feeds.append([quantize(a, float(el.scale[0]), el.numpy_dtype).reshape(x.shape)
+            feeds.append([quantize(_in_network(a, x), float(el.scale[0]),
+                                   el.numpy_dtype).reshape(x.shape)
                           for a in self.fvals[fid]])
         if not feeds:
             return None
@@ -277,12 +301,16 @@ class _Alone:
             outs.append(res)
         return outs
 
+    def runs(self, op: Any) -> list[list[np.ndarray]] | None:
+        """The op's output codes run alone, per sample and output (None: it cannot be)."""
+        if op.op_id not in self.cache:
+            self.cache[op.op_id] = self._run(op)
+        return self.cache[op.op_id]
+
     def cosine(self, op: Any, v: Any, f: np.ndarray) -> float | None:
         if op.op_type == "Cast":
             return None
-        if op.op_id not in self.cache:
-            self.cache[op.op_id] = self._run(op)
-        runs = self.cache[op.op_id]
+        runs = self.runs(op)
         if runs is None:
             return None
         k = [o.v_id for o in op.outputs].index(v.v_id)
@@ -293,11 +321,14 @@ class _Alone:
 
 
 def accuracy_report(float_net: Any, quant_net: Any, samples: Any,
-                    runner: Runner | None = None, channel_groups: int | None = 0) -> Report:
+                    runner: Runner | None = None, channel_groups: int | None = 0,
+                    sensitivity: bool | None = None) -> Report:
     """Compare every quantized value of `quant_net` with its float counterpart in `float_net`
     over `samples` (anything `load_calibration` accepts), both run with `runner`
     (`xcompile.runner`; default: the HostBackend). `channel_groups`: how outputs without a
-    Concat are cut into parts (`xcompile.quant.parts.output_parts`; None: automatic)."""
+    Concat are cut into parts (`xcompile.quant.parts.output_parts`; None: automatic).
+    `sensitivity`: measure each 8-bit op's `output_loss` (None: where its partial forwards
+    stay within `sensitivity.MAX_MACS`)."""
     runner = runner or default_runner()
     data = load_calibration(samples, float_net)
     fvals, fouts = _capture(float_net, data, runner)
@@ -317,7 +348,8 @@ def accuracy_report(float_net: Any, quant_net: Any, samples: Any,
             fid = int(v.tags.get("float_v_id", v.v_id))
             if fid not in fvals:
                 continue
-            f = np.concatenate([a.ravel() for a in fvals[fid]]).astype(np.float64)
+            f = np.concatenate([_in_network(a, v).ravel() for a in fvals[fid]]
+                               ).astype(np.float64)
             qcodes = np.concatenate([a.ravel() for a in qvals[v.v_id]])
             if f.size != qcodes.size:
                 continue
@@ -343,6 +375,11 @@ def accuracy_report(float_net: Any, quant_net: Any, samples: Any,
                             "cosine": cosine(qo, f),
                             "max_abs_err": float(np.abs(qo - f).max(initial=0.0))})
     _measure_parts(rep, quant_net, fouts, qouts, channel_groups)
+    if sensitivity or (sensitivity is None and
+                       rerun_macs(float_net, quant_net, len(data)) <= MAX_MACS):
+        loss = output_sensitivity(float_net, quant_net, fvals, fouts, runner, alone.runs)
+        for r in rep.rows:
+            r.output_loss = (loss or {}).get(r.op_id)
     return rep
 
 

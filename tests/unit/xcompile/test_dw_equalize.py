@@ -1,0 +1,106 @@
+"""Channel ranges evened out in front of depthwise convolutions (`xcompile.quant.dw_equalize`,
+docs/quantization.md section 8): a PP-LCNetV3 block as paddle2onnx writes it (a 1x1 convolution
+with channels far apart in range, then a 3x3 depthwise convolution with zero padding), the
+float function unchanged against onnxruntime, every channel carried to the map's range, and
+the int8 network closer to onnxruntime's float run."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from xcompile.frontend.onnx_import import import_onnx
+from xcompile.passes import optimize
+from xcompile.quant.calibrate import load_calibration
+from xcompile.quant.dw_equalize import MAX_GAIN, depthwise_pairs, equalize_depthwise_inputs
+from xcompile.quant.quantize import quantize_network
+from xcompile.quant.report import cosine
+from xcompile.runner import HostRunner
+
+
+def _model():
+    r = np.random.default_rng(11)
+    inits, nodes = [], []
+
+    def const(name, a):
+        inits.append(numpy_helper.from_array(np.asarray(a, np.float32), name))
+        return name
+
+    def conv(x, cin, cout, k, name, groups=1, gain=None):
+        w = r.normal(0, np.sqrt(2 / (cin // groups * k * k)), (cout, cin // groups, k, k))
+        if gain is not None:
+            w *= gain.reshape(-1, 1, 1, 1)
+        nodes.append(helper.make_node("Conv", [x, const(name + ".w", w),
+                                               const(name + ".b", r.normal(0, 0.2, cout))],
+                                      [name], pads=[k // 2] * 4, group=groups, name=name))
+        return name
+
+    x = conv("x", 3, 16, 3, "stem")
+    nodes.append(helper.make_node("Relu", [x], ["r"]))
+    x = conv("r", 16, 16, 1, "pw", gain=np.geomspace(0.1, 8.0, 16))  # folded BatchNorms
+    x = conv(x, 16, 16, 3, "dw", groups=16)
+    conv(x, 16, 8, 1, "y")
+    vi = [helper.make_tensor_value_info(n, TensorProto.FLOAT, s)
+          for n, s in (("x", [1, 3, 16, 16]), ("y", [1, 8, 16, 16]))]
+    g = helper.make_graph(nodes, "dw_pair", vi[:1], vi[1:], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _images(n, seed):
+    r = np.random.default_rng(seed)
+    return [r.uniform(-1, 1, (1, 3, 16, 16)).astype(np.float32) for _ in range(n)]
+
+
+@pytest.fixture(scope="module")
+def case():
+    model = _model()
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    held = _images(4, 21)
+    return import_onnx(model), _images(6, 2), held, [sess.run(None, {"x": x})[0] for x in held]
+
+
+def _ranges(net, xs, vid):
+    out = []
+    HostRunner().run(net, [[x] for x in xs],
+                     lambda v, a: out.append(np.abs(a).reshape(-1, a.shape[-1]).max(0))
+                     if v.v_id == vid else None)
+    return np.max(out, axis=0)
+
+
+def test_same_function_every_channel_at_the_maps_range(case):
+    net, cal, held, want = case
+    opt = optimize(net)
+    (writer, reader), = depthwise_pairs(opt)
+    assert writer.name == "pw" and reader.name == "dw"
+    vid = writer.outputs[0].v_id
+    before = _ranges(opt, cal, vid)
+    assert before.max() / before.min() > 20
+    assert equalize_depthwise_inputs(opt, load_calibration(cal, opt)) == 1
+    after = _ranges(opt, cal, vid)
+    want_ranges = np.minimum(before.max(), before * MAX_GAIN)
+    np.testing.assert_allclose(after, want_ranges, rtol=1e-4)
+    got = HostRunner().run(opt, [[x] for x in held], lambda v, a: None)
+    for g, w in zip(got, want):  # the float network still computes onnxruntime's function
+        np.testing.assert_allclose(g[0], w, rtol=1e-4, atol=1e-4)
+
+
+def test_int8_closer_to_onnxruntime(case):
+    net, cal, held, want = case
+    runner = HostRunner()
+    err = {}
+    for flag in (False, True):
+        q = quantize_network(net, cal, depthwise_equalize=flag, activation_bias=False)
+        assert q.tags["quantization"]["depthwise_equalized"] == int(flag)
+        got = runner.run(q, [[x] for x in held], lambda v, a: None)
+        err[flag] = np.mean([1.0 - cosine(g[0], w) for g, w in zip(got, want)])
+    assert err[True] < 0.7 * err[False], err
+
+
+def test_pairs_need_a_linear_writer_and_a_depthwise_reader(case):
+    net, _, _, _ = case
+    opt = optimize(net)
+    names = {(w.name, r.name) for w, r in depthwise_pairs(opt)}
+    assert ("stem", "pw") not in names  # a ReLU between, and pw is no depthwise conv
+    assert ("dw", "y") not in names  # y is a pointwise conv
