@@ -130,3 +130,34 @@ def test_batch_norm_constants_compiled_are_the_float64_formula(c):
     wide = norm.batch_norm_scale_shift([p.astype(np.float64) for p in params],
                                        {"epsilon": 1e-3}, c)
     assert [g.tobytes() for g in wide] == [w.tobytes() for w in want]
+
+
+@pytest.mark.parametrize("shape,stride", [((1, 20, 20, 32), 1), ((2, 30, 30, 32), 1),
+                                          ((2, 15, 15, 24), 2)])
+def test_run_chain_is_the_kernels_one_after_another(shape, stride):
+    """`run_chain` on the GEMM's pixel grids (stride 1 with pad pixels, batches, strided):
+    the op-by-op kernels' bytes, BatchNorm2d, Add and Relu."""
+    from types import SimpleNamespace
+
+    from host_backend.ops import activation, conv, elementwise, norm, sgemm
+
+    if not sgemm.enabled():
+        pytest.skip("no AVX-512: the chains run op by op")
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal(shape).astype(np.float32)
+    w = (rng.standard_normal((3, 3, shape[3], 48)) * 0.1).astype(np.float32)
+    bias = rng.standard_normal(48).astype(np.float32)
+    bn = [rng.standard_normal(48).astype(np.float32) for _ in range(3)]
+    bn.append((rng.random(48) + 0.5).astype(np.float32))
+    cattrs = {"stride_height": stride, "stride_width": stride, "pad_top": 1, "pad_bottom": 1,
+              "pad_left": 1, "pad_right": 1}
+    battrs = {"epsilon": 1e-5}
+    (y,) = conv.conv2d([x, w, bias], dict(cattrs))
+    (y,) = norm.batch_norm2d([y, *bn], battrs)
+    res = rng.standard_normal(y.shape).astype(np.float32)
+    (y,) = elementwise.add([res, y], {})
+    (want,) = activation.relu([y], {})
+    op = SimpleNamespace
+    chain = fused.Chain(op(attrs=cattrs), op(attrs=battrs), op(attrs={}), op(attrs={}), 0)
+    got = fused.run_chain(chain, [x, w, bias], bn, res)
+    assert got.shape == want.shape and got.tobytes() == want.tobytes()

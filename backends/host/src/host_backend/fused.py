@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 from numba import njit
+from numpy.lib.stride_tricks import as_strided
 
 from .ops.conv import sgemm_sums
 from .ops.norm import batch_norm_scale_shift
@@ -137,40 +138,58 @@ def run_chain(chain: Chain, conv_inputs: list[np.ndarray], bn_inputs: list[np.nd
     res = residual if residual is not None else y  # not read without the Add
     if res.shape != y.shape or res.dtype != np.float32:
         return None
-    _epilogue(sums, y, a, b, np.ascontiguousarray(res), chain.bn is not None,
+    n, ho, wo = y.shape[:3]
+    c2, hp, wp = _rows(sums)
+    _epilogue(c2, hp, wp, y.reshape(-1, cout), ho, wo, a, b,
+              np.ascontiguousarray(res).reshape(-1, cout), chain.bn is not None,
               residual is not None, chain.relu is not None)
     return y
 
 
+def _rows(sums: np.ndarray) -> tuple[np.ndarray, int, int]:
+    """The GEMM result (n, ho, wo, npad) as rows of a (hp, wp) pixel grid: (C as a 2-D
+    array, hp, wp), pixel (i, p, q) being row ``(i * hp + p) * wp + q``. A stride-1
+    convolution's result is a window of a grid with pad pixels (`conv._conv2d_taps`); the
+    epilogue indexes its rows instead of taking a view per pixel (reference counting)."""
+    n, ho, wo, npad = sums.shape
+    s0, s1, s2, s3 = sums.strides
+    if s3 == 4 and s2 == 4 * npad and s2 > 0 and s1 % s2 == 0 and s1 > 0 and s0 % s1 == 0 \
+            and s1 // s2 >= wo and (n == 1 or s0 // s1 >= ho):
+        wp, hp = s1 // s2, (s0 // s1 if n > 1 else ho)
+        rows = ((n - 1) * hp + ho - 1) * wp + wo
+        return as_strided(sums, shape=(rows, npad), strides=(s2, 4), writeable=False), hp, wp
+    return np.ascontiguousarray(sums).reshape(-1, npad), ho, wo
+
+
 @njit(cache=True)
-def _epilogue(c, y, a, b, res, bn, add, relu):
+def _epilogue(c, hp, wp, y, ho, wo, a, b, res, bn, add, relu):
     """``y = relu(c * a + b + res)`` per pixel over y's channels, each part optional, each
-    float32 operation rounded as the op-by-op kernels round it (no fused multiply-add)."""
-    n, ho, wo, cout = y.shape
+    float32 operation rounded as the op-by-op kernels round it (no fused multiply-add); c's
+    rows a (hp, wp) grid per image (`_rows`), y's and res's (ho, wo)."""
+    cout = y.shape[1]
     zero = np.float32(0)
-    for i in range(n):
+    for i in range(y.shape[0] // (ho * wo)):
         for p in range(ho):
             for q in range(wo):
-                cr = c[i, p, q]
-                yr = y[i, p, q]
-                rr = res[i, p, q]
+                cr = (i * hp + p) * wp + q
+                yr = (i * ho + p) * wo + q
                 if bn and add and relu:
                     for j in range(cout):
-                        v = cr[j] * a[j] + b[j] + rr[j]
-                        yr[j] = v if (v > zero or v != v) else zero
+                        v = c[cr, j] * a[j] + b[j] + res[yr, j]
+                        y[yr, j] = v if (v > zero or v != v) else zero
                 elif bn and relu:
                     for j in range(cout):
-                        v = cr[j] * a[j] + b[j]
-                        yr[j] = v if (v > zero or v != v) else zero
+                        v = c[cr, j] * a[j] + b[j]
+                        y[yr, j] = v if (v > zero or v != v) else zero
                 elif bn and add:
                     for j in range(cout):
-                        yr[j] = cr[j] * a[j] + b[j] + rr[j]
+                        y[yr, j] = c[cr, j] * a[j] + b[j] + res[yr, j]
                 elif bn:
                     for j in range(cout):
-                        yr[j] = cr[j] * a[j] + b[j]
+                        y[yr, j] = c[cr, j] * a[j] + b[j]
                 else:
                     for j in range(cout):
-                        v = cr[j] + rr[j] if add else cr[j]
+                        v = c[cr, j] + res[yr, j] if add else c[cr, j]
                         if relu:
                             v = v if (v > zero or v != v) else zero
-                        yr[j] = v
+                        y[yr, j] = v
