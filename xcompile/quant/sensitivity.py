@@ -6,10 +6,10 @@ The report's `alone` cosine measures an op's own output error: a local figure. W
 map's channels are far apart in range -- a trained stem with folded BatchNorms -- it is carried
 by the loud channels, while the quiet ones, which later per-channel weights amplify, lose most
 of their codes unseen; and an error in front of a head counts as much as one that the head
-hardly reads. PaddleOCR's PP-OCRv4 detector is the case measured: its stem's depthwise
-convolution and hard-swish (`p2o.Conv.3`, `p2o.Div.1`), which cost the probability map the most
-of any op (1 - cosine about 0.009 each, on its own), rank 1st and 5th by `alone`, behind
-head ops (an Add and a Resize of the FPN) that cost the map almost nothing.
+hardly reads. PaddleOCR's PP-OCRv4 detector is the case measured: its stem's hard-swish
+(`p2o.Div.1`), which costs the probability map about 0.009 of cosine on its own, ranks 5th by
+`alone`, behind two head ops (an Add and a Resize of the FPN) that cost the map almost
+nothing, and the pointwise convolution before it (`p2o.Conv.2`) 9th.
 
 How: the float network runs once per sample with every value kept (the report already does);
 for each candidate op, its outputs are replaced by the op's `alone` run (its inputs the float
