@@ -233,3 +233,20 @@ def test_byte_lut_is_the_table_walk(h, w, c, pads, seed):
     dense_y = np.zeros(h * w * c, np.int8)
     vector.lut(dense_x, w * c, c, 0, table, -128, dense_y, w * c, c, 0, h, w, c)
     assert dense_y.tobytes() == table[dense_x.astype(np.int64) + 128].tobytes()
+
+
+def test_the_requant8_stamp_is_current():
+    """`mpe._requant_folded` runs `grouped._requant8`, an intrinsic: when it changes, update
+    mpe.REQUANT8_STAMP (that edit makes Numba recompile mpe's cached kernels)."""
+    import sys
+    from pathlib import Path
+
+    from npu_model.kernels import grouped, mpe
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    from test_kernel_stamps import source_stamp
+
+    now = source_stamp(grouped._requant8)
+    assert mpe.REQUANT8_STAMP == now, (
+        f"npu_model.kernels.grouped._requant8 changed: set REQUANT8_STAMP in {mpe.__file__} "
+        f"to {now!r}")

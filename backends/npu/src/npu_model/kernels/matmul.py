@@ -23,7 +23,7 @@ NUMBA_DEPENDS = {"npu_model.kernels.bgemm.byte_planes": "c12b5a7aa4a50943",
                  "npu_model.kernels.igemm.gemm_pairs": "0ef95014f7dc6162",
                  "npu_model.kernels.igemm.gemm_pairs_wide": "a5f9715e2922bfc7",
                  "npu_model.kernels.mpe._cp": "df064e8e4cae48cd",
-                 "npu_model.kernels.mpe._requant_tile": "712f619bb2c3e7ed"}
+                 "npu_model.kernels.mpe._requant_tile": "3f56748adbddf9fe"}
 
 
 @kernel(nogil=True)

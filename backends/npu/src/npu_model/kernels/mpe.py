@@ -16,9 +16,12 @@ hardware's integer accumulation. Requantization is `xir.quant.fixed_point.requan
 from __future__ import annotations
 
 import numpy as np
+from numba import types
+from numba.extending import intrinsic
 
 from .bgemm import NR as BNR
 from .bgemm import byte_planes, gemm_int8_bytes, gemm_int16_bytes
+from .grouped import _requant8
 from .igemm import MR, gemm_pairs, gemm_pairs_wide
 from .jit import helper, inline, kernel
 from .pool import Split
@@ -32,6 +35,13 @@ NUMBA_DEPENDS = {"npu_model.kernels.bgemm.gemm_int8_bytes": "e6f20004b1623a0c",
                  "npu_model.kernels.bgemm.gemm_int16_bytes": "1ab1468d97ccde9c",
                  "npu_model.kernels.igemm.gemm_pairs": "0ef95014f7dc6162",
                  "npu_model.kernels.igemm.gemm_pairs_wide": "a5f9715e2922bfc7"}
+
+#: A stamp of the source of `npu_model.kernels.grouped._requant8`, an intrinsic this file's
+#: kernels are compiled with: Numba's on-disk cache notices changes to this file only (and
+#: `tests/test_kernel_stamps.py` tracks kernels, not intrinsics), so
+#: `tests/backends/npu_model/test_kernels_fast_paths.py` fails when it changes until the stamp
+#: here is updated, and that edit makes Numba recompile these kernels.
+REQUANT8_STAMP = "044ba5d30fa31e23"
 
 #: K-chunk lengths that keep float partial sums exact
 KC_INT8_F32 = 1024
@@ -150,12 +160,29 @@ def _fold_params(mult, shift, bias, boff, ch0, n, reps):
     return m32, cf, sf
 
 
+@intrinsic
+def _is_int32(typingctx, a):
+    """Whether array `a` holds int32 (a constant of its type: float32 accumulators of the
+    float path are 4 bytes too, and `grouped._requant8` reads int32)."""
+    sig = types.boolean(a)
+
+    def codegen(context, builder, sig, args):
+        return context.get_constant(types.boolean, sig.args[0].dtype == types.int32)
+
+    return sig, codegen
+
+
 @helper
 def _requant_folded(acc, m32, cf, sf, lo, hi, out):
-    """``out[i] = clip((acc[i] * m32[i] + cf[i]) >> sf[i], lo, hi)`` (`_fold_params`)."""
+    """``out[i] = clip((acc[i] * m32[i] + cf[i]) >> sf[i], lo, hi)`` (`_fold_params`); int32
+    accumulators eight a 512-bit pass (`grouped._requant8`: Numba vectorises loops 256 bits
+    wide on this CPU's tuning), the rest one by one."""
     lo64 = np.int64(lo)
     hi64 = np.int64(hi)
-    for i in range(out.shape[0]):
+    n8 = out.shape[0] // 8 * 8 if _is_int32(acc) else 0
+    for i in range(0, n8, 8):
+        _requant8(acc, i, m32, cf, sf, i, lo64, hi64, out, i)
+    for i in range(n8, out.shape[0]):
         v = (np.int64(acc[i]) * np.int64(m32[i]) + cf[i]) >> sf[i]
         v = lo64 if v < lo64 else v
         v = hi64 if v > hi64 else v
