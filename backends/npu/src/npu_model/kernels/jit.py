@@ -25,6 +25,8 @@ kernels twice, ``_requant_tile`` three times, before). Arrays are C-contiguous a
 int64, so each kernel compiles once per operand dtype (the test below checks).
 
 All keep ``cache=True``; with ``NUMBA_DISABLE_JIT=1`` all leave the functions as they are.
+All compile with 512-bit vectors on AVX-512 hosts (`xir.numba_target`: its compiler and disk
+cache; ``XRT_NUMBA_WIDE_VECTORS=0`` turns that off).
 
 `Tiered` is the fourth form, for kernels whose calls are often small: the deploy planners and
 the cycle model, which a network's deploy and first run call a few dozen times on a few dozen
@@ -54,6 +56,7 @@ from numba.core.dispatcher import Dispatcher
 from numba.core.registry import CPUDispatcher
 
 from xir.errors import XirError
+from xir.numba_target import WideCompiler, enable_wide_caching
 
 from . import compile_pool
 
@@ -88,11 +91,12 @@ _HELPER_OPTIONS = {"nopython": True, "no_cpython_wrapper": True, "no_cfunc_wrapp
 
 
 def _dispatcher(cls: type, func: F, options: dict[str, Any]) -> Any:
-    """What ``njit(cache=True, **options)`` makes, as a `cls` dispatcher."""
+    """What ``xir.numba_target.njit(cache=True, **options)`` makes, as a `cls` dispatcher."""
     if config.DISABLE_JIT:
         return func
-    disp = cls(py_func=func, locals={}, targetoptions=dict(options))
-    disp.enable_caching()
+    disp = cls(py_func=func, locals={}, targetoptions=dict(options),
+               pipeline_class=WideCompiler)
+    enable_wide_caching(disp)
     return disp
 
 
