@@ -54,7 +54,8 @@ def _layers(hw, rng, dtype):
 
 
 _SPLITS = (mpe.CONV_INT, mpe.CONV_INT16, mpe.CONV_INT8_BYTES, mpe.CONV_INT16_BYTES,
-           implicit.CONV_IMPLICIT, mpe.CONV_DEPTHWISE, matmul.MATMUL_INT,
+           implicit.CONV_IMPLICIT, implicit.CONV_POINTWISE_INT16, mpe.CONV_DEPTHWISE,
+           matmul.MATMUL_INT,
            matmul.MATMUL_INT8_BYTES, matmul.MATMUL_INT16, matmul.MATMUL_INT16_BYTES)
 
 
@@ -101,8 +102,9 @@ def test_results_are_byte_identical_at_any_thread_count(dtype, monkeypatch):
         pool.set_threads(n)
         seen.clear()
         results[n] = _run_stream(dtype)[0]
-        # dense (int8 on the byte GEMM: the implicit one), depthwise, matmul of this dtype
-        assert len(seen) == 3, seen
+        # dense (int8 on the byte GEMM: the implicit one; int16's 1x1 its pointwise one),
+        # depthwise, matmul of this dtype
+        assert len(seen) == (4 if dtype == "int16" and bgemm.enabled() else 3), seen
         assert ("conv_implicit_int8" in seen) == (dtype == "int8" and bgemm.enabled())
         for name, parts in seen.items():  # cut into parts at n > 1, run on n threads at most
             calls = sum(1 for lo, _ in parts if lo == 0)

@@ -25,7 +25,8 @@ def ran(monkeypatch):
     """Kernel name -> calls, for the implicit, the im2col and the grouped 1x1 byte-GEMM
     convolutions."""
     seen: dict[str, int] = {}
-    for split in (implicit.CONV_IMPLICIT, mpe.CONV_INT8_BYTES, grouped.CONV_G1X1_INT8):
+    for split in (implicit.CONV_IMPLICIT, mpe.CONV_INT8_BYTES, grouped.CONV_G1X1_INT8,
+                  implicit.CONV_POINTWISE_INT16, mpe.CONV_INT16_BYTES):
         def spy(*args, _k=split.kernel, _name=split.__name__):
             if args[-2] == 0:
                 seen[_name] = seen.get(_name, 0) + 1
@@ -37,24 +38,28 @@ def ran(monkeypatch):
 
 def _conv(hw, rng, h, w, cin, cout, k=(3, 3), stride=(1, 1), pad=(1, 1, 1, 1),
           dilation=(1, 1), in_pitch=None, out_pitch=None, out_c_off=0, relu=False, leaky=False,
-          x=None, wq=None, spread=None, groups=1):
+          x=None, wq=None, spread=None, groups=1, dtype="int8"):
+    npdt = np.int16 if dtype == "int16" else np.int8
+    info = np.iinfo(npdt)
+    scale = 3000 if dtype == "int16" else 30
     if x is None:
-        x = rng.integers(-128, 128, (h, w, cin)).astype(np.int8)
+        x = rng.integers(info.min, info.max + 1, (h, w, cin)).astype(npdt)
     if spread is not None:  # ConvTranspose's UPSAMPLE ZERO: pixels `spread` apart, zeros between
-        z = np.zeros(((h - 1) * spread + 1, (w - 1) * spread + 1, cin), np.int8)
+        z = np.zeros(((h - 1) * spread + 1, (w - 1) * spread + 1, cin), npdt)
         z[::spread, ::spread] = x
         x = z
         h, w = x.shape[:2]
     if wq is None:
-        wq = rng.integers(-127, 128, (k[0], k[1], cin // groups, cout)).astype(np.int8)
+        wq = rng.integers(-info.max, info.max + 1, (k[0], k[1], cin // groups, cout)).astype(npdt)
     bias = rng.integers(-5000, 5000, cout)
-    m, s = rand_requant(rng, cout, 2.0 / (k[0] * k[1] * cin // groups * 30))
-    mn, sn = rand_requant(rng, cout, 0.1 / (k[0] * k[1] * cin * 30)) if leaky else (None, None)
-    lo, hi = clip_bounds(np.int8, relu=relu)
+    m, s = rand_requant(rng, cout, 2.0 / (k[0] * k[1] * cin // groups * scale))
+    mn, sn = (rand_requant(rng, cout, 0.1 / (k[0] * k[1] * cin * scale)) if leaky
+              else (None, None))
+    lo, hi = clip_bounds(npdt, relu=relu)
     fi = hw.fmap_in(x, pitch=in_pitch)
     oh, ow = asm.conv_out_hw(h, w, k, stride, pad, dilation)
-    fo = hw.fmap_out(oh, ow, cout, "int8", pitch=out_pitch, c_off=out_c_off)
-    layer = asm.Conv(fi, fo, hw.put(asm.pack_conv_weights(wq, groups, "int8", hw.cfg)),
+    fo = hw.fmap_out(oh, ow, cout, dtype, pitch=out_pitch, c_off=out_c_off)
+    layer = asm.Conv(fi, fo, hw.put(asm.pack_conv_weights(wq, groups, dtype, hw.cfg)),
                      hw.put(asm.pack_requant_params(bias, m, s, mn, sn)), kernel=k,
                      stride=stride, pad=pad, dilation=dilation, groups=groups, clip=(lo, hi))
     hw.run([layer])
@@ -113,6 +118,37 @@ def test_grouped_pointwise_takes_one_gather(hw, rng, ran, leaky):
     assert ran == {"conv_grouped_1x1_int8": 1}
 
 
+CASES16 = [dict(h=64, w=30, cin=16, cout=32),  # PP-OCRv4 detector's int16 1x1, smaller
+            dict(h=9, w=13, cin=7, cout=40, in_pitch=16, out_pitch=48, out_c_off=5),
+            dict(h=5, w=6, cin=300, cout=20, leaky=True),
+            dict(h=1, w=1, cin=24, cout=6)]
+
+
+@pytest.mark.parametrize("case", CASES16, ids=lambda c: "-".join(f"{k}{v}" for k, v in c.items()))
+def test_int16_pointwise_is_exact_and_runs_there(hw, rng, ran, case):
+    got, ref, _ = _conv(hw, rng, k=(1, 1), pad=(0, 0, 0, 0), dtype="int16", **case)
+    np.testing.assert_array_equal(got, ref)
+    assert ran == {"conv_pointwise_int16": 1}
+
+
+@pytest.mark.parametrize(("xv", "wv"), [(-32768, -32767), (32767, 32767), (-1, 256)])
+def test_int16_pointwise_at_full_scale(hw, rng, ran, xv, wv):
+    """Every byte boundary of x and w at a long K: sums far past int32."""
+    cin = 2000
+    x = np.full((2, 9, cin), xv, np.int16)
+    wq = np.full((1, 1, cin, 3), wv, np.int16)
+    got, ref, _ = _conv(hw, rng, 2, 9, cin, 3, k=(1, 1), pad=(0, 0, 0, 0), dtype="int16", x=x,
+                        wq=wq)
+    np.testing.assert_array_equal(got, ref)
+    assert ran == {"conv_pointwise_int16": 1}
+
+
+def test_other_int16_convolutions_keep_their_kernel(hw, rng, ran):
+    got, ref, _ = _conv(hw, rng, 9, 10, 16, 24, dtype="int16")
+    np.testing.assert_array_equal(got, ref)
+    assert ran == {"conv_dense_int16_bytes": 1}
+
+
 @pytest.mark.parametrize(("xv", "wv"), [(-128, -127), (-128, 127), (127, 127), (127, -127)])
 def test_int32_accumulators_at_their_bound(hw, rng, ran, xv, wv):
     """The longest K the kernel takes (every byte of x + 128 at 0 or 255, every weight at
@@ -126,20 +162,26 @@ def test_int32_accumulators_at_their_bound(hw, rng, ran, xv, wv):
     assert ran == {"conv_implicit_int8": 1}
 
 
-def test_same_bytes_at_any_thread_count(monkeypatch):
+@pytest.mark.parametrize(("split", "case"), [
+    (implicit.CONV_IMPLICIT, dict(h=96, w=96, cin=3, cout=32, k=(6, 6), stride=(2, 2),
+                                  pad=(2, 2, 2, 2), in_pitch=32)),
+    (implicit.CONV_POINTWISE_INT16, dict(h=96, w=64, cin=48, cout=64, k=(1, 1),
+                                         pad=(0, 0, 0, 0), dtype="int16"))],
+    ids=["int8-stem", "int16-pointwise"])
+def test_same_bytes_at_any_thread_count(monkeypatch, split, case):
     """Output rows cut into parts by work count (no timing) at 2 and 4 threads: the bytes of
     one thread's run."""
     from xrt import Device
 
     monkeypatch.setattr(pool, "INLINE_S", 0.0)
     parts: list[int] = []
-    kernel = implicit.CONV_IMPLICIT.kernel
+    kernel = split.kernel
 
     def spy(*args):
         parts.append(args[-2])
         return kernel(*args)
 
-    monkeypatch.setattr(implicit.CONV_IMPLICIT, "kernel", spy)
+    monkeypatch.setattr(split, "kernel", spy)
     out = {}
     try:
         for n in (1, 2, 4):
@@ -147,9 +189,8 @@ def test_same_bytes_at_any_thread_count(monkeypatch):
             parts.clear()
             dev = Device.Open("sim://zg330")
             try:
-                got, ref, _ = _conv(Harness(dev, size=32 << 20), np.random.default_rng(3), 96,
-                                    96, 3, 32, k=(6, 6), stride=(2, 2), pad=(2, 2, 2, 2),
-                                    in_pitch=32)
+                got, ref, _ = _conv(Harness(dev, size=32 << 20), np.random.default_rng(3),
+                                    **case)
             finally:
                 dev.close()
             np.testing.assert_array_equal(got, ref)

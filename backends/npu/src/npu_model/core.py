@@ -641,6 +641,15 @@ class Icore:
                            bias, mult, shift, mneg, sneg, lo, hi, y.arr, y.rs, y.pitch, y.coff,
                            y.h, y.w, kh, kw, sh, sw, dh, dw, pt, pl, g, cin_g, cout_g)
             return
+        if (dtype == "int16" and self.int_gemm16 and self.byte_gemm and g == 1
+                and (kh, kw, sh, sw, pt, pb, pl, pr) == (1, 1, 1, 1, 0, 0, 0, 0)
+                and cin_g <= bgemm.MAX_K):
+            wq, corr = self._unpacked_weights(wmem, waddr, packed, ("bytes", 0), g, kh, kw,
+                                              cin_g, cout_g, cu, ocb)
+            self._rec.call(implicit.CONV_POINTWISE_INT16, x.arr, x.rs, x.pitch, x.coff, wq[0],
+                           bias + corr, mult, shift, mneg, sneg, lo, hi, y.arr, y.rs, y.pitch,
+                           y.coff, y.h, y.w, cin_g, cout_g)
+            return
         if (dtype == "int16" and self.int_gemm16 and self.byte_gemm
                 and kh * kw * cin_g <= bgemm.MAX_K):
             wq, corr = self._unpacked_weights(wmem, waddr, packed, ("bytes", 0), g, kh, kw,
