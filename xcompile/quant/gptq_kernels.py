@@ -16,7 +16,8 @@ a subtraction and a product per element either way).
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+
+from xir.numba_target import njit
 
 __all__ = ["TILE", "gptq_block"]
 

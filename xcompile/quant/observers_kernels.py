@@ -12,7 +12,8 @@ last bin. So the histograms are identical.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+
+from xir.numba_target import njit
 
 __all__ = ["abs_max_finite", "abs_bin_counts"]
 

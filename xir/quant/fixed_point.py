@@ -19,7 +19,8 @@ import math
 from typing import Any
 
 import numpy as np
-from numba import njit
+
+from xir.numba_target import njit
 
 __all__ = [
     "DEFAULT_MULT_BITS",

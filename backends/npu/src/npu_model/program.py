@@ -31,7 +31,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from numba import njit
+
+from xir.numba_target import njit
 
 try:
     from numpy.lib.array_utils import byte_bounds

@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from numba import njit
 
+from xir.numba_target import njit
 from xir.quant.fixed_point import requantize_one
 
 #: kernels of other files that this file's kernels call, with their source stamps

@@ -7,8 +7,8 @@ import math
 from functools import lru_cache
 
 import numpy as np
-from numba import njit
 
+from xir.numba_target import njit
 from xir.quant.rownorm import softmax_codes, softmax_consts
 
 from ._common import f32, out32, scale1

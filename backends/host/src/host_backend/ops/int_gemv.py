@@ -10,7 +10,8 @@ once and sums in int64, exact for any K the chips hold (|product| < 2**30).
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+
+from xir.numba_target import njit
 
 #: at most this many rows go through `int_rows_matmul` (more: a GEMM does better)
 FEW_ROWS = 24

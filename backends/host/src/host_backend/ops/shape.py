@@ -7,7 +7,8 @@ kernels can share them. Outputs are fresh C-contiguous arrays, never views of an
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+
+from xir.numba_target import njit
 
 from ._common import fresh, require
 
