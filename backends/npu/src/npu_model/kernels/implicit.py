@@ -1,4 +1,5 @@
-"""Dense int8 convolutions on the byte GEMM without im2col ("implicit GEMM", AVX-512 VNNI only).
+"""One-group int8 convolutions on the byte GEMM without im2col ("implicit GEMM"), and int16 1x1
+ones requantized from their tile (AVX-512 VNNI only).
 
 `mpe.conv_dense_int8_bytes` copies every output pixel's taps into an im2col row before its byte
 GEMM. Where the channels of an input pixel are few, that copy is most of the layer: yolov5s's
@@ -33,6 +34,10 @@ tile kept in L1. PP-OCRv4 detector's 1x1 layers 1.13 -> 0.89 ms, yolov5s-640's 2
 Every layer is requantized straight from the tile, pixel by pixel, into y: without LeakyReLU
 the bias folded into the rounding term (`grouped._requant_folded`, the same int64 bits), with
 it each sign its own multiplier and shift (`grouped._requant_both`).
+
+int16 1x1 layers (`conv_pointwise_int16`, mixed precision's usual int16 layer) take the same
+pixel tiles through `bgemm`'s byte-plane form (three byte GEMMs into int64) and the same
+requantization from the tile.
 """
 
 from __future__ import annotations
