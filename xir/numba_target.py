@@ -38,6 +38,8 @@ from numba.core.dispatcher import Dispatcher
 from numba.core.lowering import Lower
 from numba.core.registry import CPUDispatcher
 
+from .errors import XirError
+
 #: the environment variable that turns 512-bit vectors off ("0")
 ENV_SWITCH = "XRT_NUMBA_WIDE_VECTORS"
 #: the LLVM function attribute set on the kernels' functions
@@ -121,6 +123,10 @@ def enable_wide_caching(disp: Dispatcher) -> None:
 def njit(func: Callable | None = None, **options: Any) -> Any:
     """``numba.njit`` for the project's kernels: `WideCompiler`, `WideFunctionCache` when
     ``cache=True``. Left as the plain function under ``NUMBA_DISABLE_JIT=1``."""
+    if func is not None and not callable(func):
+        raise XirError(f"xir.numba_target.njit compiles lazily, for the argument types of each "
+                       f"call: it takes no signature ({func!r})")
+
     def make(f: Callable) -> Any:
         if config.DISABLE_JIT:
             return f

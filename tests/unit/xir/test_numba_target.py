@@ -126,3 +126,9 @@ def test_user_cpu_settings_win():
                           "print(numba_target.wide_vectors())"], env=env, capture_output=True,
                          text=True, timeout=300, check=True).stdout.split()
     assert out == ["False"]
+
+
+def test_signatures_are_refused():
+    from xir.errors import XirError
+    with pytest.raises(XirError, match="no signature"):
+        numba_target.njit("int64(int64)")
