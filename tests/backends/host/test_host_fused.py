@@ -161,3 +161,15 @@ def test_run_chain_is_the_kernels_one_after_another(shape, stride):
     chain = fused.Chain(op(attrs=cattrs), op(attrs=battrs), op(attrs={}), op(attrs={}), 0)
     got = fused.run_chain(chain, [x, w, bias], bn, res)
     assert got.shape == want.shape and got.tobytes() == want.tobytes()
+
+
+def test_a_segment_missing_a_feed_names_the_value(small_resnet):
+    from xrt.errors import XrtError
+
+    net, x = small_resnet
+    sess = _session(net)
+    (backend,) = [b for b in sess.backends if isinstance(b, HostBackend)]
+    ops = tuple(op for op in net.view(0).ops if op.op_type not in ("Input", "Output"))
+    wanted = (ops[-1].outputs[0].v_id,)
+    with pytest.raises(XrtError, match=r"forwardSegment: op \d+ \(Conv2d\) reads value \d+"):
+        backend.forwardSegment(ops, {}, wanted)

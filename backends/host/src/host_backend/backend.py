@@ -184,7 +184,12 @@ class HostBackend(Backend):
                 if isinstance(step, fused.Chain) else [step]
             for op in todo:
                 sources = op.outputs if op.op_type == "Input" else op.inputs
-                ins = [values[v.v_id] for v in sources if not v.is_params]
+                try:
+                    ins = [values[v.v_id] for v in sources if not v.is_params]
+                except KeyError as exc:
+                    raise XrtError(f"{type(self).__name__}.forwardSegment: op {op.op_id} "
+                                   f"({op.op_type}) reads value {exc.args[0]}, which neither "
+                                   f"the feeds nor an earlier op of the segment gives") from None
                 outs = self.forwardOp(op, ins, [])
                 if len(outs) != len(op.outputs):
                     raise XrtError(f"{type(self).__name__} returned {len(outs)} tensors for op "
@@ -196,6 +201,9 @@ class HostBackend(Backend):
     def _chain(self, chain: fused.Chain, values: dict[int, Tensor]) -> Tensor | None:
         """A fused chain's output tensor, or None where it must run op by op."""
         conv = chain.conv
+        if conv.inputs[0].v_id not in values or (chain.residual is not None
+                                                 and chain.residual not in values):
+            return None  # op by op: the missing value is named there
         plan = self._plans.get(conv.op_id)
         if plan is None:
             plan = self._plans[conv.op_id] = _Plan(conv, self)
