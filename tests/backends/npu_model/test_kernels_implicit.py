@@ -26,7 +26,8 @@ def ran(monkeypatch):
     convolutions."""
     seen: dict[str, int] = {}
     for split in (implicit.CONV_IMPLICIT, mpe.CONV_INT8_BYTES, grouped.CONV_G1X1_INT8,
-                  implicit.CONV_POINTWISE_INT16, mpe.CONV_INT16_BYTES):
+                  implicit.CONV_POINTWISE_INT16, mpe.CONV_INT16_BYTES,
+                  implicit.DEPTHWISE_1X1, mpe.CONV_DEPTHWISE):
         def spy(*args, _k=split.kernel, _name=split.__name__):
             if args[-2] == 0:
                 seen[_name] = seen.get(_name, 0) + 1
@@ -118,6 +119,26 @@ def test_grouped_pointwise_takes_one_gather(hw, rng, ran, leaky):
     assert ran == {"conv_grouped_1x1_int8": 1}
 
 
+@pytest.mark.parametrize("case", [dict(h=8, w=16, cin=192, cout=192),
+                                  dict(h=13, w=11, cin=16, cout=16, in_pitch=32, out_pitch=48,
+                                       out_c_off=9, leaky=True),
+                                  dict(h=3, w=100, cin=40, cout=40, relu=True)],
+                         ids=["wide", "pitched-window-leaky", "long-rows"])
+def test_depthwise_1x1_is_exact_and_runs_there(hw, rng, ran, case):
+    c = case["cin"]
+    wq = rng.integers(-128, 128, (1, 1, 1, c)).astype(np.int8)
+    wq[0, 0, 0, 0] = -128
+    got, ref, _ = _conv(hw, rng, k=(1, 1), pad=(0, 0, 0, 0), groups=c, wq=wq, **case)
+    np.testing.assert_array_equal(got, ref)
+    assert ran == {"depthwise_1x1_int8": 1}
+
+
+def test_other_depthwise_layers_keep_their_kernel(hw, rng, ran):
+    got, ref, _ = _conv(hw, rng, 9, 10, 16, 16, groups=16)
+    np.testing.assert_array_equal(got, ref)
+    assert ran == {"conv_depthwise": 1}
+
+
 CASES16 = [dict(h=64, w=30, cin=16, cout=32),  # PP-OCRv4 detector's int16 1x1, smaller
             dict(h=9, w=13, cin=7, cout=40, in_pitch=16, out_pitch=48, out_c_off=5),
             dict(h=5, w=6, cin=300, cout=20, leaky=True),
@@ -166,8 +187,10 @@ def test_int32_accumulators_at_their_bound(hw, rng, ran, xv, wv):
     (implicit.CONV_IMPLICIT, dict(h=96, w=96, cin=3, cout=32, k=(6, 6), stride=(2, 2),
                                   pad=(2, 2, 2, 2), in_pitch=32)),
     (implicit.CONV_POINTWISE_INT16, dict(h=96, w=64, cin=48, cout=64, k=(1, 1),
-                                         pad=(0, 0, 0, 0), dtype="int16"))],
-    ids=["int8-stem", "int16-pointwise"])
+                                         pad=(0, 0, 0, 0), dtype="int16")),
+    (implicit.DEPTHWISE_1X1, dict(h=128, w=64, cin=64, cout=64, k=(1, 1), pad=(0, 0, 0, 0),
+                                  groups=64))],
+    ids=["int8-stem", "int16-pointwise", "depthwise-1x1"])
 def test_same_bytes_at_any_thread_count(monkeypatch, split, case):
     """Output rows cut into parts by work count (no timing) at 2 and 4 threads: the bytes of
     one thread's run."""

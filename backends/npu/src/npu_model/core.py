@@ -603,6 +603,12 @@ class Icore:
             return
         npdt = NP_DTYPES[dtype]
         packed = wraw.view(npdt.newbyteorder("<")).astype(npdt, copy=dwise)
+        if dwise and dtype == "int8" and (kh, kw, sh, sw, pt, pb, pl, pr) == \
+                (1, 1, 1, 1, 0, 0, 0, 0):  # a per-channel scale: no taps to walk
+            self._rec.call(implicit.DEPTHWISE_1X1, x.arr, x.rs, x.pitch, x.coff,
+                           packed.astype(np.int32), bias, mult, shift, mneg, sneg, lo, hi, y.arr,
+                           y.rs, y.pitch, y.coff, y.h, y.w, y.c)
+            return
         if dwise:  # its own copy: a replay reads the weights it checked, wherever they moved
             self._rec.call(mpe.CONV_DEPTHWISE, x.arr, x.rs, x.pitch, x.coff, x.h, x.w, packed, cu,
                            bias, mult, shift, mneg, sneg, lo, hi, y.arr, y.rs, y.pitch, y.coff,

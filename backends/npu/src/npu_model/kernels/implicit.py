@@ -60,6 +60,8 @@ NUMBA_DEPENDS = {"npu_model.kernels.bgemm.byte_planes": "c12b5a7aa4a50943",
                  "npu_model.kernels.grouped._requant_both": "76a733feb2693ff4",
                  "npu_model.kernels.grouped._requant_folded": "e947f4a1b3685faf"}
 
+#: products of a depthwise 1x1 layer requantized per call (`depthwise_1x1_int8`)
+DW_RUN = 4096
 #: bytes of the int32 results of the output rows a tile holds (several rows where they fit)
 ROWS_TILE_BYTES = 131072
 #: bytes of a 1x1 layer's int32 tile (`_pointwise`), as `grouped.C_TILE_BYTES`: kept in L1
@@ -412,8 +414,38 @@ def conv_pointwise_int16(x, xrs, xpitch, xcoff, wq, bias, mult, shift, mult_neg,
     return y
 
 
+@kernel(nogil=True)
+def depthwise_1x1_int8(x, xrs, xpitch, xcoff, packed, bias, mult, shift, mult_neg, shift_neg,
+                       lo, hi, y, yrs, ypitch, ycoff, oh_n, ow_n, c_n, oh_lo, oh_hi):
+    """An int8 depthwise 1x1 convolution of unit stride without padding (a per-channel scale:
+    PP-OCRv4 detector has 30 of them): each pixel's channels times their weights (`packed` in
+    the depthwise lane layout, one tap: channel c at c) in int32, runs of pixels requantized
+    from that tile (`_requant_out`), no tap loop. Output rows ``oh_lo..oh_hi`` only."""
+    if oh_hi <= oh_lo:
+        return y
+    folded, m32, cf, sf, prm = _requant_params(bias, mult, shift, mult_neg, shift_neg, c_n)
+    w = np.empty(c_n, dtype=np.int32)
+    for c in range(c_n):
+        w[c] = packed[c]
+    run = max(1, min(ow_n, DW_RUN // c_n))
+    acc = np.empty(run * c_n, dtype=np.int32)
+    for oh in range(oh_lo, oh_hi):
+        for ow0 in range(0, ow_n, run):
+            n = min(run, ow_n - ow0)
+            for p in range(n):
+                s0 = oh * xrs + (ow0 + p) * xpitch + xcoff
+                d0 = p * c_n
+                for c in range(c_n):
+                    acc[np.uint64(d0 + c)] = np.int32(x[np.uint64(s0 + c)]) * w[c]
+            _requant_out(acc, c_n, oh * ow_n + ow0, n, ow_n, c_n, y, yrs, ypitch, ycoff, folded,
+                         m32, cf, sf, bias, prm, lo, hi)
+    return y
+
+
 #: split over output rows on the thread pool
 CONV_IMPLICIT = Split(conv_implicit_int8, extent=("oh_n",),
                       work=("oh_n", "ow_n", "kh", "kw", "cin", "cout"))
 CONV_POINTWISE_INT16 = Split(conv_pointwise_int16, extent=("oh_n",),
                              work=("oh_n", "ow_n", "cin", "cout"))
+DEPTHWISE_1X1 = Split(depthwise_1x1_int8, extent=("oh_n",), work=("oh_n", "ow_n", "c_n"),
+                      min_work=1 << 18)
