@@ -87,7 +87,10 @@ def _forward_kernel(op, inputs, outputs, backend: HostBackend):
     else:
         arrays = _arrays(op, inputs, plan)
     if plan.typed:
-        results = plan.kernel(arrays, op.attrs, plan.in_types, plan.out_types, fake=plan.fake)
+        # a Params' type is read at each forward: a refit (Session.refitWeights) gives a
+        # layer's weights and bias new scales in place
+        in_types = plan.in_types if plan.no_params else [v.dtype for v in op.inputs]
+        results = plan.kernel(arrays, op.attrs, in_types, plan.out_types, fake=plan.fake)
     else:
         results = plan.kernel(arrays, op.attrs)
     tensors = []
