@@ -408,7 +408,7 @@ def conv_pointwise_int16(x, xrs, xpitch, xcoff, wq, bias, mult, shift, mult_neg,
                 oh += 1
         rows = (npix + MR - 1) // MR * MR
         byte_planes(colbuf, ldc, rows, cin, kp, ab, rsum)
-        gemm_int16_bytes(ab, kp, rows, wq, cout, tmp, ctile, 0, width, rsum)
+        gemm_int16_bytes(ab, kp, rows, wq, cout, tmp, ctile, np.int64(0), width, rsum)
         _requant_out(ctile, width, p0, npix, ow_n, cout, y, yrs, ypitch, ycoff, folded, m32, cf,
                      sf, bias, prm, lo, hi)
     return y
