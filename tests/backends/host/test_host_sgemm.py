@@ -42,7 +42,7 @@ def test_a_part_no_worker_started_runs_on_the_caller(rng, monkeypatch):
     release = threading.Event()
     blocker = busy.submit(release.wait, 10)  # the only worker is taken: a part handed to it
     # waits
-    monkeypatch.setattr(sgemm, "_pool", lambda parts: busy)
+    monkeypatch.setattr(sgemm, "worker_pool", lambda parts: busy)
     a = rng.standard_normal((96, 40)).astype(np.float32)
     b = rng.standard_normal((40, 32)).astype(np.float32)
     try:

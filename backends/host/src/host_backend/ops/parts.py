@@ -27,8 +27,9 @@ _POOL: dict[int, ThreadPoolExecutor] = {}
 _POOL_LOCK = threading.Lock()
 
 
-def _pool(parts: int) -> ThreadPoolExecutor:
-    """The worker threads for `parts` parts (one fewer: the caller runs a part itself)."""
+def worker_pool(parts: int) -> ThreadPoolExecutor:
+    """The worker threads for `parts` parts (one fewer: the caller runs a part itself), shared
+    by every host kernel that splits its work (`sgemm` too)."""
     with _POOL_LOCK:
         pool = _POOL.get(parts)
         if pool is None:
@@ -62,7 +63,7 @@ def run_parts(n: int, fn: Callable[[int, int], None]) -> None:
         while (i := next(ticket)) < k:
             fn(cuts[i], cuts[i + 1])
 
-    pool = _pool(threads)
+    pool = worker_pool(threads)
     futures = [pool.submit(work) for _ in range(threads - 1)]
     try:
         work()

@@ -21,7 +21,6 @@ from __future__ import annotations
 import functools
 import os
 import threading
-from concurrent.futures import ThreadPoolExecutor
 
 import llvmlite.binding as ll
 import numpy as np
@@ -30,6 +29,7 @@ from numba import get_num_threads, njit, types
 from numba.extending import intrinsic
 
 from ._common import fresh
+from .parts import worker_pool
 
 #: float32 lanes per vector register (AVX-512)
 VW = 16
@@ -253,7 +253,7 @@ def gemm_taps(a: np.ndarray, lda: int, offs: np.ndarray, kt: int, rows: int, b: 
     kc = block_rows(n)
     args = (a, lda, offs, kt, b, ldb, n, c, ldc, group_rows, group_stride, kc)
     packs = [scratch(f"pack{p}", kc * n) for p in range(parts)]
-    pending = [(p, _pool(parts).submit(_gemm_taps, *args, cuts[p], cuts[p + 1], packs[p]))
+    pending = [(p, worker_pool(parts).submit(_gemm_taps, *args, cuts[p], cuts[p + 1], packs[p]))
                for p in range(1, parts)]
     _gemm_taps(*args, cuts[0], cuts[1], packs[0])
     for p, job in pending:  # a part no worker has started yet (a busy machine): run it here
@@ -286,20 +286,6 @@ def _gemv_taps(a, lda, offs, kt, rows, b, ldb, n, c, ldc, group_rows, group_stri
                     for k in range(k0, k0 + kn):
                         acc += a[offs[t] + a0 + k] * b[(t * kt + k) * ldb + j]
                     c[r * ldc + j] = acc
-
-
-_POOL: dict[int, ThreadPoolExecutor] = {}
-_POOL_LOCK = threading.Lock()
-
-
-def _pool(parts: int) -> ThreadPoolExecutor:
-    """The worker threads for `parts` parts (one fewer: the caller runs a part itself)."""
-    with _POOL_LOCK:
-        pool = _POOL.get(parts)
-        if pool is None:
-            pool = _POOL[parts] = ThreadPoolExecutor(max_workers=parts - 1,
-                                                     thread_name_prefix="sgemm")
-        return pool
 
 
 @njit(cache=True, nogil=True)
