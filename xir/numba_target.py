@@ -34,7 +34,6 @@ from numba.core import typed_passes
 from numba.core.caching import FunctionCache
 from numba.core.compiler import Compiler
 from numba.core.compiler_machinery import register_pass
-from numba.core.dispatcher import Dispatcher
 from numba.core.lowering import Lower
 from numba.core.registry import CPUDispatcher
 
@@ -115,9 +114,12 @@ class WideFunctionCache(FunctionCache):
         return key + (("prefer-vector-width", 512),) if wide_vectors() else key
 
 
-def enable_wide_caching(disp: Dispatcher) -> None:
-    """``disp.enable_caching()`` with `WideFunctionCache`."""
-    disp._cache = WideFunctionCache(disp.py_func)
+class WideDispatcher(CPUDispatcher):
+    """Numba's CPU dispatcher whose disk cache is a `WideFunctionCache`
+    (``enable_caching()``)."""
+
+    def enable_caching(self) -> None:
+        self._cache = WideFunctionCache(self.py_func)
 
 
 def njit(func: Callable | None = None, **options: Any) -> Any:
@@ -133,9 +135,9 @@ def njit(func: Callable | None = None, **options: Any) -> Any:
         opts = dict(options)
         cache = opts.pop("cache", False)
         opts["nopython"] = True
-        disp = CPUDispatcher(py_func=f, locals=opts.pop("locals", {}), targetoptions=opts,
-                             pipeline_class=WideCompiler)
+        disp = WideDispatcher(py_func=f, locals=opts.pop("locals", {}), targetoptions=opts,
+                              pipeline_class=WideCompiler)
         if cache:
-            enable_wide_caching(disp)
+            disp.enable_caching()
         return disp
     return make if func is None else make(func)

@@ -55,8 +55,10 @@ def test_kernels_use_zmm_and_plain_numba_does_not():
 
 
 @needs_avx512
-def test_npu_kernel_decorator_compiles_wide():
+def test_npu_kernel_decorator_compiles_wide(tmp_path, monkeypatch):
     from npu_model.kernels import jit, vector
+    # an empty disk cache: a kernel loaded from an earlier run's cache has no assembly to read
+    monkeypatch.setattr(numba.config, "CACHE_DIR", str(tmp_path))
     k = jit.kernel(_axpy)
     a = np.arange(1000, dtype=np.int64)
     out = np.empty_like(a)

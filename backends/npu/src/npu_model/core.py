@@ -13,6 +13,7 @@ in docs/zg330-isa.md) and advances the layer counter.
 
 from __future__ import annotations
 
+import copy
 import logging
 from dataclasses import dataclass, field
 from typing import Any
@@ -166,6 +167,19 @@ class Icore:
             for k, v in added.items():
                 stats[k] += v
         self._unfolded.clear()
+
+    def dry_copy(self, recording: Recording) -> Icore:
+        """A shallow copy of this icore that decodes into `recording` with counters, tiles
+        and results of its own (`prefetch`: a run's kernel calls listed without making them);
+        nothing of this icore changes. `dry_decode` tells it apart from a real decode."""
+        dry = copy.copy(self)
+        dry.dry_decode = True
+        dry._stats = dict.fromkeys(self._stats, 0)
+        dry._unfolded = []
+        dry.tiles = TileCounters(self.cfg.mpe_cols)
+        dry._res = cy.new_result_vector()
+        dry._rec = recording
+        return dry
 
     def clear_stats(self) -> None:
         self._unfolded.clear()

@@ -15,11 +15,8 @@ the process stops making them (`active`): a warm start pays one extra decode, ~1
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
-from . import cycles as cy
-from .dma import TileCounters
 from .kernels import compile_pool
 from .program import Recording
 
@@ -38,13 +35,8 @@ def kernel_calls_of_run(icore: Any, *decode: Any) -> list[tuple[Any, tuple]]:
     """The kernel calls (callable, arguments) `icore` would make decoding a run (`decode`:
     `Icore._interpret`'s arguments), in order, without making them. A run that faults gives
     the calls before the fault."""
-    dry = copy.copy(icore)
-    dry.dry_decode = True  # (what counts the icore's decodes can tell this one apart)
-    dry._stats = dict.fromkeys(icore._stats, 0)
-    dry._unfolded = []
-    dry.tiles = TileCounters(icore.cfg.mpe_cols)
-    dry._res = cy.new_result_vector()
-    dry._rec = rec = _DryRecording()
+    rec = _DryRecording()
+    dry = icore.dry_copy(rec)
     try:
         dry._interpret(*decode)
     except Exception:  # the real decode meets the same fault, after the same calls

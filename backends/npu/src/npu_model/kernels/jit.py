@@ -53,10 +53,9 @@ from typing import Any, TypeVar
 
 from numba import config
 from numba.core.dispatcher import Dispatcher
-from numba.core.registry import CPUDispatcher
 
 from xir.errors import XirError
-from xir.numba_target import WideCompiler, enable_wide_caching
+from xir.numba_target import WideCompiler, WideDispatcher
 
 from . import compile_pool
 
@@ -67,7 +66,7 @@ class HelperCallError(XirError, TypeError):
     """A kernel helper (`helper`, `inline`) called from Python: only kernels may call it."""
 
 
-class _KernelDispatcher(CPUDispatcher):
+class _KernelDispatcher(WideDispatcher):
     """A Numba dispatcher that, before compiling, waits for a worker process compiling the
     same kernel into the disk cache (`compile_pool`), then loads it from there."""
 
@@ -96,7 +95,7 @@ def _dispatcher(cls: type, func: F, options: dict[str, Any]) -> Any:
         return func
     disp = cls(py_func=func, locals={}, targetoptions=dict(options),
                pipeline_class=WideCompiler)
-    enable_wide_caching(disp)
+    disp.enable_caching()
     return disp
 
 
