@@ -130,14 +130,22 @@ def njit(func: Callable | None = None, **options: Any) -> Any:
                        f"call: it takes no signature ({func!r})")
 
     def make(f: Callable) -> Any:
-        if config.DISABLE_JIT:
-            return f
         opts = dict(options)
         cache = opts.pop("cache", False)
-        opts["nopython"] = True
-        disp = WideDispatcher(py_func=f, locals=opts.pop("locals", {}), targetoptions=opts,
-                              pipeline_class=WideCompiler)
-        if cache:
-            disp.enable_caching()
-        return disp
+        return wide_dispatcher(f, dict(opts, nopython=True), cache=cache)
     return make if func is None else make(func)
+
+
+def wide_dispatcher(func: Callable, options: dict[str, Any], cls: type = WideDispatcher,
+                    cache: bool = True) -> Any:
+    """A `cls` dispatcher (a `WideDispatcher`) of `func` compiled by `WideCompiler` with
+    Numba's target `options` (``locals`` among them), its disk cache on when `cache`; the
+    plain function under ``NUMBA_DISABLE_JIT=1``."""
+    if config.DISABLE_JIT:
+        return func
+    opts = dict(options)
+    disp = cls(py_func=func, locals=opts.pop("locals", {}), targetoptions=opts,
+               pipeline_class=WideCompiler)
+    if cache:
+        disp.enable_caching()
+    return disp

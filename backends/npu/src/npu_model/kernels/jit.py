@@ -51,11 +51,10 @@ import types
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from numba import config
 from numba.core.dispatcher import Dispatcher
 
 from xir.errors import XirError
-from xir.numba_target import WideCompiler, WideDispatcher
+from xir.numba_target import WideDispatcher, wide_dispatcher
 
 from . import compile_pool
 
@@ -91,12 +90,7 @@ _HELPER_OPTIONS = {"nopython": True, "no_cpython_wrapper": True, "no_cfunc_wrapp
 
 def _dispatcher(cls: type, func: F, options: dict[str, Any]) -> Any:
     """What ``xir.numba_target.njit(cache=True, **options)`` makes, as a `cls` dispatcher."""
-    if config.DISABLE_JIT:
-        return func
-    disp = cls(py_func=func, locals={}, targetoptions=dict(options),
-               pipeline_class=WideCompiler)
-    disp.enable_caching()
-    return disp
+    return wide_dispatcher(func, options, cls)
 
 
 def _helper(func: F, **options: Any) -> Any:
