@@ -10,7 +10,8 @@ Numba's own array implementations they pull in; then the project's slowest kerne
 compile, each with its number of compiles when above one (one per specialisation: a second
 means a literal, dtype or layout variant).
 
-What the start-up measures besides (`npu_model.kernels.jit.Tiered`, `kernels.compile_pool`):
+What the start-up measures besides (`npu_model.kernels.jit.Tiered`, `kernels.compile_pool`,
+`kernels.twins`: the slowest kernels' numpy forms, run while a worker compiles them):
 the calls of the tiered kernels (deploy planners, cycle model) that ran as Python instead of
 compiling, and the compile workers -- how many started, what they compiled and what the main
 process took itself, and their CPU time (the main process's CPU time leaves it out; on a
@@ -125,7 +126,8 @@ def test_cold_and_warm_start(benchmark, model, tmp_path):
     pool = cold["pool"]
     print(f"  compile workers: {pool['workers']} started, {pool['compiled']} kernels compiled "
           f"there ({pool['failed']} failed), {pool['by_caller']} queued ones taken by the main "
-          f"process; workers' CPU {cold['workers_cpu']:.1f} s (main + workers "
+          f"process, {pool.get('twinned', 0)} calls run by numpy twins meanwhile; workers' CPU "
+          f"{cold['workers_cpu']:.1f} s (main + workers "
           f"{cold['first_cpu'] + cold['workers_cpu']:.1f} s)")
     print("  tiered kernels run as Python (calls), cold: "
           + (", ".join(f"{k} {n}" for k, n in cold["python_calls"].items()) or "none")

@@ -6,7 +6,8 @@ install each kernel is compiled when its first layer comes, one after another. `
 decodes the same words first without running anything (`Icore._interpret` on a shallow copy
 of the icore whose recording keeps the kernel calls instead of making them, and whose
 counters are its own), and hands the calls to `compile_pool.prefetch`; the real decode then
-runs as before and finds its kernels compiled, or being compiled by a worker, or takes them
+runs as before and finds its kernels compiled, or being compiled by a worker (where the kernel
+has a numpy twin, `kernels.twins`, the twin runs meanwhile instead of waiting), or takes them
 itself. Nothing of the icore or of memory changes (the tests compare).
 
 Once a dry decode finds every kernel it needs compiled or in the disk cache (a warm start),
@@ -17,7 +18,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from .kernels import compile_pool
+from .kernels import (
+    compile_pool,
+    twins,  # noqa: F401 - registers the numpy forms run while workers compile
+)
 from .program import Recording
 
 #: False once a dry decode found nothing to compile (or compiling in workers is off)

@@ -70,8 +70,9 @@ _owner = os.getpid()  # the process whose workers and feeders these are (not a f
 _jobs: dict[tuple[int, tuple], _Job] = {}
 _queue: collections.deque[_Job] = collections.deque()  # first needed on the left
 _workers: list[_Worker] = []
-#: what the workers did: compiled, failed, started (for tests and the start-up benchmark)
-stats = {"compiled": 0, "failed": 0, "workers": 0, "by_caller": 0}
+#: what the workers did: compiled, failed, started; the calls run by a kernel's twin meanwhile
+#: (for tests and the start-up benchmark)
+stats = {"compiled": 0, "failed": 0, "workers": 0, "by_caller": 0, "twinned": 0}
 
 
 def _configured_workers() -> int | None:
@@ -206,6 +207,18 @@ def prefetch(calls: Iterable[tuple[Dispatcher, tuple]]) -> int:
         if w.alive:
             _workers.append(w)
     return len(new)
+
+
+def compiling(disp: Dispatcher, args: tuple) -> bool:
+    """Whether a live worker has `disp` for the types of `args` queued or in hand: a caller
+    with another way to compute the call (`jit.twin_of`) need not wait for it."""
+    if not _jobs or os.getpid() != _owner:
+        return False
+    job = _jobs.get((id(disp), _signature(disp, args)))
+    if job is None or job.state not in (_QUEUED, _WORKER) or not any(w.alive for w in _workers):
+        return False
+    stats["twinned"] += 1
+    return True
 
 
 def wait(disp: Dispatcher, sig: tuple) -> None:

@@ -69,10 +69,20 @@ class _KernelDispatcher(WideDispatcher):
     """A Numba dispatcher that, before compiling, waits for a worker process compiling the
     same kernel into the disk cache (`compile_pool`), then loads it from there."""
 
+    #: the kernel's numpy form (`twin_of`), run instead while a worker compiles the kernel
+    twin: Callable[..., Any] | None = None
+
     def compile(self, sig: Any) -> Any:
         if compile_pool._jobs:
             compile_pool.wait(self, tuple(sig) if isinstance(sig, (tuple, list)) else sig)
         return super().compile(sig)
+
+    def _compile_for_args(self, *args: Any, **kws: Any) -> Any:
+        # Numba calls this for arguments no compiled version takes, then calls what it
+        # returns with them: the twin, while a worker has the kernel queued or in hand
+        if self.twin is not None and not kws and compile_pool.compiling(self, args):
+            return self.twin
+        return super()._compile_for_args(*args, **kws)
 
 
 class _HelperDispatcher(_KernelDispatcher):
@@ -103,6 +113,18 @@ def kernel(func: F | None = None, *, nogil: bool = False) -> Any:
     if func is None:
         return lambda f: _dispatcher(_KernelDispatcher, f, options)
     return _dispatcher(_KernelDispatcher, func, options)
+
+
+def twin_of(kernel: Any) -> Callable[[F], F]:
+    """Registers the decorated numpy function as `kernel`'s twin: the same results from the
+    same arguments, run instead of the kernel while a worker process compiles it (a fresh
+    install's first forward does not wait for that compile; `twins`)."""
+
+    def register(fn: F) -> F:
+        kernel.twin = fn
+        return fn
+
+    return register
 
 
 def helper(func: F) -> Any:

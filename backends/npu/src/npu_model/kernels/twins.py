@@ -1,0 +1,124 @@
+"""numpy forms ("twins") of the kernels that take longest to compile, run while a worker
+process compiles the kernel (issue 30, item 4: a fresh install's first forward within 4x of a
+warm start).
+
+A fresh install compiles every kernel on its first call; the two convolutions below take 3-4 s
+each (Numba's typing of their inlined helpers, then LLVM), most of a small network's cold
+start. `compile_pool` already compiles the kernels a run will call in worker processes; with a
+twin the caller does not wait for that compile: while the kernel is queued for or being
+compiled by a worker, a call runs its twin instead (`jit.twin_of`), and once the worker has put
+it in Numba's disk cache the next call loads and runs the compiled kernel.
+
+A twin is a pure function of the kernel's own arguments with the kernel's results, byte for
+byte: the same integer sums (the GEMM in float64, where every product and partial sum of int8
+or int16 operands is an integer far below 2^53, so exact in any order), the same int64
+requantization (`requantize_one`: products and sums wrapping modulo 2^64 alike, the shift
+arithmetic, then the clip), written to the same elements of the output. The tests compare each
+twin with its kernel over the layouts, paddings, strides, dilations and requantizations the
+chip meets, and whole networks run through the twins against the compiled kernels.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numpy.lib.stride_tricks import as_strided
+
+from . import implicit, mpe
+from .jit import twin_of
+
+#: bytes of float64 im2col rows a twin convolution builds at once
+IM2COL_BYTES = 1 << 24
+
+
+def _map(a: np.ndarray, off: int, rs: int, pitch: int, h: int, w: int, c: int) -> np.ndarray:
+    """The ``(h, w, c)`` feature map at element `off` of flat memory `a` (rows `rs`, pixels
+    `pitch` elements apart), as a view (writable where `a` is)."""
+    s = a.itemsize
+    return as_strided(a[off:], shape=(h, w, c), strides=(rs * s, pitch * s, s))
+
+
+def _requant(a: np.ndarray, bias, mult, shift, mult_neg, shift_neg, lo, hi) -> np.ndarray:
+    """``requantize_one(acc + bias)`` over the last axis (channels): each sign its own
+    multiplier and shift (a non-positive shift: none, no rounding), clipped to ``lo..hi``."""
+    n = a.shape[-1]
+    a = a + np.asarray(bias[:n], np.int64)
+
+    def side(m, s):
+        s = np.maximum(np.asarray(s[:n], np.int64), 0)
+        r = np.where(s > 0, np.left_shift(np.int64(1), np.maximum(s - 1, 0)), 0)
+        return (a * np.asarray(m[:n], np.int64) + r) >> s
+
+    with np.errstate(over="ignore"):  # int64 products wrap modulo 2^64, as the kernels'
+        v = np.where(a < 0, side(mult_neg, shift_neg), side(mult, shift))
+    return np.clip(v, np.int64(lo), np.int64(hi))
+
+
+def _padded_rows(x, xrs, xpitch, xcoff, ih_n, iw_n, cin, h0, h1, pt, pl, width, fill):
+    """Rows ``h0..h1`` of the input padded by `pt` rows and `pl` columns (`width` columns
+    in all), as int64 with padding pixels `fill`."""
+    out = np.full((h1 - h0, width, cin), fill, dtype=np.int64)
+    src = _map(x, xcoff, xrs, xpitch, ih_n, iw_n, cin)
+    r0, r1 = max(h0, pt), min(h1, pt + ih_n)
+    c0, c1 = min(max(pl, 0), width), max(0, min(width, pl + iw_n))
+    if r1 > r0 and c1 > c0:
+        out[r0 - h0:r1 - h0, c0:c1] = src[r0 - pt:r1 - pt, c0 - pl:c1 - pl]
+    return out
+
+
+@twin_of(implicit.conv_implicit_int8)
+def conv_implicit_int8(x, xrs, xpitch, xcoff, ih_n, iw_n,
+                       wq, nr, bias, mult, shift, mult_neg, shift_neg, lo, hi,
+                       y, yrs, ypitch, ycoff, oh_n, ow_n,
+                       kh, kw, sh, sw, dh, dw, pt, pl, cin, cout, oh_lo, oh_hi):
+    """`implicit.conv_implicit_int8` in numpy: each activation read as ``x + 128`` (padding
+    as 128), times the weights unpacked from `wq` (`implicit.row_weights`), plus the bias that
+    holds its ``-128 sum(w)`` correction."""
+    if oh_hi <= oh_lo:
+        return y
+    cpad = implicit.channel_pad(cin)
+    k4 = kh * kw * cpad // 4
+    nb = -(-cout // nr)
+    w = wq[:nb * k4 * nr * 4].reshape(nb, k4, nr, 4).transpose(1, 3, 0, 2)
+    w = w.reshape(kh, kw, cpad, nb * nr)[:, :, :cin, :cout].astype(np.float64)
+    w = w.reshape(kh * kw * cin, cout)
+    wp = (ow_n - 1) * sw + (kw - 1) * dw + 1
+    out = _map(y, ycoff, yrs, ypitch, oh_n, ow_n, cout)
+    rows = max(1, IM2COL_BYTES // (8 * ow_n * kh * kw * cin))
+    for r0 in range(oh_lo, oh_hi, rows):
+        r1 = min(oh_hi, r0 + rows)
+        h0, h1 = r0 * sh, (r1 - 1) * sh + (kh - 1) * dh + 1
+        xp = _padded_rows(x, xrs, xpitch, xcoff, ih_n, iw_n, cin, h0, h1, pt, pl, wp, 0)
+        xp = (xp + 128).astype(np.float64)
+        s0, s1, s2 = xp.strides
+        taps = as_strided(xp, shape=(r1 - r0, ow_n, kh, kw, cin),
+                          strides=(sh * s0, sw * s1, dh * s0, dw * s1, s2))
+        acc = taps.reshape((r1 - r0) * ow_n, kh * kw * cin) @ w
+        v = _requant(acc.astype(np.int64), bias, mult, shift, mult_neg, shift_neg, lo, hi)
+        out[r0:r1] = v.reshape(r1 - r0, ow_n, cout)
+    return y
+
+
+@twin_of(mpe.conv_depthwise)
+def conv_depthwise(x, xrs, xpitch, xcoff, ih_n, iw_n,
+                   packed, cu, bias, mult, shift, mult_neg, shift_neg, lo, hi,
+                   y, yrs, ypitch, ycoff, oh_n, ow_n, c_n,
+                   kh, kw, sh, sw, dh, dw, pt, pl, acc_like, oh_lo, oh_hi):
+    """`mpe.conv_depthwise` in numpy: the weights from the lane layout ``(NCB, KH, KW, CU)``,
+    taps outside the input adding nothing, int64 sums (the kernel's int32 ones are exact)."""
+    if oh_hi <= oh_lo:
+        return y
+    taps = kh * kw
+    ncb = -(-c_n // cu)
+    w = packed[:ncb * taps * cu].reshape(ncb, taps, cu).transpose(1, 0, 2)
+    w = w.reshape(taps, ncb * cu)[:, :c_n].astype(np.int64)
+    wp = (ow_n - 1) * sw + (kw - 1) * dw + 1
+    h0, h1 = oh_lo * sh, (oh_hi - 1) * sh + (kh - 1) * dh + 1
+    xp = _padded_rows(x, xrs, xpitch, xcoff, ih_n, iw_n, c_n, h0, h1, pt, pl, wp, 0)
+    acc = np.zeros((oh_hi - oh_lo, ow_n, c_n), dtype=np.int64)
+    for ky in range(kh):
+        for kx in range(kw):
+            acc += xp[ky * dh:ky * dh + (oh_hi - oh_lo - 1) * sh + 1:sh,
+                      kx * dw:kx * dw + (ow_n - 1) * sw + 1:sw] * w[ky * kw + kx]
+    out = _map(y, ycoff, yrs, ypitch, oh_n, ow_n, c_n)
+    out[oh_lo:oh_hi] = _requant(acc, bias, mult, shift, mult_neg, shift_neg, lo, hi)
+    return y
