@@ -16,11 +16,12 @@ import textwrap
 import llvmlite.binding as ll
 import numpy as np
 import pytest
+import test_vector as tv
 from npu_testlib import Harness
 from numba import config
 from test_kernels_implicit import CASES, _conv
 
-from npu_model.kernels import implicit, mpe, twins
+from npu_model.kernels import implicit, mpe, twins, vector
 
 pytestmark = [
     pytest.mark.skipif(config.DISABLE_JIT, reason="NUMBA_DISABLE_JIT: no dispatchers"),
@@ -101,6 +102,34 @@ def test_twin_takes_part_ranges(dev, monkeypatch):
     np.testing.assert_array_equal(hw.read(fo, all_channels=True), whole)
 
 
+#: the vector unit's own tests (test_vector.py, against numpy integers) and the kernel each runs
+VECTOR = ([(tv.test_eltw, dict(op=o, dtype=d), "eltw") for o in ("add", "sub", "mul")
+           for d in ("int8", "int16")]
+          + [(tv.test_eltw_leaky_and_broadcast, {}, "eltw"),
+             (tv.test_add_with_host_style_large_multipliers, {}, "eltw")]
+          + [(tv.test_maxpool, dict(k=k, s=st, p=p, d=d), "maxpool")
+             for k, st, p, d in [((2, 2), (2, 2), (0, 0, 0, 0), (1, 1)),
+                                 ((5, 5), (1, 1), (2, 2, 2, 2), (1, 1)),
+                                 ((3, 2), (2, 1), (1, 0, 0, 1), (2, 1))]]
+          + [(tv.test_avgpool, dict(include_pad=i, dtype=d), "avgpool") for i in (False, True)
+             for d in ("int8", "int16")]
+          + [(tv.test_global_avgpool, {}, "avgpool"),
+             (tv.test_upsample_into_concat_slice, {}, "upsample_nearest")])
+
+
+@pytest.mark.parametrize(("test", "kw", "name"), VECTOR,
+                         ids=[f"{t.__name__}-{'-'.join(map(str, k.values()))}"
+                              for t, k, _ in VECTOR])
+def test_vector_twins_pass_the_kernels_tests(hw, rng, monkeypatch, test, kw, name):
+    ran = []
+    for kernel in ("eltw", "maxpool", "avgpool", "upsample_nearest"):
+        real = getattr(vector, kernel).twin
+        monkeypatch.setattr(vector, kernel,
+                            lambda *a, _f=real, _k=kernel: ran.append(_k) or _f(*a))
+    test(hw, rng, **kw)
+    assert ran and set(ran) == {name}
+
+
 CHILD = textwrap.dedent("""
     import json
     import numpy as np
@@ -155,3 +184,5 @@ def test_a_fresh_install_runs_the_twins_while_a_worker_compiles(tmp_path):
 def test_every_twin_is_registered():
     assert implicit.conv_implicit_int8.twin is twins.conv_implicit_int8
     assert mpe.conv_depthwise.twin is twins.conv_depthwise
+    for name in ("eltw", "maxpool", "avgpool", "upsample_nearest"):
+        assert getattr(vector, name).twin is getattr(twins, name)

@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from . import implicit, mpe
+from . import implicit, mpe, vector
 from .jit import twin_of
 
 #: bytes of float64 im2col rows a twin convolution builds at once
@@ -37,20 +37,26 @@ def _map(a: np.ndarray, off: int, rs: int, pitch: int, h: int, w: int, c: int) -
     return as_strided(a[off:], shape=(h, w, c), strides=(rs * s, pitch * s, s))
 
 
-def _requant(a: np.ndarray, bias, mult, shift, mult_neg, shift_neg, lo, hi) -> np.ndarray:
-    """``requantize_one(acc + bias)`` over the last axis (channels): each sign its own
-    multiplier and shift (a non-positive shift: none, no rounding), clipped to ``lo..hi``."""
-    n = a.shape[-1]
-    a = a + np.asarray(bias[:n], np.int64)
+def _requantize(a: np.ndarray, m, s, mn, sn, lo, hi) -> np.ndarray:
+    """`requantize_one` over int64 `a`: each sign its own multiplier and shift (int64 arrays
+    broadcasting against `a`, or scalars; a non-positive shift: none, no rounding), clipped
+    to ``lo..hi``."""
 
     def side(m, s):
-        s = np.maximum(np.asarray(s[:n], np.int64), 0)
+        s = np.maximum(np.asarray(s, np.int64), 0)
         r = np.where(s > 0, np.left_shift(np.int64(1), np.maximum(s - 1, 0)), 0)
-        return (a * np.asarray(m[:n], np.int64) + r) >> s
+        return (a * np.asarray(m, np.int64) + r) >> s
 
     with np.errstate(over="ignore"):  # int64 products wrap modulo 2^64, as the kernels'
-        v = np.where(a < 0, side(mult_neg, shift_neg), side(mult, shift))
+        v = np.where(a < 0, side(mn, sn), side(m, s))
     return np.clip(v, np.int64(lo), np.int64(hi))
+
+
+def _requant(a: np.ndarray, bias, mult, shift, mult_neg, shift_neg, lo, hi) -> np.ndarray:
+    """`_requantize` of ``a + bias`` with per-channel parameters (the last axis)."""
+    n = a.shape[-1]
+    return _requantize(a + np.asarray(bias[:n], np.int64), mult[:n], shift[:n],
+                       mult_neg[:n], shift_neg[:n], lo, hi)
 
 
 def _padded_rows(x, xrs, xpitch, xcoff, ih_n, iw_n, cin, h0, h1, pt, pl, width, fill):
@@ -121,4 +127,76 @@ def conv_depthwise(x, xrs, xpitch, xcoff, ih_n, iw_n,
                       kx * dw:kx * dw + (ow_n - 1) * sw + 1:sw] * w[ky * kw + kx]
     out = _map(y, ycoff, yrs, ypitch, oh_n, ow_n, c_n)
     out[oh_lo:oh_hi] = _requant(acc, bias, mult, shift, mult_neg, shift_neg, lo, hi)
+    return y
+
+
+@twin_of(vector.eltw)
+def eltw(a, ars, apitch, acoff, b, brs, bpitch, bcoff, b_bcast,
+         y, yrs, ypitch, ycoff, h_n, w_n, c_n,
+         op, ka, kb, m, s, mn, sn, lo, hi):
+    """`vector.eltw` in numpy: ``requant((a * ka) op (b * kb))`` in int64."""
+    va = _map(a, acoff, ars, apitch, h_n, w_n, c_n).astype(np.int64) * np.int64(ka)
+    bmap = _map(b, bcoff, 0, 0, 1, 1, c_n) if b_bcast else _map(b, bcoff, brs, bpitch, h_n,
+                                                                  w_n, c_n)
+    vb = bmap.astype(np.int64) * np.int64(kb)
+    with np.errstate(over="ignore"):
+        acc = va + vb if op == vector.ELTW_ADD else va - vb if op == vector.ELTW_SUB else va * vb
+    _map(y, ycoff, yrs, ypitch, h_n, w_n, c_n)[:] = _requantize(acc, m, s, mn, sn, lo, hi)
+    return y
+
+
+def _window_taps(o_n: int, i_n: int, k: int, st: int, pad: int, dil: int):
+    """Per tap of a pooling window along one axis: (input index per output, inside mask)."""
+    for t in range(k):
+        i = np.arange(o_n) * st - pad + t * dil
+        yield i, (i >= 0) & (i < i_n)
+
+
+@twin_of(vector.maxpool)
+def maxpool(x, xrs, xpitch, xcoff, ih_n, iw_n, y, yrs, ypitch, ycoff, oh_n, ow_n, c_n,
+            kh, kw, sh, sw, dh, dw, pt, pl, lo, hi):
+    """`vector.maxpool` in numpy: padding never wins, an all-padding window gives `lo`."""
+    xm = _map(x, xcoff, xrs, xpitch, ih_n, iw_n, c_n).astype(np.int64)
+    best = np.full((oh_n, ow_n, c_n), -(1 << 62), dtype=np.int64)
+    for ih, hin in _window_taps(oh_n, ih_n, kh, sh, pt, dh):
+        for iw, win in _window_taps(ow_n, iw_n, kw, sw, pl, dw):
+            v = xm[np.clip(ih, 0, ih_n - 1)][:, np.clip(iw, 0, iw_n - 1)]
+            inside = (hin[:, None] & win[None, :])[..., None]
+            np.maximum(best, np.where(inside, v, -(1 << 62)), out=best)
+    _map(y, ycoff, yrs, ypitch, oh_n, ow_n, c_n)[:] = np.clip(best, lo, hi)
+    return y
+
+
+@twin_of(vector.avgpool)
+def avgpool(x, xrs, xpitch, xcoff, ih_n, iw_n, y, yrs, ypitch, ycoff, oh_n, ow_n, c_n,
+            kh, kw, sh, sw, pt, pl, include_pad, ih_pad_end, iw_pad_end, mult_tab, shift_tab,
+            lo, hi):
+    """`vector.avgpool` in numpy: the window's sum requantized by its divisor's entry of
+    the tables (the valid taps, or those inside the padded input with `include_pad`)."""
+    xm = _map(x, xcoff, xrs, xpitch, ih_n, iw_n, c_n).astype(np.int64)
+    acc = np.zeros((oh_n, ow_n, c_n), dtype=np.int64)
+    cnt = np.zeros((oh_n, ow_n), dtype=np.int64)
+    cnt_pad = np.zeros((oh_n, ow_n), dtype=np.int64)
+    for ih, hin in _window_taps(oh_n, ih_n, kh, sh, pt, 1):
+        for iw, win in _window_taps(ow_n, iw_n, kw, sw, pl, 1):
+            counted = (ih < ih_pad_end)[:, None] & (iw < iw_pad_end)[None, :]
+            inside = counted & hin[:, None] & win[None, :]
+            cnt_pad += counted
+            cnt += inside
+            v = xm[np.clip(ih, 0, ih_n - 1)][:, np.clip(iw, 0, iw_n - 1)]
+            acc += np.where(inside[..., None], v, 0)
+    n = cnt_pad if include_pad else cnt
+    m = np.asarray(mult_tab, np.int64)[n][..., None]
+    s = np.asarray(shift_tab, np.int64)[n][..., None]
+    _map(y, ycoff, yrs, ypitch, oh_n, ow_n, c_n)[:] = _requantize(acc, m, s, m, s, lo, hi)
+    return y
+
+
+@twin_of(vector.upsample_nearest)
+def upsample_nearest(x, xrs, xpitch, xcoff, y, yrs, ypitch, ycoff, oh_n, ow_n, c_n, sh, sw):
+    """`vector.upsample_nearest` in numpy: ``y[h, w] = x[h // sh, w // sw]``."""
+    ih_n, iw_n = (oh_n - 1) // sh + 1, (ow_n - 1) // sw + 1
+    xm = _map(x, xcoff, xrs, xpitch, ih_n, iw_n, c_n)
+    _map(y, ycoff, yrs, ypitch, oh_n, ow_n, c_n)[:] = xm[np.arange(oh_n) // sh][
+        :, np.arange(ow_n) // sw]
     return y
