@@ -283,3 +283,65 @@ def _split_in_child():
     out = np.zeros(2)
     pool.Split(_sum_parts, extent=("n",), work=("n",), min_work=1)(np.ones(10), out, 2)
     return float(out.sum())
+
+
+def test_an_error_in_a_part_reaches_the_caller_and_the_pool_goes_on(monkeypatch):
+    """A part raising: the other parts still run, the caller raises the error once every part
+    has finished, and the next call is cut and runs as usual."""
+    monkeypatch.setattr(pool, "INLINE_S", 0.0)
+    pool.set_threads(2)
+    ran = []
+
+    def kernel(n, lo, hi):
+        ran.append(lo)
+        if lo == 1:
+            raise ArithmeticError("part 1")
+
+    split = pool.Split(kernel, extent=("n",), work=("n",), min_work=1)
+    with pytest.raises(ArithmeticError, match="part 1"):
+        split(4)
+    assert sorted(ran) == [0, 1, 2, 3]
+    out = np.zeros(2)
+    pool.Split(_sum_parts, extent=("n",), work=("n",), min_work=1)(np.ones(10), out, 2)
+    assert out.tolist() == [5.0, 5.0]
+
+
+def _kernel_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name.startswith("npu-kernel")]
+
+
+def test_a_new_thread_count_ends_the_old_pool_threads(monkeypatch):
+    monkeypatch.setattr(pool, "INLINE_S", 0.0)
+    split = pool.Split(_sum_parts, extent=("n",), work=("n",), min_work=1)
+    for n, expected in ((4, 3), (2, 1)):
+        pool.set_threads(n)
+        out = np.zeros(2)
+        split(np.ones(10), out, 2)
+        assert out.sum() == 10
+        assert len(_kernel_threads()) == expected
+    pool.set_threads(1)
+    assert _kernel_threads() == []
+
+
+def test_calls_from_several_threads_at_once(monkeypatch):
+    """Two threads cutting calls at the same time: one has the pool threads, the other runs
+    its call inline meanwhile; every result is right."""
+    monkeypatch.setattr(pool, "INLINE_S", 0.0)
+    pool.set_threads(2)
+    split = pool.Split(_sum_parts, extent=("n",), work=("n",), min_work=1)
+    bad = []
+
+    def caller(k):
+        x = np.full(10, float(k))
+        for _ in range(300):
+            out = np.zeros(2)
+            split(x, out, 2)
+            if out.tolist() != [5.0 * k, 5.0 * k]:
+                bad.append((k, out.tolist()))
+
+    callers = [threading.Thread(target=caller, args=(k,)) for k in (1, 2, 3)]
+    for t in callers:
+        t.start()
+    for t in callers:
+        t.join()
+    assert bad == []
