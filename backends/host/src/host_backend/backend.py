@@ -18,6 +18,7 @@ from xrt.tensor import Tensor
 
 from . import fused
 from .ops import FLOAT_KERNELS, INT_KERNELS
+from .ops.cast import edge_cast
 
 FP64 = ScalarType("fp", 64)
 
@@ -44,7 +45,7 @@ class _Plan:
     whether it takes types, its output types and numpy dtypes), made on its first forward."""
 
     __slots__ = ("kernel", "typed", "fake", "in_types", "out_types", "params", "outs",
-                 "identity", "no_params")
+                 "identity", "no_params", "edge")
 
     def __init__(self, op, backend: HostBackend) -> None:
         self.kernel = backend.kernelFor(op)
@@ -71,6 +72,11 @@ class _Plan:
             len(op.outputs) == 1 and not self.params[0] and \
             tuple(self.in_types[0].shape) == outs[0][2] and \
             self.in_types[0].numpy_dtype == outs[0][1] and not outs[0][3]
+        #: a network's edge Cast (one-scale quantize / dequantize of an untiled map): the
+        #: function of its input array that `cast` would run (`cast.edge_cast`)
+        self.edge = edge_cast(self.in_types[0], self.out_types[0]) \
+            if op.op_type == "Cast" and not self.fake and len(op.inputs) == 1 and \
+            len(op.outputs) == 1 and not self.params[0] else None
 
 
 def _forward_kernel(op, inputs, outputs, backend: HostBackend):
@@ -82,6 +88,10 @@ def _forward_kernel(op, inputs, outputs, backend: HostBackend):
         arr = inputs[0].numpy()
         if arr.dtype == npdt and arr.shape == shape:
             return [Tensor.over_array(arr, vtype, backend.memRegion())]
+    if plan.edge is not None and not outputs and len(inputs) == 1:
+        y = plan.edge(inputs[0].numpy())  # a fresh C-contiguous array of the output's type
+        if y is not None:
+            return [Tensor.over_array(y, plan.outs[0][0], backend.memRegion())]
     if plan.no_params and len(inputs) == len(op.inputs):
         arrays = [t.numpy() for t in inputs]
     else:
@@ -168,36 +178,49 @@ class HostBackend(Backend):
         is a tensor per v_id of `wanted`. Each op runs as `forwardOp` runs it, except float
         Conv2d chains (Conv2d, BatchNorm2d, Add, Relu) whose intermediate values nobody reads:
         those run in one pass over the convolution's result (`fused`), byte for byte the
-        op-by-op results."""
+        op-by-op results. The plan, made on the first call, holds each op's forward function
+        and the ids of the values it reads and makes (`_plan_segment`), so a forward calls
+        the functions without `forwardOp`'s look-ups and copies."""
         self._require_forwardable("forwardSegment")
-        key = (tuple(op.op_id for op in ops), wanted)
+        key = (ops, wanted)  # ops hash by identity: the session's plan passes the same tuple
         steps = self._segments.get(key)
         if steps is None:
-            steps = self._segments[key] = fused.plan_segment(ops, wanted)
+            steps = self._segments[key] = _plan_segment(self, ops, wanted)
         values = dict(feeds)
         # a subclass's own forwardOp is honoured: every op goes through it
         own = type(self).forwardOp is not Backend.forwardOp
         for step in steps:
-            if isinstance(step, fused.Chain) and not own:
-                out = self._chain(step, values)
-                if out is not None:
-                    values[step.last.outputs[0].v_id] = out
+            if type(step) is tuple:
+                op, fn, sources, outs = step
+                if not own:
+                    try:
+                        ins = [values[v] for v in sources]
+                    except KeyError as exc:
+                        raise _unfed(self, op, exc) from None
+                    res = fn(op, ins, [], self)
+                    if len(res) != len(outs):
+                        raise _miscount(self, op, res)
+                    values.update(zip(outs, res))
                     continue
-            todo = [o for o in (step.conv, step.bn, step.add, step.relu) if o is not None] \
-                if isinstance(step, fused.Chain) else [step]
+                todo = [op]
+            elif isinstance(step, fused.Chain):
+                if not own:
+                    out = self._chain(step, values)
+                    if out is not None:
+                        values[step.last.outputs[0].v_id] = out
+                        continue
+                todo = [o for o in (step.conv, step.bn, step.add, step.relu) if o is not None]
+            else:
+                todo = [step]
             for op in todo:
                 sources = op.outputs if op.op_type == "Input" else op.inputs
                 try:
                     ins = [values[v.v_id] for v in sources if not v.is_params]
                 except KeyError as exc:
-                    raise XrtError(f"{type(self).__name__}.forwardSegment: op {op.op_id} "
-                                   f"({op.op_type}) reads value {exc.args[0]}, which neither "
-                                   f"the feeds nor an earlier op of the segment gives") from None
+                    raise _unfed(self, op, exc) from None
                 outs = self.forwardOp(op, ins, [])
                 if len(outs) != len(op.outputs):
-                    raise XrtError(f"{type(self).__name__} returned {len(outs)} tensors for op "
-                                   f"{op.op_id} ({op.op_type}), which has {len(op.outputs)} "
-                                   f"outputs")
+                    raise _miscount(self, op, outs)
                 values.update(zip((v.v_id for v in op.outputs), outs))
         return [values[vid] for vid in wanted]
 
@@ -250,3 +273,30 @@ class HostBackend(Backend):
 
             self._region = HostDevice.MemRegion()
         return self._region
+
+
+def _plan_segment(backend: HostBackend, ops: tuple[Any, ...], wanted: tuple[int, ...]
+                  ) -> list[Any]:
+    """`fused.plan_segment`'s steps with each single op that has a forward function as
+    ``(op, function, ids of the values it reads, ids of its outputs)``."""
+    steps: list[Any] = []
+    for step in fused.plan_segment(ops, wanted):
+        fn = backend.getForwardFunc(step) if not isinstance(step, fused.Chain) else None
+        if fn is None:
+            steps.append(step)  # a chain, or an op forwardOp refuses (it names the op)
+            continue
+        sources = step.outputs if step.op_type == "Input" else step.inputs
+        steps.append((step, fn, tuple(v.v_id for v in sources if not v.is_params),
+                      tuple(v.v_id for v in step.outputs)))
+    return steps
+
+
+def _unfed(backend: HostBackend, op: Any, exc: KeyError) -> XrtError:
+    return XrtError(f"{type(backend).__name__}.forwardSegment: op {op.op_id} ({op.op_type}) "
+                    f"reads value {exc.args[0]}, which neither the feeds nor an earlier op of "
+                    f"the segment gives")
+
+
+def _miscount(backend: HostBackend, op: Any, outs: list[Tensor]) -> XrtError:
+    return XrtError(f"{type(backend).__name__} returned {len(outs)} tensors for op {op.op_id} "
+                    f"({op.op_type}), which has {len(op.outputs)} outputs")

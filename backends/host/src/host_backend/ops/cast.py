@@ -11,6 +11,7 @@ quantized is a rescale by ``requant_multiplier(s_in, 1.0, s_out)``. A tiled layo
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -89,6 +90,23 @@ def _edge_cast(plan, x: np.ndarray, scale: np.ndarray) -> np.ndarray | None:
     flat = (x if x.flags.c_contiguous else np.ascontiguousarray(x)).reshape(-1)
     dequantize_scalar_nb(flat, sc, y.reshape(-1))
     return y
+
+
+def edge_cast(src_t, dst_t) -> Callable[[np.ndarray], np.ndarray | None] | None:
+    """The edge Cast from `src_t` to `dst_t` (`_plan_of`: a one-scale quantize or dequantize
+    of an untiled map) as a function of the input array, what `cast` runs for it: a fresh
+    C-contiguous array of `dst_t`'s numpy dtype and shape, or None where the array is not
+    such a map (`cast`'s general path then). None for other Casts. For a caller that plans
+    an op once and runs it many times (the HostBackend), without `cast`'s per-call look-up."""
+    plan = _plan_of(src_t, dst_t)
+    if plan is None:
+        return None
+    scale = (dst_t if plan[0] == "q" else src_t).element_dtype.scale
+
+    def run(x: np.ndarray) -> np.ndarray | None:
+        return _edge_cast(plan, x, scale)
+
+    return run
 
 
 def cast(inputs, attrs, in_types, out_types, *, fake=False):
