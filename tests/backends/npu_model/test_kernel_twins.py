@@ -21,14 +21,15 @@ from npu_testlib import Harness
 from numba import config
 from test_kernels_implicit import CASES, _conv
 
-from npu_model.kernels import implicit, mpe, twins, vector
+from npu_model.kernels import bgemm, depthwise, implicit, mpe, twins, vector
 
 pytestmark = [
     pytest.mark.skipif(config.DISABLE_JIT, reason="NUMBA_DISABLE_JIT: no dispatchers"),
     pytest.mark.skipif(not ll.get_host_cpu_features().get("avx512vnni"),
                        reason="the implicit GEMM needs AVX-512 VNNI")]
 
-SPLITS = {"implicit": implicit.CONV_IMPLICIT, "depthwise": mpe.CONV_DEPTHWISE}
+SPLITS = {"implicit": implicit.CONV_IMPLICIT, "depthwise": mpe.CONV_DEPTHWISE,
+          "depthwise_pairs": depthwise.CONV_DEPTHWISE_PAIRS}
 
 DEPTHWISE = [
     dict(h=9, w=10, cin=16, cout=16),  # 3x3, unit stride: the fused-row (flat) path
@@ -42,6 +43,8 @@ DEPTHWISE = [
     dict(h=9, w=9, cin=32, cout=32, relu=True, dtype="int16"),
     dict(h=8, w=11, cin=24, cout=24, stride=(2, 2), leaky=True, dtype="int16"),
 ]
+#: beyond the implicit kernel's own cases: K above float32's exact bound (float64 GEMM)
+WIDE = [dict(h=6, w=9, cin=128, cout=24), dict(h=5, w=6, cin=120, cout=40, leaky=True)]
 
 
 def _ids(case: dict) -> str:
@@ -60,6 +63,13 @@ def _run(dev, case: dict, twin: bool, monkeypatch) -> tuple:
         return got, ref, hw.read(fo, all_channels=True)
 
 
+def _dw_kind(case: dict) -> str:
+    """int8 depthwise layers run on pairs of taps (`kernels.depthwise`, with the byte GEMM's
+    VNNI), int16 ones on `mpe.conv_depthwise`; both have `twins.conv_depthwise` for twin."""
+    pairs = case.get("dtype") != "int16" and bgemm.enabled()
+    return "depthwise_pairs" if pairs else "depthwise"
+
+
 def _depthwise(case: dict) -> dict:
     c = case["cin"]
     kh, kw = case.get("k", (3, 3))
@@ -69,7 +79,7 @@ def _depthwise(case: dict) -> dict:
 
 
 @pytest.mark.parametrize(("kind", "case"), [("implicit", c) for c in CASES]
-                         + [("depthwise", _depthwise(c)) for c in DEPTHWISE],
+                         + [(_dw_kind(c), _depthwise(c)) for c in DEPTHWISE],
                          ids=[f"implicit-{_ids(c)}" for c in CASES]
                          + [f"depthwise-{_ids(c)}" for c in DEPTHWISE])
 def test_twin_gives_its_kernels_bytes(dev, kind, case, monkeypatch):
@@ -82,6 +92,20 @@ def test_twin_gives_its_kernels_bytes(dev, kind, case, monkeypatch):
     np.testing.assert_array_equal(got, ref)
     _, _, compiled = _run(dev, case, False, monkeypatch)
     np.testing.assert_array_equal(every, compiled)
+
+
+@pytest.mark.parametrize("cin", [1024, 1028])  # K = 1024: float32's last exact K; then float64
+@pytest.mark.parametrize("k", [(1, 1), (2, 2)])
+def test_implicit_twin_at_its_sums_bound(dev, monkeypatch, cin, k):
+    """Every product at its largest (-128 x -128), K on either side of the float32 bound."""
+    cin = cin // (k[0] * k[1])
+    x = np.full((3, 5, cin), -128, np.int8)
+    wq = np.full((*k, cin, 8), -128, np.int8)
+    wq[..., 1] = 127  # and one channel at the negative end
+    case = dict(h=3, w=5, cin=cin, cout=8, k=k, pad=(0, 0, 0, 0), x=x, wq=wq)
+    got, ref, every = _run(dev, case, True, monkeypatch)
+    np.testing.assert_array_equal(got, ref)
+    np.testing.assert_array_equal(every, _run(dev, case, False, monkeypatch)[2])
 
 
 def test_twin_takes_part_ranges(dev, monkeypatch):
@@ -184,5 +208,6 @@ def test_a_fresh_install_runs_the_twins_while_a_worker_compiles(tmp_path):
 def test_every_twin_is_registered():
     assert implicit.conv_implicit_int8.twin is twins.conv_implicit_int8
     assert mpe.conv_depthwise.twin is twins.conv_depthwise
+    assert depthwise.conv_depthwise_pairs.twin is twins.conv_depthwise
     for name in ("eltw", "maxpool", "avgpool", "upsample_nearest"):
         assert getattr(vector, name).twin is getattr(twins, name)

@@ -10,8 +10,8 @@ compiled by a worker, a call runs its twin instead (`jit.twin_of`), and once the
 it in Numba's disk cache the next call loads and runs the compiled kernel.
 
 A twin is a pure function of the kernel's own arguments with the kernel's results, byte for
-byte: the same integer sums (the GEMM in float64, where every product and partial sum of int8
-or int16 operands is an integer far below 2^53, so exact in any order), the same int64
+byte: the same integer sums (a GEMM in floating point where every product and partial sum is
+an integer its mantissa holds, so exact in any order), the same int64
 requantization (`requantize_one`: products and sums wrapping modulo 2^64 alike, the shift
 arithmetic, then the clip), written to the same elements of the output. The tests compare each
 twin with its kernel over the layouts, paddings, strides, dilations and requantizations the
@@ -44,12 +44,19 @@ def _requantize(a: np.ndarray, m, s, mn, sn, lo, hi) -> np.ndarray:
 
     def side(m, s):
         s = np.maximum(np.asarray(s, np.int64), 0)
-        r = np.where(s > 0, np.left_shift(np.int64(1), np.maximum(s - 1, 0)), 0)
-        return (a * np.asarray(m, np.int64) + r) >> s
+        v = a * np.asarray(m, np.int64)
+        v += np.where(s > 0, np.left_shift(np.int64(1), np.maximum(s - 1, 0)), 0)
+        v >>= s
+        return v
 
+    m, mn = np.asarray(m, np.int64), np.asarray(mn, np.int64)
+    s, sn = np.maximum(np.asarray(s, np.int64), 0), np.maximum(np.asarray(sn, np.int64), 0)
     with np.errstate(over="ignore"):  # int64 products wrap modulo 2^64, as the kernels'
-        v = np.where(a < 0, side(mn, sn), side(m, s))
-    return np.clip(v, np.int64(lo), np.int64(hi))
+        if np.array_equal(m, mn) and np.array_equal(s, sn):  # one side (no LeakyReLU)
+            v = side(m, s)
+        else:
+            v = np.where(a < 0, side(mn, sn), side(m, s))
+    return np.clip(v, np.int64(lo), np.int64(hi), out=v)
 
 
 def _requant(a: np.ndarray, bias, mult, shift, mult_neg, shift_neg, lo, hi) -> np.ndarray:
@@ -59,10 +66,11 @@ def _requant(a: np.ndarray, bias, mult, shift, mult_neg, shift_neg, lo, hi) -> n
                        mult_neg[:n], shift_neg[:n], lo, hi)
 
 
-def _padded_rows(x, xrs, xpitch, xcoff, ih_n, iw_n, cin, h0, h1, pt, pl, width, fill):
+def _padded_rows(x, xrs, xpitch, xcoff, ih_n, iw_n, cin, h0, h1, pt, pl, width, fill,
+                 dtype=np.int64):
     """Rows ``h0..h1`` of the input padded by `pt` rows and `pl` columns (`width` columns
-    in all), as int64 with padding pixels `fill`."""
-    out = np.full((h1 - h0, width, cin), fill, dtype=np.int64)
+    in all), as `dtype` with padding pixels `fill`."""
+    out = np.full((h1 - h0, width, cin), fill, dtype=dtype)
     src = _map(x, xcoff, xrs, xpitch, ih_n, iw_n, cin)
     r0, r1 = max(h0, pt), min(h1, pt + ih_n)
     c0, c1 = min(max(pl, 0), width), max(0, min(width, pl + iw_n))
@@ -76,30 +84,35 @@ def conv_implicit_int8(x, xrs, xpitch, xcoff, ih_n, iw_n,
                        wq, nr, bias, mult, shift, mult_neg, shift_neg, lo, hi,
                        y, yrs, ypitch, ycoff, oh_n, ow_n,
                        kh, kw, sh, sw, dh, dw, pt, pl, cin, cout, oh_lo, oh_hi):
-    """`implicit.conv_implicit_int8` in numpy: each activation read as ``x + 128`` (padding
-    as 128), times the weights unpacked from `wq` (`implicit.row_weights`), plus the bias that
-    holds its ``-128 sum(w)`` correction."""
+    """`implicit.conv_implicit_int8` in numpy. The kernel sums ``(x + 128) w`` and its bias
+    holds ``-128 sum(w)``; here the GEMM sums ``x w`` (padding 0) and ``128 sum(w)`` goes back
+    into the bias, the same int64 total. Products of int8 operands are at most 2^14, so a
+    float32 GEMM is exact up to K = 1024 (every partial sum within 2^24), float64 beyond."""
     if oh_hi <= oh_lo:
         return y
     cpad = implicit.channel_pad(cin)
     k4 = kh * kw * cpad // 4
     nb = -(-cout // nr)
+    k = kh * kw * cin
+    ft = np.float32 if k <= 1024 else np.float64
     w = wq[:nb * k4 * nr * 4].reshape(nb, k4, nr, 4).transpose(1, 3, 0, 2)
-    w = w.reshape(kh, kw, cpad, nb * nr)[:, :, :cin, :cout].astype(np.float64)
-    w = w.reshape(kh * kw * cin, cout)
+    w = w.reshape(kh, kw, cpad, nb * nr)[:, :, :cin, :cout].reshape(k, cout)
+    b = np.asarray(bias[:cout], np.int64) + 128 * w.sum(axis=0, dtype=np.int64)
+    w = w.astype(ft)
     wp = (ow_n - 1) * sw + (kw - 1) * dw + 1
     out = _map(y, ycoff, yrs, ypitch, oh_n, ow_n, cout)
-    rows = max(1, IM2COL_BYTES // (8 * ow_n * kh * kw * cin))
+    rows = max(1, IM2COL_BYTES // (8 * ow_n * k))
     for r0 in range(oh_lo, oh_hi, rows):
         r1 = min(oh_hi, r0 + rows)
         h0, h1 = r0 * sh, (r1 - 1) * sh + (kh - 1) * dh + 1
-        xp = _padded_rows(x, xrs, xpitch, xcoff, ih_n, iw_n, cin, h0, h1, pt, pl, wp, 0)
-        xp = (xp + 128).astype(np.float64)
+        xp = _padded_rows(x, xrs, xpitch, xcoff, ih_n, iw_n, cin, h0, h1, pt, pl, wp, 0, ft)
         s0, s1, s2 = xp.strides
         taps = as_strided(xp, shape=(r1 - r0, ow_n, kh, kw, cin),
                           strides=(sh * s0, sw * s1, dh * s0, dw * s1, s2))
-        acc = taps.reshape((r1 - r0) * ow_n, kh * kw * cin) @ w
-        v = _requant(acc.astype(np.int64), bias, mult, shift, mult_neg, shift_neg, lo, hi)
+        acc = (taps.reshape((r1 - r0) * ow_n, k) @ w).astype(np.int64)
+        acc += b
+        v = _requantize(acc, mult[:cout], shift[:cout], mult_neg[:cout], shift_neg[:cout],
+                        lo, hi)
         out[r0:r1] = v.reshape(r1 - r0, ow_n, cout)
     return y
 
