@@ -26,6 +26,7 @@ from xcompile import zoo
 from xcompile.cycles import CyclesUnavailable, cycles_device_url, forward_cycles
 from xcompile.passes import optimize
 from xcompile.quant.calibrate import load_calibration
+from xcompile.quant.int16_reasons import explain, hardop_record, summary_lines
 from xcompile.quant.mixed import (
     DEFAULT_MAX_INT16,
     MixedPrecision,
@@ -209,7 +210,9 @@ def quantize_stage(optimized: Any, samples: Any, opts: dict[str, Any], runner: R
     min_cos = float(opts.get("min_cosine") or 0.0)
     max_int16 = parse_share(opts.get("max_int16", DEFAULTS["max_int16"]))
     if min_cos <= 0.0 or int(opts["bits"]) != 8:
-        return quantize(user_bits)
+        quantized = quantize(user_bits)
+        _explain_int16(quantized, None, name)
+        return quantized
     search, watch = (quantize, _same) if keep_int8 is None else \
         (keep_int8.wrap(quantize), keep_int8.watch)
     # choose_bits holds the only reference: it drops the int8 network once it keeps another
@@ -227,6 +230,7 @@ def quantize_stage(optimized: Any, samples: Any, opts: dict[str, Any], runner: R
     if from_oa:
         tag["outlier_aware"]["raise_from"] = True
     quantized.tags["quantization"]["mixed_precision"] = tag
+    _explain_int16(quantized, tag, name)
     if mixed.warning:
         log.warning("%s: %s", name, mixed.warning)
     elif mixed.outlier_aware_kept and mixed.op_bits:
@@ -243,6 +247,44 @@ def quantize_stage(optimized: Any, samples: Any, opts: dict[str, Any], runner: R
                  len(mixed.op_bits), ", ".join(mixed.names), worst_part(mixed.before)[0],
                  worst_part(mixed.before)[1], worst_part(mixed.after)[1])
     return quantized
+
+
+def _explain_int16(quantized: Any, tag: dict | None, name: str) -> None:
+    """Why each op computing or storing in 16 bits does: the quantizer's record
+    (`tags["quantization"]["int16"]`) with the ops the search raised told apart from the
+    user's op_bits (`int16_reasons.explain`), in the mixed-precision tag when there is one,
+    else in the quantizer's place; its summary logged."""
+    rec = quantized.tags["quantization"].get("int16")
+    if rec is None:
+        return
+    done = explain(rec, (tag or {}).get("op_bits"), (tag or {}).get("sensitivity"))
+    if tag is not None:
+        tag["int16"] = done
+    else:
+        quantized.tags["quantization"]["int16"] = done
+    for line in summary_lines(done):
+        log.info("%s: %s", name, line.strip())
+
+
+def _record_hardops(generated: Any, name: str) -> None:
+    """The HardOps of the lowered network holding a 16-bit value, with their reasons
+    (`int16_reasons.hardop_record`), added to its int16 record (`int16_record`)."""
+    q = generated.tags.get("quantization")
+    if not q:
+        return
+    q = generated.tags["quantization"] = dict(q)  # the quantized stage's tags stay as saved
+    mp = q.get("mixed_precision")
+    where = q
+    if mp and mp.get("int16") is not None:
+        where = q["mixed_precision"] = dict(mp)
+    rec = where.get("int16")
+    if rec is None:
+        return
+    rec = where["int16"] = dict(rec)
+    rec["hardops"] = hardop_record(generated, rec, int(q.get("bits", 8)))
+    h = rec["hardops"]
+    log.info("%s: %d of %d HardOps hold a 16-bit value (%s)", name, h["int16"], h["hardops"],
+             ", ".join(f"{k} {n}" for k, n in h["counts"].items()) or "none")
 
 
 def _lower(lower: Any, quantized: Any, opts: dict[str, Any]) -> Any:
@@ -416,6 +458,7 @@ def compile_model(opts: dict[str, Any], report: bool = False, runner: Runner | N
                 del adapted
                 if int8_cycles is not None:  # the mixed network's cycles beside the int8's
                     _record_cycles(generated, int8_cycles, str(target), name)
+                _record_hardops(generated, name)
                 done(getattr(lower, "suffix", str(target).upper()), generated)
                 del generated
         else:

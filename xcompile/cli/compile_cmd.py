@@ -10,6 +10,7 @@ import argparse
 from typing import Any
 
 from xcompile.pipeline import DEFAULTS, compile_model
+from xcompile.quant.int16_reasons import int16_record, summary_lines
 from xrt.errors import XrtError
 
 HELP = "compile an ONNX model (or a zoo network) through every stage to a target's HardOps"
@@ -159,6 +160,10 @@ def run(args: argparse.Namespace) -> int:
     mp = last.tags.get("quantization", {}).get("mixed_precision") or {}
     for line in mixed_precision_lines(mp):
         print(line)
+    rec = int16_record(last)
+    if rec:  # why each op computing or storing in 16 bits does
+        for line in summary_lines(rec):
+            print(line)
     if opts.get("target"):
         from xcompile.placement import placement
 

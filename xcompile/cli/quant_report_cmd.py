@@ -42,6 +42,7 @@ def run(args: argparse.Namespace) -> int:
     import xir
     from xcompile import zoo
     from xcompile.quant.calibrate import load_calibration
+    from xcompile.quant.int16_reasons import int16_record, summary_lines, table_lines
     from xcompile.quant.report import accuracy_report
     from xrt.errors import XrtError
 
@@ -81,6 +82,10 @@ def run(args: argparse.Namespace) -> int:
 
         attach_onnxruntime(report, args.onnx, samples, samples)
     report.print()
+    rec = int16_record(qnet)
+    if rec:  # why each op computing or storing in 16 bits does (the compile's record)
+        for line in summary_lines(rec) + (table_lines(rec) if rec.get("ops") else []):
+            print(line)
     ok, why = report.verdict(args.min_cosine)
     print(f"accurate: {'yes' if ok else 'NO'} -- {why}")
     if args.suggest:
@@ -90,6 +95,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json_out:
         d = report.to_dict()
         d["verdict"] = {"accurate": ok, "min_cosine": args.min_cosine, "why": why}
+        d["int16"] = rec
         with open(args.json_out, "w") as fh:
             json.dump(d, fh, indent=2)
     return 0 if ok else 1

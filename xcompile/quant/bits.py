@@ -4,12 +4,48 @@ user's `op_bits`, the softmax logits and the spread of precision through scale g
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from xcompile.quant.capability import PROBABILITY_OPS, shares_scale
 from xcompile.quant.scale_groups import UnionFind
 from xir.errors import QuantizationError
 from xir.network import Network
+
+
+@dataclass(frozen=True)
+class Why:
+    """Why `value_bits` raised one value to 16 bits: the rule (`kind`) and what it names.
+
+    Seeds (the value is raised by a rule of its own): "op_bits" (`op` was raised by op_bits:
+    the user's or the mixed-precision search's, `xcompile.quant.int16_reasons` tells them
+    apart), "logits" (`op` computes or is a softmax's input: `logit_bits`), "stream" (`op` is
+    a residual-stream Add or the LayerNorm reading it: `stream_bits`), "input_bits" (a network
+    input at --input-bits 16), "concat" (`op` is a Concat of far-apart branches stored in 16
+    bits: `concats.concat_plan`). Spread (the value takes another's bits): "group" (it shares
+    a scale group with the 16-bit `value`), "input" (`op`, a rescaling op, computes at the
+    widest of its feature inputs, `value`)."""
+
+    kind: str
+    op: int | None = None
+    value: int | None = None
+
+
+#: the `Why.kind`s a value is raised by directly
+SEED_KINDS = ("op_bits", "logits", "stream", "input_bits", "concat")
+
+
+def logit_producers(net: Network, int_ops: set[int]) -> dict[int, int]:
+    """`{op_id: softmax op_id}` of the integer ops writing a softmax's input (`logit_bits`)."""
+    out = {}
+    for op in net.ops:
+        if op.op_type in PROBABILITY_OPS:
+            for v in op.feature_inputs():
+                prod = v.producer
+                if prod is not None and prod.op_id in int_ops and \
+                        prod.op_type in ("Conv2d", "Matmul", "Add", "Sub", "Multiply"):
+                    out[prod.op_id] = op.op_id
+    return out
 
 
 def logit_bits(net: Network, int_ops: set[int], bits: int) -> dict[int, int]:
@@ -20,14 +56,8 @@ def logit_bits(net: Network, int_ops: set[int], bits: int) -> dict[int, int]:
     int8, a step of 0.29, until the value itself was raised too."""
     if bits != 8:
         return {}
-    out = {}
-    for op in net.ops:
-        if op.op_type in PROBABILITY_OPS:
-            for v in op.feature_inputs():
-                prod = v.producer
-                if prod is not None and prod.op_id in int_ops and \
-                        prod.op_type in ("Conv2d", "Matmul", "Add", "Sub", "Multiply"):
-                    out[prod.op_id] = 16  # the ops the chips run writing the other dtype
+    # the ops the chips run writing the other dtype
+    out = {oid: 16 for oid in logit_producers(net, int_ops)}
     return {**out, **stream_bits(net, int_ops, bits)}
 
 
@@ -98,7 +128,8 @@ def resolve_op_bits(net: Network, op_bits: Any, bits: int, int_ops: set[int]
 
 def value_bits(net: Network, int_ops: set[int], uf: UnionFind, bits: int,
                 op_bits: dict[int, int], input_bits: int | None,
-                wide: set[int] | frozenset = frozenset()) -> dict[int, int]:
+                wide: set[int] | frozenset = frozenset(),
+                why: dict[int, Why] | None = None) -> dict[int, int]:
     """Storage bits of the activation values that differ from `bits` (mixed precision).
 
     An op raised by `op_bits` needs its feature inputs at its precision; `input_bits` raises
@@ -106,47 +137,74 @@ def value_bits(net: Network, int_ops: set[int], uf: UnionFind, bits: int,
     member's bits, and a rescaling op (Conv2d, Add, LUT, ...) computes at the widest bits of
     its feature inputs, so all of them are raised to it. Rescaling ops write any dtype, so
     precision changes only ever happen inside them: no integer-to-integer Casts are needed.
+
+    `why`, when given, is filled with the reason each raised value was raised (`Why`): the
+    rule that raised it first, in the order automatic rules (16-bit logits, the residual
+    stream), input bits, far-apart Concats, then `op_bits`; a value the spread reached, the
+    value it took its bits from. `xcompile.quant.int16_reasons` turns it into each op's reason.
     """
     vb: dict[int, int] = {}
+    why = {} if why is None else why
 
-    def need(vid: int, b: int) -> bool:
+    def need(vid: int, b: int, cause: Why) -> bool:
         if b > vb.get(vid, bits):
             vb[vid] = b
+            why.setdefault(vid, cause)
             return True
         return False
 
-    if input_bits is not None:
-        for v in net.inputs():
-            need(v.v_id, input_bits)
-    for vid in wide:  # Concats holding branches of far-apart ranges (`concat_plan`)
-        need(vid, 16)
     ops = {op.op_id: op for op in net.ops}
-    for oid, b in op_bits.items():
-        for v in ops[oid].feature_inputs():
-            need(v.v_id, b)
+    logits = logit_producers(net, int_ops) if bits == 8 else {}
+    stream = stream_bits(net, int_ops, bits)
+
+    def seed_kind(oid: int) -> str:
+        return "stream" if oid in stream else "logits" if oid in logits else "op_bits"
+
+    # the automatic rules first: an op the user (or the search) raises that a rule raises
+    # anyway is the rule's
+    for oid, b in sorted(op_bits.items(), key=lambda kv: seed_kind(kv[0]) == "op_bits"):
+        if seed_kind(oid) != "op_bits":
+            for v in ops[oid].feature_inputs():
+                need(v.v_id, b, Why(seed_kind(oid), oid))
     for op in net.ops:  # the logits themselves, not only the ops computing them (logit_bits)
         if op.op_type in PROBABILITY_OPS:
             for v in op.feature_inputs():
                 if v.producer is not None and v.producer.op_id in int_ops:
-                    need(v.v_id, 16)
+                    need(v.v_id, 16, Why("logits", op.op_id))
     if bits == 8:  # a LayerNorm's input (stream_bits)
         for v in normalized_inputs(net, int_ops):
-            need(v.v_id, 16)
+            norm = next((c for c in v.consumers if c.op_type == "LayerNorm"), None)
+            need(v.v_id, 16, Why("stream", norm.op_id if norm is not None else None))
+    if input_bits is not None:
+        for v in net.inputs():
+            need(v.v_id, input_bits, Why("input_bits"))
+    for vid in sorted(wide):  # Concats holding branches of far-apart ranges (`concat_plan`)
+        prod = next((op for op in net.ops if any(o.v_id == vid for o in op.outputs)), None)
+        need(vid, 16, Why("concat", prod.op_id if prod is not None else None))
+    for oid, b in op_bits.items():
+        if seed_kind(oid) == "op_bits":
+            for v in ops[oid].feature_inputs():
+                need(v.v_id, b, Why("op_bits", oid))
     changed = bool(vb)
     while changed:
         changed = False
         gmax: dict[int, int] = {}
+        gsrc: dict[int, int] = {}
         for vid, b in vb.items():
             r = uf.find(vid)
-            gmax[r] = max(gmax.get(r, bits), b)
+            if b > gmax.get(r, bits):
+                gmax[r], gsrc[r] = b, vid
         for op in net.ops:
             if op.op_id not in int_ops:
                 continue
             feats = op.feature_inputs()
             for v in feats + op.outputs:
-                changed |= need(v.v_id, gmax.get(uf.find(v.v_id), bits))
+                r = uf.find(v.v_id)
+                if r in gmax:
+                    changed |= need(v.v_id, gmax[r], Why("group", op.op_id, gsrc[r]))
             if feats and not shares_scale(op):
-                b = max(vb.get(v.v_id, bits) for v in feats)
+                top = max(feats, key=lambda v: vb.get(v.v_id, bits))
+                b = vb.get(top.v_id, bits)
                 for v in feats:
-                    changed |= need(v.v_id, b)
+                    changed |= need(v.v_id, b, Why("input", op.op_id, top.v_id))
     return vb

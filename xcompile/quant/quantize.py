@@ -69,6 +69,7 @@ from xcompile.quant.concats import BRANCH_SPREAD, concat_plan
 from xcompile.quant.dw_equalize import equalize_depthwise_inputs
 from xcompile.quant.equalize import equalize as equalize_pairs
 from xcompile.quant.float_stats import float_stats, reuse_float_statistics
+from xcompile.quant.int16_reasons import cast_record, op_record
 from xcompile.quant.saturation import clip_table_inputs
 from xcompile.quant.scale_groups import assign_scales, scale_groups
 from xcompile.quant.weights import (
@@ -186,7 +187,8 @@ def quantize_network(net: Network, samples: Any, *, bits: int = 8, method: str =
     int_ops = integer_ops(opt)
     uf = scale_groups(opt, int_ops)
     raised = {**logit_bits(opt, int_ops, bits), **resolve_op_bits(opt, op_bits, bits, int_ops)}
-    vbits = value_bits(opt, int_ops, uf, bits, raised, input_bits)
+    why: dict = {}  # per 16-bit value, the rule that raised it (`int16_reasons`)
+    vbits = value_bits(opt, int_ops, uf, bits, raised, input_bits, why=why)
 
     def bits_of(vid: int) -> int:
         return vbits.get(vid, bits)
@@ -226,7 +228,8 @@ def quantize_network(net: Network, samples: Any, *, bits: int = 8, method: str =
         # and the values raised are calibrated again with 16-bit observers
         log.info("%s: %d Concat(s) of branches > %gx apart stored in 16 bits", net.name,
                  len(wide), BRANCH_SPREAD)
-        vbits = value_bits(opt, int_ops, uf, bits, raised, input_bits, wide)
+        why = {}
+        vbits = value_bits(opt, int_ops, uf, bits, raised, input_bits, wide, why=why)
         per_value = observers()
         amax = thresholds()
         uf, requant, floats, concats, _ = concat_plan(opt, int_ops, amax, bits_of, requant)
@@ -365,6 +368,10 @@ def quantize_network(net: Network, samples: Any, *, bits: int = 8, method: str =
         q.ops.append(new)
     q.relink()
     q.reserveIds(next_op[0] - 1, next_vid[0] - 1)
+    # why every op computing or storing in 16 bits does (docs/quantization.md section 10)
+    int16 = op_record(opt, int_ops, vbits, why, bits)
+    int16["ops"] += cast_record(q, int16, bits)
+    q.tags["quantization"]["int16"] = int16
     q.tags[RECORDS_TAG] = layer_records(q)  # what a refit keeps (xcompile.refit.record)
     q.validate()
     log.info("quantized %s: %d integer ops (%d at 16 bits), %d float ops, int%d, %s", net.name,

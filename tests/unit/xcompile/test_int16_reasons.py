@@ -1,0 +1,246 @@
+"""Why each op computes or stores in 16 bits (xcompile.quant.int16_reasons): the quantizer
+records, from its own decisions (`bits.value_bits`' `Why`), one reason per op of a closed set;
+the compile tells the search's raises from the user's, counts the HardOps holding 16-bit
+values and prints a summary."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import xcompile.zoo as zoo
+from xcompile.frontend.onnx_import import import_onnx
+from xcompile.passes import optimize
+from xcompile.quant.bits import Why, value_bits
+from xcompile.quant.capability import integer_ops
+from xcompile.quant.int16_reasons import (
+    REASONS,
+    ROOTS,
+    explain,
+    hardop_record,
+    int16_record,
+    summary_lines,
+    table_lines,
+)
+from xcompile.quant.quantize import quantize_network
+from xcompile.quant.scale_groups import scale_groups
+
+FAST = dict(bits=8, method="minmax", weight_rounding="nearest", activation_bias=False)
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return zoo.build("tiny_cnn"), zoo.calibration_set("tiny_cnn", 4)
+
+
+def _rows(q) -> dict[str, dict]:
+    return {r["name"]: r for r in q.tags["quantization"]["int16"]["ops"]}
+
+
+def _bits(v) -> int:
+    el = v.dtype.element_dtype
+    return el.storage.bits if getattr(el, "is_quantized", False) else 32
+
+
+def assert_explained(q) -> None:
+    """Every op of `q` holding a 16-bit value has a row with a reason of the closed set;
+    the rows computing in 16 bits are the ops the quantizer put at 16 (its `op_bits` tag,
+    plus far-branch Concats, whose first input is the far branch)."""
+    rec = q.tags["quantization"]["int16"]
+    rows = {r["op_id"]: r for r in rec["ops"]}
+    for op in q.ops:
+        if op.op_type in ("Input", "Output"):
+            continue
+        if any(_bits(v) == 16 for v in op.inputs + op.outputs if not v.is_params):
+            assert op.op_id in rows, f"{op.op_type} {op.name} holds int16 without a reason"
+    for r in rows.values():
+        assert r["reason"] in REASONS and r["root"] in ROOTS, r
+    computes = {oid for oid, r in rows.items() if r["computes"] == 16}
+    tagged = {int(k) for k in q.tags["quantization"]["op_bits"]}
+    concats = {oid for oid, r in rows.items() if r["reason"] == "concat"}
+    assert computes - concats == tagged - concats and tagged <= computes
+
+
+def test_int8_network_has_no_int16_rows(tiny):
+    net, cal = tiny
+    q = quantize_network(net, cal, **FAST)
+    assert q.tags["quantization"]["int16"]["ops"] == []
+    assert summary_lines(q.tags["quantization"]["int16"]) == [
+        "int16: none (every integer op computes and stores in int8)"]
+
+
+def test_input_bits_is_the_stems_reason(tiny):
+    net, cal = tiny
+    q = quantize_network(net, cal, input_bits=16, **FAST)
+    rows = _rows(q)
+    assert rows["stem.conv"]["reason"] == "input_bits" and rows["stem.conv"]["computes"] == 16
+    casts = [r for r in rows.values() if r["type"] == "Cast"]
+    assert casts and all(r["reason"] == "converts_16bit" and r["root"] == "input_bits"
+                         for r in casts)
+    assert_explained(q)
+
+
+def test_op_bits_spread_through_groups_and_readers(tiny):
+    net, cal = tiny
+    q = quantize_network(net, cal, op_bits={"branch1.conv": 16}, **FAST)
+    rows = _rows(q)
+    assert rows["branch1.conv"]["reason"] == "op_bits"
+    # the MaxPool branch1 reads shares its input's scale and dtype
+    assert rows["pool"]["reason"] == "scale_group" and rows["pool"]["via"] == "branch1.conv"
+    # a sibling reader of the pool's 16-bit output computes at its widest input
+    assert rows["branch2.conv"]["reason"] == "widest_input"
+    assert rows["branch2.conv"]["via"] == "pool"
+    # the Add writing the pool's input computes in int8 and writes int16
+    assert rows["res"]["reason"] == "writes_16bit" and rows["res"]["computes"] == 8
+    assert {r["root"] for r in rows.values()} == {"op_bits"}
+    assert {r["root_op"] for r in rows.values()} == {"branch1.conv"}
+    assert_explained(q)
+    # the compile tells a raise of the search from the user's
+    rec = explain(q.tags["quantization"]["int16"], {rows["branch1.conv"]["op_id"]: 16},
+                  {str(rows["branch1.conv"]["op_id"]): {"output_loss": 0.0123, "alone": 0.98}})
+    done = {r["name"]: r for r in rec["ops"]}
+    assert done["branch1.conv"]["reason"] == "search"
+    assert {r["root"] for r in rec["ops"]} == {"search"}
+    assert rec["counts"] == {"search": len(rows)}
+    assert rec["int16_ops"] == sum(r["computes"] == 16 for r in rows.values())
+    assert 0.0 < rec["mac_share"] < 1.0
+    text = summary_lines(rec)
+    assert text[1].startswith("  raised by the search: 1 op (branch1.conv output loss 0.012)")
+    assert "sharing a scale group" in text[1] and "reading a 16-bit input" in text[1]
+    assert any("branch1.conv" in line and "search" in line for line in table_lines(rec))
+
+
+def _transformer():
+    import sys
+
+    sys.path.insert(0, "tests/support")
+    from spectrum_nets import SPECTRUM
+
+    build, shape = SPECTRUM["transformer_block_64x128"]
+    net = import_onnx(build(np.random.default_rng(7)))
+    rng = np.random.default_rng(9)
+    return net, [[rng.normal(0, 1, shape).astype(np.float32)] for _ in range(2)]
+
+
+def test_logits_and_residual_stream_rules():
+    net, cal = _transformer()
+    q = quantize_network(net, cal, **FAST)
+    rows = list(q.tags["quantization"]["int16"]["ops"])
+    by = {r["type"]: [x for x in rows if x["type"] == r["type"]] for r in rows}
+    # the softmax's logits: the op computing them and the softmax itself
+    assert {r["reason"] for r in by["Softmax"]} == {"logits"}
+    assert any(r["reason"] == "logits" and r["type"] != "Softmax" for r in rows)
+    # the residual Adds and the LayerNorms they feed
+    assert {r["root"] for r in by["Add"]} == {"stream"}
+    assert {r["root"] for r in by["LayerNorm"]} == {"stream"}
+    # the projections writing 16-bit values compute in int8: no MAC in int16
+    assert {r["reason"] for r in by["Matmul"]} == {"writes_16bit"}
+    assert explain(q.tags["quantization"]["int16"])["mac_share"] == 0.0
+    assert_explained(q)
+
+
+def _far_concat():
+    """x -> conv (range ~100) and conv -> Sigmoid -> x0.05, concatenated and read by a conv."""
+    r = np.random.default_rng(0)
+    inits, nodes = [], []
+
+    def const(name, a):
+        inits.append(numpy_helper.from_array(np.asarray(a, np.float32), name))
+        return name
+
+    def conv(x, cin, cout, name, gain=1.0):
+        w = r.normal(0, np.sqrt(2 / (cin * 9)), (cout, cin, 3, 3)) * gain
+        nodes.append(helper.make_node("Conv", [x, const(name + ".w", w),
+                                               const(name + ".b", r.normal(0, 0.1, cout))],
+                                      [name], pads=[1, 1, 1, 1]))
+        return name
+
+    big = conv("x", 3, 8, "big", gain=40.0)
+    nodes.append(helper.make_node("Sigmoid", [conv("x", 3, 8, "small_pre")], ["sig"]))
+    nodes.append(helper.make_node("Mul", ["sig", const("k", 0.05)], ["small"]))
+    nodes.append(helper.make_node("Concat", [big, "small"], ["cat"], axis=1))
+    conv("cat", 16, 8, "y")
+    vi = [helper.make_tensor_value_info(n, TensorProto.FLOAT, s)
+          for n, s in (("x", [1, 3, 16, 16]), ("y", [1, 8, 16, 16]))]
+    g = helper.make_graph(nodes, "far_concat", vi[:1], vi[1:], inits)
+    return import_onnx(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
+
+
+def test_far_concat_reason():
+    net = _far_concat()
+    rng = np.random.default_rng(1)
+    q = quantize_network(net, [[rng.uniform(0, 1, (1, 3, 16, 16)).astype(np.float32)]
+                               for _ in range(3)], **FAST)
+    rows = _rows(q)
+    (cat,) = [r for r in rows.values() if r["type"] == "Concat"]
+    assert cat["reason"] == "concat" and cat["computes"] == 16 and cat["root"] == "concat"
+    reader = [r for r in rows.values() if r["type"] == "Conv2d" and r["computes"] == 16]
+    assert reader and all(r["reason"] == "widest_input" and r["via"] == cat["name"]
+                          for r in reader)
+    # the far branch's requantizing Cast, q -> q into the 16-bit Concat
+    casts = [r for r in rows.values() if r["type"] == "Cast"
+             and r["reason"] == "converts_16bit" and r["root_op"] == cat["name"]]
+    assert casts
+    assert_explained(q)
+
+
+def test_value_bits_why_names_the_first_rule(tiny):
+    net, _ = tiny
+    opt = optimize(net)
+    ints = integer_ops(opt)
+    ops = {op.name: op for op in opt.ops}
+    why: dict = {}
+    conv = ops["branch1.conv"]
+    vb = value_bits(opt, ints, scale_groups(opt, ints), 8, {conv.op_id: 16}, 16, why=why)
+    assert set(why) == set(vb)
+    assert why[conv.feature_inputs()[0].v_id] == Why("op_bits", conv.op_id)
+    assert all(w.kind == "input_bits" for vid, w in why.items()
+               if vid in {v.v_id for v in opt.inputs()})
+    # spread values name where their bits came from, a value already raised
+    assert all(w.value in vb for w in why.values() if w.kind in ("group", "input"))
+    # without `why` the bits are the same
+    assert vb == value_bits(opt, ints, scale_groups(opt, ints), 8, {conv.op_id: 16}, 16)
+
+
+def test_compile_counts_the_hardops_with_their_reasons(tiny, tmp_path):
+    import json
+
+    from corpus import load_stage
+
+    from xcompile.pipeline import DEFAULTS, compile_model
+
+    written = compile_model(dict(DEFAULTS, model="tiny_cnn", target="zg330", calib_count=4,
+                                 op_bits={"branch1.conv": 16}, output=str(tmp_path)))
+    net = load_stage(written["ZG"])
+    rec = int16_record(net)
+    hard = rec["hardops"]
+    with open(written["ZG"]) as fh:  # as bench_spectrum counts them
+        doc = json.load(fh)
+    ops = [op for op in doc["ops"] if op.get("_type_key", "").endswith("::HardOp")]
+    assert hard["hardops"] == len(ops)
+    assert hard["int16"] == sum("@sint(16)" in json.dumps(op) for op in ops) > 0
+    assert "unexplained" not in hard["counts"]
+    assert sum(hard["counts"].values()) == hard["int16"]
+    assert set(hard["counts"]) == {"op_bits"}  # the user's, not the search's
+    assert hardop_record(net, rec) == hard
+    text = summary_lines(rec)
+    assert text[0].startswith(f"int16: {hard['int16']} of {hard['hardops']} HardOps")
+    if hard["share"] > 0.10:
+        assert any("above 10%" in line and "raised by --op-bits" in line for line in text)
+
+
+def test_summary_names_the_share_above_ten_percent():
+    rec = {"ops": [{"op_id": 1, "name": "a", "type": "Add", "computes": 16, "macs": 0,
+                    "reason": "stream", "via": None, "root": "stream", "root_op": "a"},
+                   {"op_id": 2, "name": "m", "type": "Matmul", "computes": 8, "macs": 10,
+                    "reason": "writes_16bit", "via": "a", "root": "stream", "root_op": "a"}],
+           "values": {}, "macs": 100, "integer_ops": 5,
+           "hardops": {"hardops": 4, "int16": 2, "share": 0.5, "counts": {"stream": 2},
+                       "list": []}}
+    text = summary_lines(rec)
+    assert text[0] == ("int16: 2 of 4 HardOps hold a 16-bit value, 1 of 5 integer ops compute "
+                       "in int16 (0.0% of MACs); 1 more ops write or convert a 16-bit value:")
+    assert text[1].startswith("  residual-stream rule: 1 op (a); through them 1 writing")
+    assert text[-1] == ("  50% of the HardOps hold 16-bit values (above 10%): "
+                        "residual-stream rule 2")
