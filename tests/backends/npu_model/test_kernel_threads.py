@@ -13,10 +13,14 @@ from npu_testlib import Harness, rand_requant, ref_conv_acc, ref_requant
 from npu_model import asm
 from npu_model.kernels import bgemm, implicit, matmul, mpe, pool
 
+_free_cores = pool.free_cores
+
 
 @pytest.fixture(autouse=True)
 def _restore_threads(monkeypatch):
     monkeypatch.setattr(pool, "_machine", pool._Backoff())  # no loss seen before the test
+    # the cores free now unknown: the timing alone decides, whatever the machine's load
+    monkeypatch.setattr(pool, "free_cores", lambda: None)
     yield
     pool.set_threads(None)
 
@@ -328,7 +332,7 @@ def test_calls_from_several_threads_at_once(monkeypatch):
     its call inline meanwhile; every result is right."""
     monkeypatch.setattr(pool, "INLINE_S", 0.0)
     pool.set_threads(2)
-    split = pool.Split(_sum_parts, extent=("n",), work=("n",), min_work=1)
+    split = pool.Split(_sum_units, extent=("n",), work=("n",), min_work=1)
     bad = []
 
     def caller(k):
@@ -345,3 +349,47 @@ def test_calls_from_several_threads_at_once(monkeypatch):
     for t in callers:
         t.join()
     assert bad == []
+
+
+def test_measured_calls_use_the_cores_free_now(monkeypatch):
+    """A measured call long enough to cut runs inline while no other core is free, and on as
+    many threads as there are free cores otherwise (the pool's size at most)."""
+    monkeypatch.setattr(pool, "INLINE_S", 1e-3)
+    monkeypatch.setattr(pool, "PART_S", 1e-4)
+    monkeypatch.setattr(pool._Backoff, "lost", lambda self: None)
+    pool.set_threads(4)
+    free = [1]
+    monkeypatch.setattr(pool, "free_cores", lambda: free[0])
+    ran: list[tuple[int, int]] = []
+
+    def kernel(n, lo, hi):
+        ran.append((lo, threading.get_ident()))
+        time.sleep(0.0005 * (hi - lo))
+
+    split = pool.Split(kernel, extent=("n",), work=("n",), min_work=1)
+    split(32)  # timed inline
+    for cores, most in ((1, 1), (2, 2), (3, 3), (9, 4)):
+        free[0] = cores
+        ran.clear()
+        split(32)
+        assert len(ran) == (1 if cores == 1 else min(32, most * pool.PARTS_PER_THREAD))
+        assert len({t for _, t in ran}) <= most
+
+
+def test_free_cores_reads_the_runnable_count(monkeypatch, tmp_path):
+    load = tmp_path / "loadavg"
+    load.write_text("0.50 0.40 0.30 3/345 999\n")
+    monkeypatch.setattr(pool, "LOADAVG", str(load))
+    monkeypatch.setattr(pool, "_loadavg_fd", None)
+    monkeypatch.setattr(pool, "_cpus", 8)
+    assert _free_cores() == 6  # 8 CPUs, 3 runnable (the caller one of them)
+    monkeypatch.setattr(pool, "_cpus", 2)
+    assert _free_cores() == 1  # busier than its cores: the caller's own only
+    monkeypatch.setattr(pool, "LOADAVG", str(tmp_path / "absent"))
+    monkeypatch.setattr(pool, "_loadavg_fd", None)
+    assert _free_cores() is None
+
+
+def _sum_units(x, out, n, lo, hi):
+    for i in range(lo, hi):
+        out[i] = x[i * 5:(i + 1) * 5].sum()
