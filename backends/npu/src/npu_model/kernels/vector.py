@@ -56,7 +56,7 @@ def eltw(a, ars, apitch, acoff, b, brs, bpitch, bcoff, b_bcast,
     """``y = requant((a*ka) op (b*kb))`` in int64; op 0 add, 1 sub, 2 multiply.
 
     `b_bcast`: B is one pixel (H = W = 1) broadcast over the map (per-channel operand).
-    """
+    Dense maps (every pixel's channels one after the other, rows too) are one run."""
     ka = np.int64(ka)
     kb = np.int64(kb)
     mp = np.int64(m)
@@ -75,19 +75,48 @@ def eltw(a, ars, apitch, acoff, b, brs, bpitch, bcoff, b_bcast,
     fb = bmax * abs(kb) if abs(kb) < (1 << 31) else np.int64(1) << np.int64(62)
     fits = fa < (1 << 31) and fb < (1 << 31)  # so the bound below does not overflow
     bound = fa * fb if op == 2 else fa + fb
-    narrow = mp == mq and sp == sq and -(1 << 31) <= mp < (1 << 31) and fits and bound < (1 << 31)
-    for h in range(h_n):
-        for w in range(w_n):
-            abase = h * ars + w * apitch + acoff
-            bbase = bcoff if b_bcast else h * brs + w * bpitch + bcoff
-            ybase = h * yrs + w * ypitch + ycoff
-            if narrow:
-                _eltw_run32(a[abase:abase + c_n], b[bbase:bbase + c_n], y[ybase:ybase + c_n], op,
-                            ka, kb, mp, sp, rp, lo64, hi64)
-                continue
-            _eltw_run(a[abase:abase + c_n], b[bbase:bbase + c_n], y[ybase:ybase + c_n], op,
+    one = mp == mq and sp == sq
+    narrow = one and -(1 << 31) <= mp < (1 << 31) and fits and bound < (1 << 31)
+    # one-sided add / sub of wider accumulators (a residual stream's int16 operands scaled
+    # past int32): one requantization instead of both signs' (`_eltw_run1`)
+    wide1 = one and op != 2 and abs(ka) < (1 << 31) and abs(kb) < (1 << 31)
+    n = c_n
+    pixels = h_n * w_n
+    if not b_bcast and apitch == c_n and bpitch == c_n and ypitch == c_n and \
+            ars == w_n * c_n and brs == w_n * c_n and yrs == w_n * c_n:
+        n = pixels * c_n
+        pixels = 1
+    for p in range(pixels):
+        h = p // w_n
+        w = p - h * w_n
+        abase = h * ars + w * apitch + acoff
+        bbase = bcoff if b_bcast else h * brs + w * bpitch + bcoff
+        ybase = h * yrs + w * ypitch + ycoff
+        if narrow:
+            _eltw_run32(a[abase:abase + n], b[bbase:bbase + n], y[ybase:ybase + n], op,
+                        ka, kb, mp, sp, rp, lo64, hi64)
+        elif wide1:
+            _eltw_run1(a[abase:abase + n], b[bbase:bbase + n], y[ybase:ybase + n], op,
+                       ka, kb, mp, sp, rp, lo64, hi64)
+        else:
+            _eltw_run(a[abase:abase + n], b[bbase:bbase + n], y[ybase:ybase + n], op,
                       ka, kb, mp, sp, rp, mq, sq, rq, lo64, hi64)
     return y
+
+
+@inline
+def _eltw_run1(av, bv, yv, op, ka, kb, mp, sp, rp, lo, hi):
+    """`_eltw_run` of an add or sub (op 0, 1) where both signs requantize alike and
+    ``|ka|, |kb| < 2**31``: the same int64 values, one requantization (the transformer
+    block's residual Add, int16 + int16 at scales 57832 and 16649: 6.4 -> 4.0 us)."""
+    for c in range(yv.shape[0]):
+        va = np.int64(av[c]) * ka
+        vb = np.int64(bv[c]) * kb
+        acc = va + vb if op == 0 else va - vb
+        v = (acc * mp + rp) >> sp
+        v = lo if v < lo else v
+        v = hi if v > hi else v
+        yv[c] = v
 
 
 @inline
