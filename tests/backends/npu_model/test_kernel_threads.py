@@ -11,7 +11,7 @@ import pytest
 from npu_testlib import Harness, rand_requant, ref_conv_acc, ref_requant
 
 from npu_model import asm
-from npu_model.kernels import bgemm, implicit, matmul, mpe, pool
+from npu_model.kernels import bgemm, depthwise, implicit, matmul, mpe, pool
 
 _free_cores = pool.free_cores
 
@@ -59,6 +59,7 @@ def _layers(hw, rng, dtype):
 
 _SPLITS = (mpe.CONV_INT, mpe.CONV_INT16, mpe.CONV_INT8_BYTES, mpe.CONV_INT16_BYTES,
            implicit.CONV_IMPLICIT, implicit.CONV_POINTWISE_INT16, mpe.CONV_DEPTHWISE,
+           depthwise.CONV_DEPTHWISE_PAIRS,
            matmul.MATMUL_INT,
            matmul.MATMUL_INT8_BYTES, matmul.MATMUL_INT16, matmul.MATMUL_INT16_BYTES)
 

@@ -13,7 +13,7 @@ import pytest
 from npu_testlib import Harness, rand_requant, ref_conv_acc, ref_requant
 
 from npu_model import asm
-from npu_model.kernels import bgemm, grouped, implicit, mpe, pool
+from npu_model.kernels import bgemm, depthwise, grouped, implicit, mpe, pool
 from xir.quant.fixed_point import clip_bounds
 
 pytestmark = pytest.mark.skipif(not ll.get_host_cpu_features().get("avx512vnni"),
@@ -27,7 +27,7 @@ def ran(monkeypatch):
     seen: dict[str, int] = {}
     for split in (implicit.CONV_IMPLICIT, mpe.CONV_INT8_BYTES, grouped.CONV_G1X1_INT8,
                   implicit.CONV_POINTWISE_INT16, mpe.CONV_INT16_BYTES,
-                  implicit.DEPTHWISE_1X1, mpe.CONV_DEPTHWISE):
+                  implicit.DEPTHWISE_1X1, mpe.CONV_DEPTHWISE, depthwise.CONV_DEPTHWISE_PAIRS):
         def spy(*args, _k=split.kernel, _name=split.__name__):
             if args[-2] == 0:
                 seen[_name] = seen.get(_name, 0) + 1
@@ -136,7 +136,7 @@ def test_depthwise_1x1_is_exact_and_runs_there(hw, rng, ran, case):
 def test_other_depthwise_layers_keep_their_kernel(hw, rng, ran):
     got, ref, _ = _conv(hw, rng, 9, 10, 16, 16, groups=16)
     np.testing.assert_array_equal(got, ref)
-    assert ran == {"conv_depthwise": 1}
+    assert ran == {"conv_depthwise_pairs": 1}  # int8 on VNNI: pairs of taps
 
 
 CASES16 = [dict(h=64, w=30, cin=16, cout=32),  # PP-OCRv4 detector's int16 1x1, smaller

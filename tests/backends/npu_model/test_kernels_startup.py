@@ -13,6 +13,7 @@ from numba.core import types
 from npu_model import asm
 from npu_model.kernels import (
     bgemm,
+    depthwise,
     grouped,
     igemm,
     interleave,
@@ -26,7 +27,7 @@ from npu_model.kernels import (
 from npu_model.kernels.jit import HelperCallError
 from xir.errors import XirError
 
-MODULES = (bgemm, grouped, igemm, interleave, matmul, mpe, rownorm, vector)
+MODULES = (bgemm, depthwise, grouped, igemm, interleave, matmul, mpe, rownorm, vector)
 
 
 def _dispatchers():

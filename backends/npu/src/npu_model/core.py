@@ -40,7 +40,18 @@ from .isa import (
     decode_arrays,
     unpack_payload,
 )
-from .kernels import bgemm, grouped, igemm, implicit, matmul, mpe, resize, rownorm, vector
+from .kernels import (
+    bgemm,
+    depthwise,
+    grouped,
+    igemm,
+    implicit,
+    matmul,
+    mpe,
+    resize,
+    rownorm,
+    vector,
+)
 from .mmu import MEM_ETM, MEM_OCM, MmuFault, MmuTable
 from .program import MAX_PROGRAMS, Program, Recording
 
@@ -624,7 +635,10 @@ class Icore:
                            y.rs, y.pitch, y.coff, y.h, y.w, y.c)
             return
         if dwise:  # its own copy: a replay reads the weights it checked, wherever they moved
-            self._rec.call(mpe.CONV_DEPTHWISE, x.arr, x.rs, x.pitch, x.coff, x.h, x.w, packed, cu,
+            # int8 on pairs of taps where VNNI's vpdpwssd exists (`kernels.depthwise`)
+            pairs = self.byte_gemm and depthwise.fits(dtype, kh * kw)
+            self._rec.call(depthwise.CONV_DEPTHWISE_PAIRS if pairs else mpe.CONV_DEPTHWISE,
+                           x.arr, x.rs, x.pitch, x.coff, x.h, x.w, packed, cu,
                            bias, mult, shift, mneg, sneg, lo, hi, y.arr, y.rs, y.pitch, y.coff,
                            y.h, y.w, y.c, kh, kw, sh, sw, dh, dw, pt, pl,
                            mpe.depthwise_acc(x.arr.itemsize, kh * kw))
