@@ -20,7 +20,8 @@ class Why:
     Seeds (the value is raised by a rule of its own): "op_bits" (`op` was raised by op_bits:
     the user's or the mixed-precision search's, `xcompile.quant.int16_reasons` tells them
     apart), "logits" (`op` computes or is a softmax's input: `logit_bits`), "stream" (`op` is
-    a residual-stream Add or the LayerNorm reading it: `stream_bits`), "input_bits" (a network
+    a residual-stream Add or the LayerNorm reading it: `stream_bits`), "log_domain" (an op
+    of a log-power chain: `rule_bits`), "input_bits" (a network
     input at --input-bits 16), "concat" (`op` is a Concat of far-apart branches stored in 16
     bits: `concats.concat_plan`). Spread (the value takes another's bits): "group" (it shares
     a scale group with the 16-bit `value`), "input" (`op`, a rescaling op, computes at the
@@ -32,7 +33,7 @@ class Why:
 
 
 #: the `Why.kind`s a value is raised by directly
-SEED_KINDS = ("op_bits", "logits", "stream", "input_bits", "concat")
+SEED_KINDS = ("op_bits", "logits", "stream", "log_domain", "input_bits", "concat")
 
 
 def logit_producers(net: Network, int_ops: set[int]) -> dict[int, int]:
@@ -54,11 +55,21 @@ def logit_bits(net: Network, int_ops: set[int], bits: int) -> dict[int, int]:
     exp(step) (vgg19's 1000-class head: output cosine 0.981 with 8-bit logits, 0.993 with
     16-bit ones; onnxruntime's int8 0.976). PaddleOCR's recognizer wrote its 6625 logits in
     int8, a step of 0.29, until the value itself was raised too."""
+    return {oid: 16 for oid in rule_bits(net, int_ops, bits)}
+
+
+def rule_bits(net: Network, int_ops: set[int], bits: int) -> dict[int, str]:
+    """`{op_id: rule}` of the integer ops an automatic 16-bit rule raises, whatever the user
+    or the search chooses: "logits" (the ops computing a softmax's input, `logit_bits`),
+    "stream" (`stream_bits`). `logit_bits` raises them all (the quantizer's `raised`, the
+    base of `mixed.planned_int16`), and `value_bits` names each by its rule. None at
+    `bits` 16."""
     if bits != 8:
         return {}
     # the ops the chips run writing the other dtype
-    out = {oid: 16 for oid in logit_producers(net, int_ops)}
-    return {**out, **stream_bits(net, int_ops, bits)}
+    out = {oid: "logits" for oid in logit_producers(net, int_ops)}
+    out.update({oid: "stream" for oid in stream_bits(net, int_ops, bits)})
+    return out
 
 
 #: ops writing a LayerNorm's input that `stream_bits` raises: elementwise, no MACs (a
@@ -154,11 +165,10 @@ def value_bits(net: Network, int_ops: set[int], uf: UnionFind, bits: int,
         return False
 
     ops = {op.op_id: op for op in net.ops}
-    logits = logit_producers(net, int_ops) if bits == 8 else {}
-    stream = stream_bits(net, int_ops, bits)
+    rules = rule_bits(net, int_ops, bits)
 
     def seed_kind(oid: int) -> str:
-        return "stream" if oid in stream else "logits" if oid in logits else "op_bits"
+        return rules.get(oid, "op_bits")
 
     # the automatic rules first: an op the user (or the search) raises that a rule raises
     # anyway is the rule's

@@ -30,6 +30,7 @@ REASONS = {
     "search": "raised by the mixed-precision search (its measured sensitivity)",
     "logits": "16-bit logits rule (computes a softmax's input)",
     "stream": "residual-stream rule (writes or normalises a LayerNorm's 16-bit input)",
+    "log_domain": "log-domain rule (a log-power spectrum's chain, section 8)",
     "input_bits": "--input-bits 16 (reads the network input)",
     "concat": "Concat of branches far apart stored in 16 bits (section 11)",
     "scale_group": "shares a scale group with a 16-bit value",
@@ -41,6 +42,7 @@ REASONS = {
 #: the rules a chain of reasons starts from, as a summary names them
 ROOTS = {"op_bits": "raised by --op-bits", "search": "raised by the search",
          "logits": "16-bit logits rule", "stream": "residual-stream rule",
+         "log_domain": "log-domain rule",
          "input_bits": "--input-bits 16", "concat": "Concats of far-apart branches"}
 
 
@@ -309,6 +311,7 @@ _HOW = {"scale_group": "sharing a scale group", "widest_input": "reading a 16-bi
         "converts_16bit": "Casts", "concat": "far-branch Concats",
         "op_bits": "raised by --op-bits", "search": "raised by the search",
         "logits": "computing logits", "stream": "in the residual stream",
+        "log_domain": "in a log-power chain",
         "input_bits": "reading the input"}
 
 
