@@ -244,3 +244,41 @@ def test_summary_names_the_share_above_ten_percent():
     assert text[1].startswith("  residual-stream rule: 1 op (a); through them 1 writing")
     assert text[-1] == ("  50% of the HardOps hold 16-bit values (above 10%): "
                         "residual-stream rule 2")
+
+
+def test_the_search_raises_are_told_apart_from_the_rules(tmp_path):
+    """A compile whose search raises layers (a target only int16 reaches): the raised ops read
+    "search", the logits and the spread from them keep their own rules, every HardOp holding
+    16-bit values is counted under one, and the printout names the search."""
+    import sys
+
+    sys.path.insert(0, "tests/support")
+    from corpus import load_stage
+    from exporter_nets import NETS
+
+    from xcompile.pipeline import DEFAULTS, compile_model
+
+    build, shape = NETS["torch_attention"]
+    rng = np.random.default_rng(3)
+    path = tmp_path / "attn.onnx"
+    path.write_bytes(build(rng).SerializeToString())
+    (tmp_path / "cal").mkdir()
+    for k in range(4):
+        np.save(tmp_path / "cal" / f"{k}.npy", rng.normal(0, 1, shape).astype(np.float32))
+    written = compile_model(dict(DEFAULTS, model=str(path), target="zg330",
+                                 calib=str(tmp_path / "cal"), name="attn", min_cosine=0.99999,
+                                 max_int16=1.0, input_shape={"x": list(shape)},
+                                 output=str(tmp_path / "out")))
+    q = load_stage(written["quantized"])
+    mp = q.tags["quantization"]["mixed_precision"]
+    assert mp["op_bits"], "the search raised nothing: the test needs a raise"
+    rec = mp["int16"]
+    rows = {r["op_id"]: r for r in rec["ops"]}
+    for oid in map(int, mp["op_bits"]):
+        if rows[oid]["reason"] != "search":  # raised anyway by a rule met first
+            assert rows[oid]["reason"] in ("logits", "stream", "scale_group", "widest_input")
+    assert any(r["reason"] == "search" for r in rows.values())
+    assert "op_bits" not in {r["root"] for r in rows.values()}  # the user raised nothing
+    hard = int16_record(load_stage(written["ZG"]))["hardops"]
+    assert hard["counts"].get("search", 0) > 0 and "unexplained" not in hard["counts"]
+    assert any(line.startswith("  raised by the search: ") for line in summary_lines(rec))
