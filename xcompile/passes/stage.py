@@ -13,6 +13,7 @@ from .affine import affine_of, as_depthwise, fold_bn, set_affine
 from .fusion import ACT_HOSTS, fold_matmul_bias, fold_relu, fold_transpose_into_matmul
 from .graph import bypass, copy_network, fuse_tag, only_reader
 from .layout import fold_channel_shuffle, is_noop
+from .log_power import fold_log_power
 from .normalization import fold_layernorm, is_mean, lrn_as_chip_ops
 from .pooled_layernorm import fold_pooled_layernorm
 from .sqrt import fold_sqrt_of_square, sqrt_as_table
@@ -44,6 +45,8 @@ def optimize(net: Network) -> Network:
         elif op in out.ops and op.op_type == "LRN" and lrn_as_chip_ops(out, op):
             n_act += 1
         elif op in out.ops and op.op_type == "Sqrt" and fold_sqrt_of_square(out, op, outputs):
+            n_act += 1
+        elif op in out.ops and op.op_type == "Unary" and fold_log_power(out, op, outputs):
             n_act += 1
     for op in list(out.ops):  # the Sqrts no pattern took: tables once quantized
         if op.op_type == "Sqrt" and sqrt_as_table(out, op):
