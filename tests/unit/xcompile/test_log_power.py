@@ -200,3 +200,33 @@ def test_int8_with_the_chain_in_16_bits_follows_onnxruntime(model, monkeypatch):
     got8 = [np.asarray(o[0]) for o in run_float(q8, [[x] for x in held], lambda v, a: None)]
     cos8 = [cosine(g, _ort(path, x)[0]) for g, x in zip(got8, held)]
     assert min(cos8) < min(cos) - 0.005, (cos8, cos)
+
+
+@pytest.mark.parametrize("target,backend,stage", [("zg330", "ZG330", "ZG"),
+                                                  ("buyi", "Buyi", "BY")])
+def test_the_log_domain_chain_runs_on_the_chips(model, tmp_path, target, backend, stage):
+    """Compiled with the defaults: every op of the rewritten chain (Abs / Log / Softplus
+    tables, Max / Min, Add and Sub, an Add of a value to itself) runs inside HardOps,
+    bit-exact against the integer reference, within 0.99 of onnxruntime's float run."""
+    from corpus import load_stage, run_on_chip, run_reference
+
+    from xcompile.pipeline import DEFAULTS, compile_model
+
+    _, path = model
+    (tmp_path / "cal").mkdir()
+    for k, x in enumerate(_speech(4, 0)):
+        np.save(tmp_path / "cal" / f"{k}.npy", x)
+    written = compile_model(dict(DEFAULTS, model=str(path), target=target,
+                                 calib=str(tmp_path / "cal"), output=str(tmp_path / "out"),
+                                 name="m", input_shape={"x": [1, SAMPLES]}))
+    net = load_stage(written[stage])
+    adapted = load_stage(written["adapted"])
+    chain = {op.op_id for op in adapted.ops if op.tags.get("decomposed") == LOG_POWER}
+    assert len(chain) == 14
+    on_chip = {i for op in net.ops if op.op_type == "HardOp" for i in op.origin_ops_id}
+    assert chain <= on_chip
+    x = _speech(1, 23)[0]
+    got, bound, npu = run_on_chip(net, backend, target, x)
+    assert all(isinstance(bound[op.op_id], npu) for op in net.ops if op.op_type == "HardOp")
+    assert got.tobytes() == run_reference(written["adapted"], x).tobytes()
+    assert cosine(got, _ort(path, x)[0]) >= 0.99
