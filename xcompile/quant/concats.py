@@ -43,7 +43,8 @@ def _output_tail(op: Operation) -> list[Operation] | None:
 
 
 def concat_plan(net: Network, int_ops: set[int], amax: dict[int, float],
-                 bits_of: Any = None, far: set[tuple[int, int]] | None = None
+                 bits_of: Any = None, far: set[tuple[int, int]] | None = None,
+                 widen: bool = True
                  ) -> tuple[UnionFind, set[tuple[int, int]], set[int], dict[str, dict],
                             set[int]]:
     """How each integer Concat keeps its branches' ranges (docs/quantization.md, "Concat").
@@ -63,7 +64,11 @@ def concat_plan(net: Network, int_ops: set[int], amax: dict[int, float],
       `BRANCH_SPREAD * 256` is lost in 16 bits too: then only requantized ("requantized").
     `bits_of(v_id)`: the value's storage bits (default 8); `far`: the requantized branches of
     an earlier plan, kept (a second plan after the 16-bit calibration must not unite a branch
-    with a group of other bits). Returns (the scale groups, the requantized (concat op_id,
+    with a group of other bits). `widen=False`: no Concat is stored in 16 bits for its far
+    branches: a far branch the Concat alone reads shares its scale, one with other readers
+    keeps its own for them and is requantized into the Concat's int8 one (form
+    "requantized"), for a compile that measured the widening buys nothing
+    (`xcompile.pipeline`). Returns (the scale groups, the requantized (concat op_id,
     input index) pairs, the ops made float, the record for `tags["quantization"]["concats"]`,
     the Concat outputs to store in 16 bits that are not yet)."""
     uf = scale_groups(net, int_ops, concat=False)
@@ -91,11 +96,15 @@ def concat_plan(net: Network, int_ops: set[int], amax: dict[int, float],
             floats.update([op.op_id] + [t.op_id for t in tail])
         else:
             for i, v, sp in zip(at, feats, spread):
-                if ((op.op_id, i) in far) if far is not None else sp > BRANCH_SPREAD:
+                keep = ((op.op_id, i) in far) if far is not None else sp > BRANCH_SPREAD
+                if keep and not widen and bits_of(y.v_id) < 16 and \
+                        all(c is op for c in v.consumers):
+                    keep = False  # read by the Concat only: its own scale would serve no one
+                if keep:
                     requant.add((op.op_id, i))
                     if bits_of(y.v_id) >= 16:
                         form = "int16"
-                    elif sp <= BRANCH_SPREAD * 256:
+                    elif widen and sp <= BRANCH_SPREAD * 256:
                         wide.add(y.v_id)
                         form = "int16"
                     elif form != "int16":
