@@ -140,8 +140,9 @@ def test_logits_and_residual_stream_rules():
     assert_explained(q)
 
 
-def _far_concat():
-    """x -> conv (range ~100) and conv -> Sigmoid -> x0.05, concatenated and read by a conv."""
+def _far_concat(own_reader: bool = False):
+    """x -> conv (range ~100) and conv -> Sigmoid -> x0.05, concatenated and read by a conv;
+    with `own_reader` the small branch is read by a conv of its own too (output "z")."""
     r = np.random.default_rng(0)
     inits, nodes = [], []
 
@@ -161,8 +162,11 @@ def _far_concat():
     nodes.append(helper.make_node("Mul", ["sig", const("k", 0.05)], ["small"]))
     nodes.append(helper.make_node("Concat", [big, "small"], ["cat"], axis=1))
     conv("cat", 16, 8, "y")
-    vi = [helper.make_tensor_value_info(n, TensorProto.FLOAT, s)
-          for n, s in (("x", [1, 3, 16, 16]), ("y", [1, 8, 16, 16]))]
+    outs = [("x", [1, 3, 16, 16]), ("y", [1, 8, 16, 16])]
+    if own_reader:
+        conv("small", 8, 4, "z", gain=50.0)
+        outs.append(("z", [1, 4, 16, 16]))
+    vi = [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in outs]
     g = helper.make_graph(nodes, "far_concat", vi[:1], vi[1:], inits)
     return import_onnx(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
 
@@ -282,3 +286,32 @@ def test_the_search_raises_are_told_apart_from_the_rules(tmp_path):
     hard = int16_record(load_stage(written["ZG"]))["hardops"]
     assert hard["counts"].get("search", 0) > 0 and "unexplained" not in hard["counts"]
     assert any(line.startswith("  raised by the search: ") for line in summary_lines(rec))
+
+
+@pytest.mark.parametrize("own_reader", [False, True], ids=["concat_only", "own_reader"])
+def test_concat_plan_without_widening(own_reader):
+    """`concat_plan(widen=False)` stores no Concat in 16 bits: a far branch the Concat alone
+    reads shares its scale (its own would serve no one), one with a reader of its own keeps
+    its scale and is requantized into the Concat's int8 one."""
+    from xcompile.quant.calibrate import calibrate
+    from xcompile.quant.concats import concat_plan
+
+    opt = optimize(_far_concat(own_reader))
+    rng = np.random.default_rng(1)
+    data = [[rng.uniform(0, 1, (1, 3, 16, 16)).astype(np.float32)] for _ in range(3)]
+    ints = integer_ops(opt)
+    amax = calibrate(opt, data, "minmax")
+    _, requant, _, record, wide = concat_plan(opt, ints, amax)
+    (form,) = [c["form"] for c in record.values()]
+    assert form == "int16" and wide and requant
+    uf, requant, _, record, wide = concat_plan(opt, ints, amax, widen=False)
+    (form,) = [c["form"] for c in record.values()]
+    assert not wide
+    cat = next(op for op in opt.ops if op.op_type == "Concat")
+    small = cat.feature_inputs()[1]
+    if own_reader:
+        assert form == "requantized" and requant == {(cat.op_id, 1)}
+        assert uf.find(small.v_id) != uf.find(cat.outputs[0].v_id)
+    else:
+        assert form == "shared" and not requant
+        assert uf.find(small.v_id) == uf.find(cat.outputs[0].v_id)
