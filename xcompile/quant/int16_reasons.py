@@ -267,7 +267,11 @@ def summary_lines(record: dict[str, Any]) -> list[str]:
         record = explain(record)
     rows = record.get("ops", [])
     if not rows:
-        return ["int16: none (every integer op computes and stores in int8)"]
+        wid = record.get("concat_widening")
+        return ["int16: none (every integer op computes and stores in int8)"] + (
+            [f"  {len(wid['concats'])} Concat(s) of far-apart branches kept in int8: worst "
+             f"part {wid['worst_int8'][1]:.4f} (in 16 bits {wid['worst_int16'][1]:.4f})"]
+            if wid else [])
     at16 = [r for r in rows if r["computes"] > 8]
     hard = record.get("hardops")
     head = "int16: "
@@ -298,6 +302,11 @@ def summary_lines(record: dict[str, Any]) -> list[str]:
         if hard:
             line += f"; {hard['counts'].get(root, 0)} HardOps"
         lines.append(line)
+    wid = record.get("concat_widening")
+    if wid:
+        lines.append(f"  {len(wid['concats'])} Concat(s) of far-apart branches measured "
+                     f"({', '.join(wid['concats'][:4])}): worst part {wid['worst_int16'][1]:.4f}"
+                     f" in 16 bits, {wid['worst_int8'][1]:.4f} in 8: {wid['kept']} kept")
     if hard and hard.get("share", 0.0) > HARDOP_SHARE_NOTE:
         why = ", ".join(f"{ROOTS.get(k, k)} {n}" for k, n in
                         sorted(hard["counts"].items(), key=lambda kv: -kv[1]))
