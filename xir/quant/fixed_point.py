@@ -421,12 +421,40 @@ def quantize(
     return round_half_away(v).astype(dtype)
 
 
+#: how far from a half-integer a fast quotient must lie (`quantize_scalar_nb`): x * (1/scale)
+#: differs from the correctly rounded x / scale by at most 3.0001 * 2**-53 * |x / scale| <
+#: 2**-34.4 below 2**17, so a product farther than this from every k + 0.5 rounds alike
+_HALF_TOL = 2.0**-30
+#: the fast quotient is taken where the saturation bounds lie below this (int8 / int16)
+_FAST_BOUND = 2.0**17
+
+
 @njit(cache=True, nogil=True)
 def quantize_scalar_nb(x, scale, lo, hi, out) -> bool:
     """`quantize` for one scale over flat arrays (`lo`, `hi`: the saturation bounds as
     floats): float64 divide, clip, round half away; False on NaN. Branch-free, so the loop
     vectorises (12x faster than with early exits and branches). Without the GIL: a caller
-    may run it over slices of one map on several threads (the host backend's big Casts)."""
+    may run it over slices of one map on several threads (the host backend's big Casts).
+
+    For int8 / int16 bounds the quotient is first taken as a product with ``1 / scale``
+    (a divide per element is most of the pass: 8192 floats 6.3 -> 3.7 us): rounded to an
+    integer it is the quotient's own integer unless it lies within `_HALF_TOL` of a
+    half-integer (`_HALF_TOL`'s bound), and a pass in which any element does (an input of
+    exact halves, a NaN) is done again with the divide. So the bytes are the divide's."""
+    if 2.0**-1000 < scale < 2.0**1000 and -lo < _FAST_BOUND and hi < _FAST_BOUND:
+        inv = 1.0 / scale
+        again = False
+        for i in range(x.shape[0]):
+            v = np.float64(x[i]) * inv
+            again |= v != v
+            v = min(max(v, lo), hi)
+            a = abs(v)
+            fl = np.floor(a)
+            f = a - fl
+            again |= abs(f - 0.5) <= _HALF_TOL
+            out[i] = np.copysign(fl + (1.0 if f >= 0.5 else 0.0), v)
+        if not again:
+            return True
     bad = False
     for i in range(x.shape[0]):
         v = np.float64(x[i]) / scale
