@@ -62,6 +62,11 @@ NUMBA_DEPENDS = {"npu_model.kernels.bgemm.byte_planes": "c12b5a7aa4a50943",
 
 #: products of a depthwise 1x1 layer requantized per call (`depthwise_1x1_int8`)
 DW_RUN = 4096
+#: a layer whose weights are more than this many bytes, and `WEIGHT_HEAVY` times its input's,
+#: is cut over groups of its output channels as well as rows (`channel_groups`): about half
+#: an L2 (2 MB a core on the Xeons this was measured on)
+WEIGHT_BYTES = 1 << 20
+WEIGHT_HEAVY = 4
 #: bytes of the int32 results of the output rows a tile holds (several rows where they fit)
 ROWS_TILE_BYTES = 131072
 #: bytes of a 1x1 layer's int32 tile (`_pointwise`), as `grouped.C_TILE_BYTES`: kept in L1
@@ -258,15 +263,17 @@ def _requant_out(ctile, width, p0, npix, ow_n, cout, y, yrs, ypitch, ycoff, fold
 
 @inline
 def _pointwise(x, xrs, xpitch, xcoff, wq, nr, y, yrs, ypitch, ycoff, ow_n, cin, cout, p_lo,
-               p_hi, folded, m32, cf, sf, bias, prm, lo, hi):
-    """A 1x1 convolution of unit stride without padding, output pixels ``p_lo..p_hi``: the
-    pixels are the GEMM's rows whatever the map's rows, so they are taken in tiles of about
-    `C_TILE_BYTES` of int32 results (no padding pixels at the end of each map row), each tile's
-    channels compacted and turned unsigned in one pass, one byte GEMM per panel, requantized
-    from the tile."""
+               p_hi, pb_lo, pb_hi, folded, m32, cf, sf, bias, prm, lo, hi):
+    """A 1x1 convolution of unit stride without padding, output pixels ``p_lo..p_hi`` and the
+    channels of panels ``pb_lo..pb_hi``: the pixels are the GEMM's rows whatever the map's
+    rows, so they are taken in tiles of about `C_TILE_BYTES` of int32 results (no padding
+    pixels at the end of each map row), each tile's channels compacted and turned unsigned
+    in one pass, one byte GEMM per panel, requantized from the tile (the requantization's
+    parameters those of the panels' channels, `_requant_params`)."""
     cpad = (cin + 3) // 4 * 4
-    width = cout + nr
-    nb = (cout + nr - 1) // nr
+    c0 = pb_lo * nr
+    nc = min(pb_hi * nr, cout) - c0
+    width = nc + nr
     k4 = cpad // 4
     tile = max(MR, min(p_hi - p_lo, C_TILE_BYTES // (4 * width)) // MR * MR)
     if tile < 64:  # wide outputs: a bigger tile, each weight panel streamed for more pixels
@@ -289,83 +296,128 @@ def _pointwise(x, xrs, xpitch, xcoff, wq, nr, y, yrs, ypitch, ycoff, ow_n, cin, 
                 ow = 0
                 oh += 1
         rows = (npix + MR - 1) // MR * MR
-        for pb in range(nb):
+        for pb in range(pb_lo, pb_hi):
             bo = pb * k4 * nr * 4
+            cb = (pb - pb_lo) * nr
             for m0 in range(0, rows, MR):
                 if nr == NR:
-                    _mk(xp, m0 * cpad, cpad, wq, bo, ctile, m0 * width + pb * nr, width, k4, 0)
+                    _mk(xp, m0 * cpad, cpad, wq, bo, ctile, m0 * width + cb, width, k4, 0)
                 else:
-                    _mk16(xp, m0 * cpad, cpad, wq, bo, ctile, m0 * width + pb * nr, width, k4,
-                          0)
-        _requant_out(ctile, width, p0, npix, ow_n, cout, y, yrs, ypitch, ycoff, folded, m32, cf,
-                     sf, bias, prm, lo, hi)
+                    _mk16(xp, m0 * cpad, cpad, wq, bo, ctile, m0 * width + cb, width, k4, 0)
+        _requant_out(ctile, width, p0, npix, ow_n, nc, y, yrs, ypitch, ycoff + c0, folded, m32,
+                     cf, sf, bias, prm, lo, hi)
+
+
+@helper
+def channel_groups(ih_n, iw_n, oh_n, kh, kw, cin, cout, nr):
+    """How many groups of output channels `conv_implicit_int8`'s range runs over: one panel
+    each (``ceil(cout / nr)``) where the layer's weights outgrow `WEIGHT_BYTES` and its input
+    `WEIGHT_HEAVY` times over, else 1 (output rows only). A part of output rows streams every
+    weight of the layer, from L3 once they outgrow a core's L2 (again for each part: resnet50's
+    7x7 3x3 512 -> 512, 2.4 MB, cut in 8 row parts took 1.48x its whole time on one core,
+    in 8 channel parts 1.03x); a part of channels reads and compacts the whole input but only
+    its own panels' weights. Weights a core's L2 holds stay rows: there the parts' weights
+    come from L2, and compacting the input again costs more (14x14 3x3 256 -> 256: 1.24x in
+    channel parts, 1.06x in row parts). Also called as Python (``py_func``) by the `Split`
+    that sizes the range."""
+    if oh_n < 2:
+        return 1
+    weights = kh * kw * ((cin + 3) // 4 * 4) * cout
+    if weights <= WEIGHT_BYTES or weights <= WEIGHT_HEAVY * ih_n * iw_n * cin:
+        return 1
+    return (cout + nr - 1) // nr
 
 
 @kernel(nogil=True)
 def conv_implicit_int8(x, xrs, xpitch, xcoff, ih_n, iw_n,
                        wq, nr, bias, mult, shift, mult_neg, shift_neg, lo, hi,
                        y, yrs, ypitch, ycoff, oh_n, ow_n,
-                       kh, kw, sh, sw, dh, dw, pt, pl, cin, cout, oh_lo, oh_hi):
+                       kh, kw, sh, sw, dh, dw, pt, pl, cin, cout, u_lo, u_hi):
     """Dense int8 convolution (one group) by the implicit byte GEMM of the module docstring:
-    `wq` from `row_weights` with panels `nr` wide, the bias holding its correction. Output
-    rows ``oh_lo..oh_hi`` only (the pool's part, `pool.Split`). A 1x1 layer of unit stride
-    without padding takes its pixels as GEMM rows across map rows (`_pointwise`)."""
-    if oh_hi <= oh_lo:
+    `wq` from `row_weights` with panels `nr` wide, the bias holding its correction. Its range
+    is ``channel_groups(...) * oh_n`` units, unit ``g * oh_n + oh`` output row ``oh`` of
+    channel group ``g`` (group g: panels ``nb g / cg`` to ``nb (g + 1) / cg``); units
+    ``u_lo..u_hi`` only (the pool's part, `pool.Split`), the whole groups among them in one
+    pass over their panels (one group, the usual case: output rows ``u_lo..u_hi``). A 1x1
+    layer of unit stride without padding takes its pixels as GEMM rows across map rows
+    (`_pointwise`)."""
+    if u_hi <= u_lo:
         return y
-    folded, m32, cf, sf, prm = _requant_params(bias, mult, shift, mult_neg, shift_neg, cout)
-    if (kh == 1 and kw == 1 and sh == 1 and sw == 1 and pt == 0 and pl == 0
-            and oh_n == ih_n and ow_n == iw_n):
-        _pointwise(x, xrs, xpitch, xcoff, wq, nr, y, yrs, ypitch, ycoff, ow_n, cin, cout,
-                   oh_lo * ow_n, oh_hi * ow_n, folded, m32, cf, sf, bias, prm, lo, hi)
-        return y
-    cpad = (cin + 3) // 4 * 4
-    ow_pad = (ow_n + MR - 1) // MR * MR
-    wp = (ow_pad - 1) * sw + (kw - 1) * dw + 1
-    h0 = oh_lo * sh
-    h1 = (oh_hi - 1) * sh + (kh - 1) * dh + 1
-    xp = np.empty((h1 - h0) * wp * cpad, dtype=np.uint8)
-    _compact(x, xrs, xpitch, xcoff, ih_n, iw_n, cin, cpad, pt, pl, h0, h1, wp, xp)
-    width = cout + nr
+    cg = channel_groups(ih_n, iw_n, oh_n, kh, kw, cin, cout, nr)
     nb = (cout + nr - 1) // nr
-    k4 = kh * kw * cpad // 4
-    # a kernel row is one run of quads where the columns are not dilated, else a tap is
-    nseg = kh if dw == 1 else kh * kw
-    seg4 = k4 // nseg
-    rs = wp * cpad
-    lda = sw * cpad
-    # whole output rows per tile, as many as `ROWS_TILE_BYTES` of int32 results hold, each
-    # panel's weights used for every row of the tile before the next panel's (a small map's
-    # weights can outgrow L2: 3x3 512 -> 512 is 2.4 MB)
-    rpt = max(1, min(oh_hi - oh_lo, ROWS_TILE_BYTES // (4 * ow_pad * width)))
-    ctile = np.empty(rpt * ow_pad * width, dtype=np.int32)
-    for r0 in range(oh_lo, oh_hi, rpt):
-        r1 = min(oh_hi, r0 + rpt)
-        for pb in range(nb):
-            bp = pb * k4 * nr * 4
-            for oh in range(r0, r1):
-                rb = (oh * sh - h0) * rs
-                cb = (oh - r0) * ow_pad * width + pb * nr
-                for m0 in range(0, ow_pad, MR):
-                    ab = rb + m0 * lda
-                    co = cb + m0 * width
-                    for s in range(nseg):
-                        if dw == 1:
-                            ao = ab + s * dh * rs
-                        else:
-                            ky = s // kw
-                            ao = ab + ky * dh * rs + (s - ky * kw) * dw * cpad
-                        bo = bp + s * seg4 * nr * 4
-                        if nr == NR:
-                            _mk(xp, ao, lda, wq, bo, ctile, co, width, seg4, s)
-                        else:
-                            _mk16(xp, ao, lda, wq, bo, ctile, co, width, seg4, s)
-        if ow_pad == ow_n:  # the tile's rows are one run of pixels
-            _requant_out(ctile, width, r0 * ow_n, (r1 - r0) * ow_n, ow_n, cout, y, yrs, ypitch,
-                         ycoff, folded, m32, cf, sf, bias, prm, lo, hi)
+    u = u_lo
+    while u < u_hi:
+        g = u // oh_n
+        oh_lo = u - g * oh_n
+        if oh_lo == 0 and u_hi >= (g + 1) * oh_n:  # whole groups g..g1-1: one pass
+            g1 = u_hi // oh_n
+            oh_hi = oh_n
+        else:
+            g1 = g + 1
+            oh_hi = min(oh_n, u_hi - g * oh_n)
+        u = (g1 - 1) * oh_n + oh_hi
+        pb_lo = nb * g // cg
+        pb_hi = nb * g1 // cg
+        c0 = pb_lo * nr
+        c1 = min(pb_hi * nr, cout)
+        folded, m32, cf, sf, prm = _requant_params(bias[c0:c1], mult[c0:c1], shift[c0:c1],
+                                                   mult_neg[c0:c1], shift_neg[c0:c1], c1 - c0)
+        bq = bias[c0:c1]
+        if (kh == 1 and kw == 1 and sh == 1 and sw == 1 and pt == 0 and pl == 0
+                and oh_n == ih_n and ow_n == iw_n):
+            _pointwise(x, xrs, xpitch, xcoff, wq, nr, y, yrs, ypitch, ycoff, ow_n, cin, cout,
+                       oh_lo * ow_n, oh_hi * ow_n, pb_lo, pb_hi, folded, m32, cf, sf, bq, prm,
+                       lo, hi)
             continue
-        for oh in range(r0, r1):
-            _requant_out(ctile[(oh - r0) * ow_pad * width:], width, oh * ow_n, ow_n, ow_n, cout,
-                         y, yrs, ypitch, ycoff, folded, m32, cf, sf, bias, prm, lo, hi)
+        nc = c1 - c0
+        cpad = (cin + 3) // 4 * 4
+        ow_pad = (ow_n + MR - 1) // MR * MR
+        wp = (ow_pad - 1) * sw + (kw - 1) * dw + 1
+        h0 = oh_lo * sh
+        h1 = (oh_hi - 1) * sh + (kh - 1) * dh + 1
+        xp = np.empty((h1 - h0) * wp * cpad, dtype=np.uint8)
+        _compact(x, xrs, xpitch, xcoff, ih_n, iw_n, cin, cpad, pt, pl, h0, h1, wp, xp)
+        width = nc + nr
+        k4 = kh * kw * cpad // 4
+        # a kernel row is one run of quads where the columns are not dilated, else a tap is
+        nseg = kh if dw == 1 else kh * kw
+        seg4 = k4 // nseg
+        rs = wp * cpad
+        lda = sw * cpad
+        # whole output rows per tile, as many as `ROWS_TILE_BYTES` of int32 results hold,
+        # each panel's weights used for every row of the tile before the next panel's (a
+        # small map's weights can outgrow L2: 3x3 512 -> 512 is 2.4 MB)
+        rpt = max(1, min(oh_hi - oh_lo, ROWS_TILE_BYTES // (4 * ow_pad * width)))
+        ctile = np.empty(rpt * ow_pad * width, dtype=np.int32)
+        for r0 in range(oh_lo, oh_hi, rpt):
+            r1 = min(oh_hi, r0 + rpt)
+            for pb in range(pb_lo, pb_hi):
+                bp = pb * k4 * nr * 4
+                for oh in range(r0, r1):
+                    rb = (oh * sh - h0) * rs
+                    cb = (oh - r0) * ow_pad * width + (pb - pb_lo) * nr
+                    for m0 in range(0, ow_pad, MR):
+                        ab = rb + m0 * lda
+                        co = cb + m0 * width
+                        for s in range(nseg):
+                            if dw == 1:
+                                ao = ab + s * dh * rs
+                            else:
+                                ky = s // kw
+                                ao = ab + ky * dh * rs + (s - ky * kw) * dw * cpad
+                            bo = bp + s * seg4 * nr * 4
+                            if nr == NR:
+                                _mk(xp, ao, lda, wq, bo, ctile, co, width, seg4, s)
+                            else:
+                                _mk16(xp, ao, lda, wq, bo, ctile, co, width, seg4, s)
+            if ow_pad == ow_n:  # the tile's rows are one run of pixels
+                _requant_out(ctile, width, r0 * ow_n, (r1 - r0) * ow_n, ow_n, nc, y, yrs,
+                             ypitch, ycoff + c0, folded, m32, cf, sf, bq, prm, lo, hi)
+                continue
+            for oh in range(r0, r1):
+                _requant_out(ctile[(oh - r0) * ow_pad * width:], width, oh * ow_n, ow_n, ow_n,
+                             nc, y, yrs, ypitch, ycoff + c0, folded, m32, cf, sf, bq, prm, lo,
+                             hi)
     return y
 
 
@@ -442,9 +494,12 @@ def depthwise_1x1_int8(x, xrs, xpitch, xcoff, packed, bias, mult, shift, mult_ne
     return y
 
 
-#: split over output rows on the thread pool
+#: split over output rows, and over channel groups where weights outweigh the input
+#: (`channel_groups`), on the thread pool
 CONV_IMPLICIT = Split(conv_implicit_int8, extent=("oh_n",),
-                      work=("oh_n", "ow_n", "kh", "kw", "cin", "cout"))
+                      work=("oh_n", "ow_n", "kh", "kw", "cin", "cout"),
+                      groups=(getattr(channel_groups, "py_func", channel_groups),
+                              ("ih_n", "iw_n", "oh_n", "kh", "kw", "cin", "cout", "nr")))
 CONV_POINTWISE_INT16 = Split(conv_pointwise_int16, extent=("oh_n",),
                              work=("oh_n", "ow_n", "cin", "cout"))
 DEPTHWISE_1X1 = Split(depthwise_1x1_int8, extent=("oh_n",), work=("oh_n", "ow_n", "c_n"),

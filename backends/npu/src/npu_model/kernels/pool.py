@@ -271,7 +271,10 @@ _machine = _Backoff()
 class Split:
     """`kernel` run in parts on the pool. `extent` names the kernel's arguments whose product
     is the range to split; `work` those whose product estimates the whole run's work, of which
-    a part must hold `min_work` (a kernel slower per unit of work sets it lower).
+    a part must hold `min_work` (a kernel slower per unit of work sets it lower). `groups`, a
+    function and the names of the arguments it takes, multiplies the range by the number of
+    groups it returns (a kernel whose range runs over groups of output channels too, as many
+    as its shape calls for: `implicit.channel_groups`).
 
     Work counts do not say how long a call takes (the byte GEMM runs 12 to 250 GMAC/s by
     layer shape), so a call of a shape (the values of the `extent` and `work` arguments) not
@@ -284,16 +287,31 @@ class Split:
     ``INLINE_S = 0`` turns the timing off: the work count alone sizes the parts."""
 
     def __init__(self, kernel: Callable[..., Any], extent: Sequence[str],
-                 work: Sequence[str], min_work: int = MIN_WORK) -> None:
+                 work: Sequence[str], min_work: int = MIN_WORK,
+                 groups: tuple[Callable[..., int], Sequence[str]] | None = None) -> None:
         self.kernel = kernel
         self.min_work = min_work
         names = list(signature(getattr(kernel, "py_func", kernel)).parameters)
         self._extent = [names.index(n) for n in extent]
         self._work = [names.index(n) for n in work]
-        self._shape = sorted(set(self._extent) | set(self._work))
+        self._groups = None if groups is None else (groups[0],
+                                                    [names.index(n) for n in groups[1]])
+        self._shape = sorted(set(self._extent) | set(self._work)
+                             | set(() if groups is None else self._groups[1]))
         self._shapes: dict[tuple[int, ...], _Shape] = {}
         self.__name__ = getattr(kernel, "__name__", "split")
         self.__doc__ = kernel.__doc__
+
+    def total(self, args: tuple) -> int:
+        """The length of the kernel's range for these arguments: the product of its
+        `extent` arguments, times its `groups` function of the arguments it names."""
+        total = 1
+        for i in self._extent:
+            total *= args[i]
+        if self._groups is not None:
+            fn, idx = self._groups
+            total *= fn(*[args[i] for i in idx])
+        return total
 
     def _known(self, args: tuple) -> _Shape | None:
         return self._shapes.get(tuple([args[i] for i in self._shape]))
@@ -307,7 +325,7 @@ class Split:
         """Bounds of the parts the range of this call is cut into (``n + 1`` values) for
         `using` threads (`threads` when None)."""
         using = threads() if using is None else using
-        total = math.prod(int(args[i]) for i in self._extent)
+        total = self.total(args)
         work = math.prod(int(args[i]) for i in self._work)
         n = min(using * PARTS_PER_THREAD, total, work // self.min_work)
         if INLINE_S > 0 and n > 1:
@@ -338,9 +356,7 @@ class Split:
 
     def __call__(self, *args: Any) -> None:
         """Run the kernel over its whole range (it writes its outputs; nothing is returned)."""
-        total = 1
-        for i in self._extent:
-            total *= args[i]
+        total = self.total(args)
         if (_threads or threads()) == 1:  # one thread: no sizing, a plain call
             self.kernel(*args, 0, total)
             return
