@@ -39,11 +39,14 @@ try:
 except ImportError:  # numpy < 2
     byte_bounds = np.byte_bounds
 
-from .kernels import interleave, vector
+from .kernels import interleave, pool, vector
 from .mmu import MEM_ETM, MmuFault, MmuTable
 
 #: Programs kept per icore (a network deploys a few runs; a sweep may deploy many)
 MAX_PROGRAMS = 64
+#: replays between two tries to bind the steps whose kernel had no compiled code yet (a fresh
+#: install's first runs, while a worker compiles it: `direct_steps`)
+REBIND_EVERY = 32
 
 
 def same_bytes(a: np.ndarray, b: np.ndarray) -> bool:
@@ -215,6 +218,41 @@ def join_shuffles(steps: list[tuple[Callable[..., Any], tuple]]
     return out
 
 
+def _entry(disp: Any, args: tuple) -> Callable[..., Any]:
+    """The compiled code `disp` (a Numba dispatcher) runs for `args`, called without the
+    dispatcher's per-call type resolution (its CPython wrapper: ``entry_point``); `disp`
+    itself where none is compiled for their types yet (the dispatcher compiles it, or runs its
+    twin meanwhile)."""
+    try:
+        sig = tuple(disp.typeof_pyval(a) for a in args)
+    except (TypeError, ValueError):  # a value Numba has no type for: the dispatcher decides
+        return disp
+    cres = disp.overloads.get(sig)
+    return disp if cres is None else cres.entry_point
+
+
+#: one step of `Recording.direct_steps`: (the `pool.Split` it came from or None, the kernel
+#: the split held then, the callable, its arguments, the step's own callable and arguments)
+Direct = tuple[Any, Any, Callable[..., Any], tuple, Callable[..., Any], tuple]
+
+
+def direct_step(fn: Callable[..., Any], args: tuple) -> tuple[Direct, bool]:
+    """Step ``fn(*args)`` as run on one thread: a `pool.Split` as its kernel over the whole
+    range (what the split runs at one thread, without its sizing), a Numba kernel through its
+    compiled code (`_entry`); and whether that is bound (False: a kernel not compiled yet)."""
+    if isinstance(fn, pool.Split):
+        kernel = fn.kernel
+        full = tuple(args) + (0, fn.parts(args)[-1])
+        if not hasattr(kernel, "overloads"):  # not a Numba dispatcher (a test's spy)
+            return (fn, kernel, kernel, full, fn, args), True
+        call = _entry(kernel, full)
+        return (fn, kernel, call, full, fn, args), call is not kernel
+    if hasattr(fn, "overloads") and hasattr(fn, "typeof_pyval"):
+        call = _entry(fn, args)
+        return (None, None, call, args, fn, args), call is not fn
+    return (None, None, fn, args, fn, args), True
+
+
 def _offset_in(view: np.ndarray, arena: np.ndarray) -> int:
     """Where `view` starts in `arena` (-1 when it is not inside it)."""
     off = view.__array_interface__["data"][0] - arena.__array_interface__["data"][0]
@@ -260,6 +298,10 @@ class Recording:
     #: the steps as the replay runs them (`replay_steps`); None until first needed and after a
     #: rebind
     _fast: list[tuple[Callable[..., Any], tuple]] | None = None
+    #: those steps as one thread runs them (`direct_steps`); None until first needed, after a
+    #: rebind, and while some kernel had no compiled code, every `REBIND_EVERY` replays
+    _direct: list[Direct] | None = None
+    _unbound_replays: int = 0
 
     def replay_steps(self) -> list[tuple[Callable[..., Any], tuple]]:
         """`steps` with the record writes joined (`join_record_writes`) and each channel
@@ -268,6 +310,26 @@ class Recording:
         if fast is None:
             fast = self._fast = join_shuffles(join_record_writes(self.steps))
         return fast
+
+    def direct_steps(self) -> list[Direct]:
+        """`replay_steps` as run on one thread (`direct_step`): a replay of a small network
+        is a hundred kernel calls of a few microseconds each, and a `pool.Split`'s sizing and
+        the dispatcher's type resolution over 30-odd arguments are a good part of that."""
+        direct = self._direct
+        if direct is not None and self._unbound_replays:
+            self._unbound_replays -= 1
+            if not self._unbound_replays:
+                direct = None  # some kernel was not compiled: try to bind it again
+        if direct is None:
+            direct = []
+            bound = True
+            for fn, args in self.replay_steps():
+                step, ok = direct_step(fn, args)
+                direct.append(step)
+                bound &= ok
+            self._direct = direct
+            self._unbound_replays = 0 if bound else REBIND_EVERY
+        return direct
 
     def call(self, fn: Callable[..., Any], *args: Any) -> None:
         """Run a kernel (or memory write) now and keep it for the replay."""
@@ -353,6 +415,7 @@ class Recording:
             self._blocks = None
         self.steps = [(fn, tuple(a)) for (fn, _), a in zip(self.steps, args)]
         self._fast = None
+        self._direct = None
         return moved
 
 
@@ -440,5 +503,15 @@ class Program:
         return w
 
     def replay(self) -> None:
-        for fn, args in self.rec.replay_steps():
-            fn(*args)
+        """Run the recorded steps again: on one thread each kernel straight on its compiled
+        code (`Recording.direct_steps`; a split whose kernel was replaced since, as a test's
+        spy does, runs as a split), else as recorded (the pool sizes the parts)."""
+        if pool.threads() != 1:
+            for fn, args in self.rec.replay_steps():
+                fn(*args)
+            return
+        for split, kernel, call, args, fn, orig in self.rec.direct_steps():
+            if split is not None and split.kernel is not kernel:
+                fn(*orig)
+            else:
+                call(*args)
