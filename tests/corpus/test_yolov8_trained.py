@@ -187,7 +187,7 @@ def _int16_hardops(net) -> tuple[int, int]:
 def test_trained_yolov8n_on_the_chip(assets, calibration, held_out, target, tmp_path_factory):
     """Default compile: the output Concat keeps its parts (boxes | scores, the Concat float at
     the host edge), every compute op on the chip, at most 10% of the HardOps in int16,
-    bit-exact against the integer reference on the chip."""
+    bit-exact against the integer reference on the chip on every held-out image."""
     written = compiled(assets, calibration, target, tmp_path_factory)
     net = load_stage(written[CHIPS[target][1]])
     quantized = load_stage(written["quantized"])
@@ -205,10 +205,11 @@ def test_trained_yolov8n_on_the_chip(assets, calibration, held_out, target, tmp_
     assert sum(k.startswith(("Softmax", "Transpose")) for k in host) == 2  # the DFL's
     wide, hard = _int16_hardops(net)
     assert wide <= 0.1 * hard, f"{wide} of {hard} HardOps in int16"
-    x, _ = held_out["camera"]
-    got, bound, npu = run_on_chip(net, CHIPS[target][0], target, x)
-    assert all(isinstance(bound[op.op_id], npu) for op in net.ops if op.op_type == "HardOp")
-    assert got.tobytes() == run_reference(written["adapted"], x).tobytes()
+    for name, (x, _) in held_out.items():  # what the detection test measures, on the chip
+        got, bound, npu = run_on_chip(net, CHIPS[target][0], target, x)
+        assert all(isinstance(bound[op.op_id], npu) for op in net.ops
+                   if op.op_type == "HardOp")
+        assert got.tobytes() == run_reference(written["adapted"], x).tobytes(), name
 
 
 @pytest.mark.parametrize("target", sorted(CHIPS))
@@ -233,8 +234,9 @@ def test_trained_yolov8n_detects_what_onnxruntime_does(assets, calibration, held
             if a.ok:
                 fixed.append(name)
             continue
-        if firm:
-            assert not score.collapsed, f"{name}: {format_parts([box, score])}"
+        if firm:  # measured 0.975-0.990 outside KNOWN
+            assert not score.collapsed and score.score_cosine >= 0.95, \
+                f"{name}: {format_parts([box, score])}"
         if not a.ok:
             wrong.append(f"{name}: {a.line}")
     print("\n".join(lines))
