@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from xcompile.quant.capability import PROBABILITY_OPS, shares_scale
+from xcompile.quant.log_domain import log_domain_bits
 from xcompile.quant.scale_groups import UnionFind
 from xir.errors import QuantizationError
 from xir.network import Network
@@ -61,7 +62,8 @@ def logit_bits(net: Network, int_ops: set[int], bits: int) -> dict[int, int]:
 def rule_bits(net: Network, int_ops: set[int], bits: int) -> dict[int, str]:
     """`{op_id: rule}` of the integer ops an automatic 16-bit rule raises, whatever the user
     or the search chooses: "logits" (the ops computing a softmax's input, `logit_bits`),
-    "stream" (`stream_bits`). `logit_bits` raises them all (the quantizer's `raised`, the
+    "stream" (`stream_bits`), "log_domain" (a log-power spectrum's chain,
+    `log_domain.log_domain_bits`). `logit_bits` raises them all (the quantizer's `raised`, the
     base of `mixed.planned_int16`), and `value_bits` names each by its rule. None at
     `bits` 16."""
     if bits != 8:
@@ -69,6 +71,7 @@ def rule_bits(net: Network, int_ops: set[int], bits: int) -> dict[int, str]:
     # the ops the chips run writing the other dtype
     out = {oid: "logits" for oid in logit_producers(net, int_ops)}
     out.update({oid: "stream" for oid in stream_bits(net, int_ops, bits)})
+    out.update({oid: "log_domain" for oid in log_domain_bits(net, int_ops, bits)})
     return out
 
 

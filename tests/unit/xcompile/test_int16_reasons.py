@@ -140,9 +140,14 @@ def test_logits_and_residual_stream_rules():
     assert_explained(q)
 
 
-def _far_concat(own_reader: bool = False):
+def _far_concat(own_reader: bool = False, small_gain: float = 1.0):
+    return import_onnx(_far_concat_model(own_reader, small_gain))
+
+
+def _far_concat_model(own_reader: bool = False, small_gain: float = 1.0):
     """x -> conv (range ~100) and conv -> Sigmoid -> x0.05, concatenated and read by a conv;
-    with `own_reader` the small branch is read by a conv of its own too (output "z")."""
+    with `own_reader` the small branch is read by a conv of its own too (output "z");
+    `small_gain` multiplies the reader's weights of the small branch's channels."""
     r = np.random.default_rng(0)
     inits, nodes = [], []
 
@@ -161,14 +166,18 @@ def _far_concat(own_reader: bool = False):
     nodes.append(helper.make_node("Sigmoid", [conv("x", 3, 8, "small_pre")], ["sig"]))
     nodes.append(helper.make_node("Mul", ["sig", const("k", 0.05)], ["small"]))
     nodes.append(helper.make_node("Concat", [big, "small"], ["cat"], axis=1))
-    conv("cat", 16, 8, "y")
+    w = r.normal(0, np.sqrt(2 / (16 * 9)), (8, 16, 3, 3))
+    w[:, 8:] *= small_gain
+    nodes.append(helper.make_node("Conv", ["cat", const("y.w", w),
+                                           const("y.b", r.normal(0, 0.1, 8))],
+                                  ["y"], pads=[1, 1, 1, 1]))
     outs = [("x", [1, 3, 16, 16]), ("y", [1, 8, 16, 16])]
     if own_reader:
         conv("small", 8, 4, "z", gain=50.0)
         outs.append(("z", [1, 4, 16, 16]))
     vi = [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in outs]
     g = helper.make_graph(nodes, "far_concat", vi[:1], vi[1:], inits)
-    return import_onnx(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
 
 
 def test_far_concat_reason():
@@ -315,3 +324,31 @@ def test_concat_plan_without_widening(own_reader):
     else:
         assert form == "shared" and not requant
         assert uf.find(small.v_id) == uf.find(cat.outputs[0].v_id)
+
+
+def test_log_domain_rule_is_its_own_reason():
+    """The ops of a log-power chain compute in 16 bits by their own rule
+    (`log_domain.log_domain_bits`, merged into `bits.rule_bits`): their reason is
+    "log_domain", not the user's op_bits, and the STFT convolutions writing their 16-bit
+    inputs say so."""
+    import tempfile
+    from pathlib import Path
+
+    from test_log_power import SAMPLES, _speech, dnsmos_like
+
+    from xcompile.quant.log_domain import LOG_POWER
+    from xcompile.quant.qdq import import_qdq
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "dnsmos_like.onnx"
+        path.write_bytes(dnsmos_like(np.random.default_rng(5)).SerializeToString())
+        net = import_qdq(str(path), {"x": [1, SAMPLES]}, name="dnsmos_like")
+    q = quantize_network(net, [[x] for x in _speech(2, 0)], **FAST)
+    rows = q.tags["quantization"]["int16"]["ops"]
+    chain = {op.op_id for op in q.ops if op.tags.get("decomposed") == LOG_POWER}
+    assert chain and chain <= {r["op_id"] for r in rows}
+    assert {r["root"] for r in rows if r["op_id"] in chain} == {"log_domain"}
+    assert "op_bits" not in {r["root"] for r in rows}
+    assert any(r["type"] == "Conv2d" and r["reason"] == "writes_16bit"
+               and r["root"] == "log_domain" for r in rows)
+    assert_explained(q)
