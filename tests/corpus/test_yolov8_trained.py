@@ -307,3 +307,20 @@ def test_one_shared_scale_is_issue_27(assets, calibration, held_out):
         s.close()
     assert lost == 5  # every image the float run detects something on (not coffee, 2 x 2)
 
+
+
+def test_score_branch_is_the_class_head(assets):
+    """`xcompile.quant.score_branch` finds, from the graph, the trained head's class branch:
+    per level cv3.x.0 and cv3.x.1 (Conv + SiLU) and the 1x1 Conv to the 18 classes; nothing of
+    the box branch (cv2.*), the DFL or the trunk."""
+    from xcompile.frontend import import_onnx
+    from xcompile.passes import optimize
+    from xcompile.quant.score_branch import score_branch_values
+
+    net = optimize(import_onnx(str(assets / MODEL), {"images": [1, 3, SIZE, SIZE]}))
+    ids = score_branch_values(net)
+    names = sorted(op.name for op in net.ops if any(v.v_id in ids for v in op.outputs))
+    want = sorted(f"/model.22/cv3.{lv}/cv3.{lv}.{k}/{part}" for lv in range(3)
+                  for k, part in ((0, "conv/Conv"), (0, "act/Mul"), (1, "conv/Conv"),
+                                  (1, "act/Mul"), (2, "Conv")))
+    assert names == want
