@@ -352,3 +352,28 @@ def test_log_domain_rule_is_its_own_reason():
     assert any(r["type"] == "Conv2d" and r["reason"] == "writes_16bit"
                and r["root"] == "log_domain" for r in rows)
     assert_explained(q)
+
+
+def test_xrt_compile_and_quant_report_print_the_reasons(tmp_path, capsys):
+    """`xrt compile` prints the summary after its mixed-precision lines; `xrt quant-report`
+    prints it with one line per op and writes the record in its json."""
+    import json
+
+    from xrt.cli import main
+
+    out = tmp_path / "out"
+    assert main(["compile", "tiny_cnn", "--target", "zg330", "-o", str(out), "--op-bits",
+                 "branch1.conv=16"]) == 0
+    text = capsys.readouterr().out
+    head = next(line for line in text.splitlines() if line.startswith("int16: "))
+    assert "HardOps hold a 16-bit value" in head and "integer ops compute in int16" in head
+    assert "  raised by --op-bits: 1 op (branch1.conv)" in text
+    report = tmp_path / "report.json"
+    main(["quant-report", str(out / "tiny_cnn_optimized.json"),
+          str(out / "tiny_cnn_quantized.json"), "--json", str(report)])
+    text = capsys.readouterr().out
+    assert "  raised by --op-bits: 1 op (branch1.conv)" in text
+    line = next(x for x in text.splitlines() if x.strip().startswith("pool "))
+    assert "scale_group (branch1.conv)" in line and "from op_bits branch1.conv" in line
+    data = json.loads(report.read_text())
+    assert {r["name"] for r in data["int16"]["ops"]} >= {"branch1.conv", "pool"}
