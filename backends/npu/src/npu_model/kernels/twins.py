@@ -84,36 +84,42 @@ def conv_implicit_int8(x, xrs, xpitch, xcoff, ih_n, iw_n,
                        wq, nr, bias, mult, shift, mult_neg, shift_neg, lo, hi,
                        y, yrs, ypitch, ycoff, oh_n, ow_n,
                        kh, kw, sh, sw, dh, dw, pt, pl, cin, cout, u_lo, u_hi):
-    """`implicit.conv_implicit_int8` in numpy: each activation read as ``x + 128`` (padding
-    as 128), times the weights unpacked from `wq` (`implicit.row_weights`), plus the bias that
-    holds its ``-128 sum(w)`` correction; units ``u_lo..u_hi`` of (channel group, output row)
-    as the kernel's (`implicit.channel_groups`)."""
+    """`implicit.conv_implicit_int8` in numpy, over units ``u_lo..u_hi`` of (channel group,
+    output row) as the kernel's (`implicit.channel_groups`). The kernel sums ``(x + 128) w``
+    and its bias holds ``-128 sum(w)``; here the GEMM sums ``x w`` (padding 0) and ``128
+    sum(w)`` goes back into the bias, the same int64 total. Products of int8 operands are at
+    most 2^14, so a float32 GEMM is exact up to K = 1024 (every partial sum within 2^24),
+    float64 beyond."""
     if u_hi <= u_lo:
         return y
     cpad = implicit.channel_pad(cin)
     k4 = kh * kw * cpad // 4
     nb = -(-cout // nr)
+    k = kh * kw * cin
+    ft = np.float32 if k <= 1024 else np.float64
     cg = getattr(implicit.channel_groups, "py_func", implicit.channel_groups)(
         ih_n, iw_n, oh_n, kh, kw, cin, cout, nr)
     w = wq[:nb * k4 * nr * 4].reshape(nb, k4, nr, 4).transpose(1, 3, 0, 2)
-    w = w.reshape(kh, kw, cpad, nb * nr)[:, :, :cin, :cout].astype(np.float64)
-    w = w.reshape(kh * kw * cin, cout)
+    w = w.reshape(kh, kw, cpad, nb * nr)[:, :, :cin, :cout].reshape(k, cout)
+    b = np.asarray(bias[:cout], np.int64) + 128 * w.sum(axis=0, dtype=np.int64)
+    w = w.astype(ft)
     wp = (ow_n - 1) * sw + (kw - 1) * dw + 1
     out = _map(y, ycoff, yrs, ypitch, oh_n, ow_n, cout)
-    rows = max(1, IM2COL_BYTES // (8 * ow_n * kh * kw * cin))
+    rows = max(1, IM2COL_BYTES // (8 * ow_n * k))
     for g in range(u_lo // oh_n, (u_hi - 1) // oh_n + 1):
         c0, c1 = nb * g // cg * nr, min(nb * (g + 1) // cg * nr, cout)
         for r0 in range(max(u_lo - g * oh_n, 0), min(u_hi - g * oh_n, oh_n), rows):
             r1 = min(u_hi - g * oh_n, oh_n, r0 + rows)
             h0, h1 = r0 * sh, (r1 - 1) * sh + (kh - 1) * dh + 1
-            xp = _padded_rows(x, xrs, xpitch, xcoff, ih_n, iw_n, cin, h0, h1, pt, pl, wp, 0)
-            xp = (xp + 128).astype(np.float64)
+            xp = _padded_rows(x, xrs, xpitch, xcoff, ih_n, iw_n, cin, h0, h1, pt, pl, wp, 0,
+                              ft)
             s0, s1, s2 = xp.strides
             taps = as_strided(xp, shape=(r1 - r0, ow_n, kh, kw, cin),
                               strides=(sh * s0, sw * s1, dh * s0, dw * s1, s2))
-            acc = taps.reshape((r1 - r0) * ow_n, kh * kw * cin) @ w[:, c0:c1]
-            v = _requant(acc.astype(np.int64), bias[c0:c1], mult[c0:c1], shift[c0:c1],
-                         mult_neg[c0:c1], shift_neg[c0:c1], lo, hi)
+            acc = (taps.reshape((r1 - r0) * ow_n, k) @ w[:, c0:c1]).astype(np.int64)
+            acc += b[c0:c1]
+            v = _requantize(acc, mult[c0:c1], shift[c0:c1], mult_neg[c0:c1], shift_neg[c0:c1],
+                            lo, hi)
             out[r0:r1, :, c0:c1] = v.reshape(r1 - r0, ow_n, c1 - c0)
     return y
 
