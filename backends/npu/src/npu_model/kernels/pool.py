@@ -40,11 +40,14 @@ from xir.errors import XirError
 #: work units (multiply-adds, roughly) a part must hold at least, measured time aside
 MIN_WORK = 1 << 21
 #: a call of a shape measured faster than this on one thread runs inline: waking a pool
-#: thread and handing it a part costs ~10 us on an idle core and up to a scheduler time
-#: slice on a busy one, and a call this short gains too little from a second core to risk it
-INLINE_S = 300e-6
-#: the least measured time a part holds
-PART_S = 100e-6
+#: thread and handing it a part costs ~10 us on an idle core (the caller's share ~6 us,
+#: `_Crew`) and up to a scheduler time slice on a busy one (`free_cores` keeps calls inline
+#: there), and a call this short gains too little from a second core to risk it. 150 us takes
+#: in resnet50's 1x1 layers of 150-300 us (a third of its convolution time) and PP-OCRv4
+#: detector's depthwise 1x1 ones (~180 us), which 300 us left inline
+INLINE_S = 150e-6
+#: the least measured time a part holds (a 150 us call in two parts)
+PART_S = 75e-6
 #: parts per thread at most: a thread that starts late or is pre-empted holds the call up by
 #: one small part while the others take the rest
 PARTS_PER_THREAD = 4
@@ -204,11 +207,16 @@ class _Crew:
             if job is not None:
                 job.work()
 
+    def ready(self) -> None:
+        """Start the threads if they are not running (in this process, as many as
+        `threads` calls for)."""
+        if self.owner != os.getpid() or len(self.threads) != threads() - 1:
+            self.start(threads() - 1)
+
     def run(self, job: _Job, helpers: int) -> None:
         """Run `job` on the calling thread and up to `helpers` pool threads; return once
         every part has run."""
-        if self.owner != os.getpid() or len(self.threads) != threads() - 1:
-            self.start(threads() - 1)
+        self.ready()
         self.job = job
         for wake in self.wakes[:helpers]:
             if wake.locked():  # asleep, or woken already and not yet running (no-op then)
@@ -347,6 +355,8 @@ class Split:
             if len(self._shapes) >= _MAX_SHAPES:
                 self._shapes.clear()  # a long-lived process running many networks: start over
             self._shapes[tuple([args[i] for i in self._shape])] = _Shape(s)
+            if s >= INLINE_S and threads() > 1:  # its next call may be cut: threads ready
+                _crew.ready()  # (starting one costs ~100 us: not in a measured cut call)
             return
         if s < known.inline:
             known.inline = s
