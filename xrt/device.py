@@ -319,6 +319,9 @@ class HostDevice(Device):
     @staticmethod
     def Default() -> HostDevice:
         """The process-wide host device."""
+        dev = HostDevice._default  # made once and never replaced: no lock once it exists
+        if dev is not None:
+            return dev
         with HostDevice._default_lock:
             if HostDevice._default is None:
                 HostDevice._default = HostDevice()
@@ -326,8 +329,12 @@ class HostDevice(Device):
 
     @staticmethod
     def MemRegion() -> HostMemRegion:
-        """The memory region of the process-wide host device."""
-        return HostDevice.Default().getMemRegion("host")  # type: ignore[return-value]
+        """The memory region of the process-wide host device (asked for on every crossing
+        between host and device memory: its own dictionary read, not `getMemRegion`'s
+        argument check)."""
+        dev = HostDevice._default or HostDevice.Default()
+        region = dev._mem.get("host")
+        return region if region is not None else dev.getMemRegion("host")  # type: ignore
 
     def close(self) -> None:
         """Close this host device; a no-op for `HostDevice.Default()`."""

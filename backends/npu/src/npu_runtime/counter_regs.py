@@ -26,8 +26,10 @@ class CounterRegs(RegRegion):
         self._due: dict[tuple[int, ...], list[int]] = {}
         #: offsets -> whether they include a counter word (`poke_words`)
         self._touches: dict[tuple[int, ...], bool] = {}
-        #: offsets -> {absolute address: 0} (`clear_words`)
-        self._zeros: dict[tuple[int, ...], dict[int, int]] = {}
+        #: offsets -> ({plain address: 0}, {counter address: 0}) (`clear_words`)
+        self._zeros: dict[tuple[int, ...], tuple[dict[int, int], dict[int, int]]] = {}
+        #: counter words a fast reset set to 0 that are still to be stored (before any add)
+        self._pending: dict[int, int] | None = None
 
     def plain(self, offsets: tuple[int, ...]) -> tuple[int, ...]:
         """The absolute addresses of base-relative `offsets` (checked), for `peek_plain` and
@@ -77,15 +79,29 @@ class CounterRegs(RegRegion):
 
     def clear_words(self, offsets: tuple[int, ...]) -> None:
         """Set the registers at base-relative `offsets` to 0 and forget the counter adds not
-        yet landed (a fast reset clearing status and counters)."""
+        yet landed (a fast reset clearing status and counters). The counter words' zeros wait
+        like the adds (stored, then the adds, when any counter word is loaded or stored): a
+        fast reset before every run, 64 counter words of 16 MPEs, is a store of the few
+        others."""
         zeros = self._zeros.get(offsets)
         if zeros is None:
             self._check_offsets(offsets)
-            zeros = self._zeros[offsets] = dict.fromkeys((self.base + o for o in offsets), 0)
+            addrs = [self.base + o for o in offsets]
+            zeros = self._zeros[offsets] = (
+                dict.fromkeys((a for a in addrs if a not in self._counters), 0),
+                dict.fromkeys((a for a in addrs if a in self._counters), 0))
+        plain, counters = zeros
         self._due.clear()
-        self._values.update(zeros)
+        self._values.update(plain)
+        if counters:
+            pending = self._pending
+            self._pending = counters if pending is None or pending is counters else \
+                {**pending, **counters}
 
     def _settle(self) -> None:
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            self._values.update(pending)
         due, self._due = self._due, {}
         base, values, mask = self.base, self._values, self.mask
         for offsets, adds in due.items():
@@ -105,21 +121,22 @@ class CounterRegs(RegRegion):
             touches = not self._counters.isdisjoint(self.base + o for o in offsets)
             if len(self._touches) < 64:
                 self._touches[offsets] = touches
-        if touches and self._due:
+        if touches and (self._due or self._pending is not None):
             self._settle()
         base, mask = self.base, self.mask
         self._values.update({base + off: int(v) & mask for off, v in words.items()})
 
     def _load(self, addr: int) -> int:
-        if self._due and addr in self._counters:
+        if (self._due or self._pending is not None) and addr in self._counters:
             self._settle()
         return self._values.get(addr, 0)
 
     def _store(self, addr: int, value: int) -> None:
-        if self._due and addr in self._counters:
+        if (self._due or self._pending is not None) and addr in self._counters:
             self._settle()
         self._values[addr] = value
 
     def reset(self) -> None:
         self._due.clear()
+        self._pending = None
         super().reset()

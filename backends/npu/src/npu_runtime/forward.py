@@ -317,10 +317,16 @@ class Forwarder:
         if not dev.mock:
             dev.reset(1)
         prof = self.dep.prof_chunk
-        if prof is not None and dev.profiler_area() != (prof.addr, prof.byte_size):
-            # (a fast reset keeps the profiler's registers: configured again only when another
-            # backend pointed them elsewhere; each forward rewrites its records slot by slot)
-            dev.config_profiler(prof)
+        if prof is not None:
+            area = dev.profiler_area()
+            if area != (prof.addr, prof.byte_size):
+                # (a fast reset keeps the profiler's registers: configured again only when
+                # another backend pointed them elsewhere; each forward rewrites its records
+                # slot by slot)
+                dev.config_profiler(prof)
+                area = dev.profiler_area()
+            if self.run_cache is not None:  # a chip segment: its records are read from there
+                self.run_cache["area"] = area
 
     # --- binding ---------------------------------------------------------------------------------
     def restore_io(self) -> None:
