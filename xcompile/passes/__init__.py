@@ -16,7 +16,11 @@ copied); no pass writes a weight in place, a pass that changes one builds new da
    band of ones, the denominator's power as a Power table, `x * d`); the square root of a
    square, ``sqrt(x * x)`` or ``sqrt(max(x * x, c))`` (keras' magnitude with a floor), becomes
    ``|x|`` or ``max(|x|, sqrt c)``: the same values, without the square that int8 cannot hold
-   (it rounds every |x| below 1/16 of the largest to 0);
+   (it rounds every |x| below 1/16 of the largest to 0); a log-power spectrum,
+   ``log(max(re * re + im * im, c))`` (through ``sqrt(.) ** 2`` too: keras2onnx's DNSMOS),
+   becomes ``max(2 log hi + softplus(2 (log lo - log hi)), log c)`` of the parts' magnitudes
+   ``hi`` / ``lo`` (`log_power`): the same values without the linear power, whose ten decades
+   no integer width holds;
 1. per-channel affines: a Multiply or Add of a 4-D map by a constant that varies along C only
    (exporters write BatchNorm so, and Caffe2's scale layers) becomes a BatchNorm2d, and a
    BatchNorm2d read only by another composes with it into one (`y = x * a + b`, in float64);
@@ -39,9 +43,9 @@ network has the same `v_id` as the value it equals in the original one. Removed 
 `tags["fused_op_ids"]` on the op that absorbed them.
 
 The modules: `graph` (copy, single reader, op replacement), `activations` (HardSwish, GELU),
-`sqrt`, `normalization` (LayerNorm, LRN), `pooled_layernorm` (SVTR's LayerNorm), `affine`
-(per-channel affines, BatchNorm folding), `fusion` (Relu, Matmul bias, Transpose into Matmul),
-`layout` (channel shuffles, no-ops) and `stage` (`optimize`, which runs them in order).
+`sqrt`, `log_power`, `normalization` (LayerNorm, LRN), `pooled_layernorm` (SVTR's LayerNorm),
+`affine` (per-channel affines, BatchNorm folding), `fusion` (Relu, Matmul bias, Transpose into
+Matmul), `layout` (channel shuffles, no-ops) and `stage` (`optimize`, which runs them in order).
 """
 
 from __future__ import annotations
