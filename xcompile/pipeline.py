@@ -31,12 +31,14 @@ from xcompile.quant.mixed import (
     DEFAULT_MAX_INT16,
     MixedPrecision,
     choose_bits,
+    int16_share,
     parse_share,
     worst_part,
 )
 from xcompile.quant.qdq import import_qdq
 from xcompile.quant.quantize import quantize_network, reuse_float_statistics
 from xcompile.quant.report import accuracy_report
+from xcompile.quant.widening import measure_widening
 from xcompile.runner import Runner
 from xir.errors import XirError
 from xrt import plugins
@@ -150,6 +152,7 @@ def raise_from_outlier_aware(optimized: Any, kept: Any, mixed: MixedPrecision,
     mixed.attempts.extend(found.attempts)
     if found.op_bits:  # a raise reached the target (or came closest, with a larger cap)
         mixed.op_bits, mixed.names, mixed.after = found.op_bits, found.names, found.after
+        mixed.sensitivity = getattr(found, "sensitivity", {})  # what ranked them
         mixed.share_after, mixed.int16_ops = found.share_after, found.int16_ops
         mixed.warning = found.warning
     elif found.warning:
@@ -226,6 +229,8 @@ def quantize_stage(optimized: Any, samples: Any, opts: dict[str, Any], runner: R
             quantized, mixed = raise_from_outlier_aware(
                 optimized, quantized, mixed, alternatives[mixed.outlier_aware_variant],
                 samples, min_cos, max_int16=max_int16, op_bits=user_bits, runner=runner)
+        quantized, widening = _concat_widening(optimized, quantized, mixed, samples, opts,
+                                               runner, user_bits, min_cos)
     tag = mixed.to_tag()
     if from_oa:
         tag["outlier_aware"]["raise_from"] = True
@@ -249,6 +254,33 @@ def quantize_stage(optimized: Any, samples: Any, opts: dict[str, Any], runner: R
     return quantized
 
 
+def _concat_widening(optimized: Any, quantized: Any, mixed: MixedPrecision, samples: Any,
+                     opts: dict[str, Any], runner: Runner | None, user_bits: Any,
+                     min_cos: float) -> tuple[Any, dict | None]:
+    """The kept network, or the same quantized without its Concats widened to 16 bits where
+    that measures as well (`xcompile.quant.widening`): the same op_bits (the user's and the
+    search's), thresholds and weight rounding. `mixed` is updated to the network kept; the
+    record goes to `tags["quantization"]["concat_widening"]`. The caller holds no other
+    reference to `quantized`."""
+    kw: dict[str, Any] = {"widen_concats": False}
+    if mixed.outlier_aware_kept:
+        kw.update(outlier_aware=True, weight_rounding=mixed.outlier_aware_variant)
+    raised = {**(user_bits or {}), **mixed.op_bits}
+    narrow = _quantizer(optimized, samples, opts, runner, **kw)
+    kept, record = measure_widening(optimized, quantized, lambda: narrow(raised), samples,
+                                    min_cos, runner)
+    del quantized
+    if record is None:
+        return kept, None
+    kept.tags["quantization"]["concat_widening"] = record
+    if record["kept"] == "int8":
+        at16 = {int(k) for k in kept.tags["quantization"]["op_bits"]}
+        mixed.after = dict(record["cosine_int8"])
+        mixed.share_after = int16_share(optimized, at16)
+        mixed.int16_ops = len(at16)
+    return kept, record
+
+
 def _explain_int16(quantized: Any, tag: dict | None, name: str) -> None:
     """Why each op computing or storing in 16 bits does: the quantizer's record
     (`tags["quantization"]["int16"]`) with the ops the search raised told apart from the
@@ -258,6 +290,9 @@ def _explain_int16(quantized: Any, tag: dict | None, name: str) -> None:
     if rec is None:
         return
     done = explain(rec, (tag or {}).get("op_bits"), (tag or {}).get("sensitivity"))
+    widening = quantized.tags["quantization"].get("concat_widening")
+    if widening:
+        done["concat_widening"] = widening
     if tag is not None:
         tag["int16"] = done
     else:

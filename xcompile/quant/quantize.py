@@ -152,7 +152,8 @@ def quantize_network(net: Network, samples: Any, *, bits: int = 8, method: str =
                      input_bits: int | None = None, runner: Runner | None = None,
                      equalize: bool | None = None, bias_correction: bool | None = None,
                      outlier_aware: bool = False, activation_bias: bool = True,
-                     depthwise_equalize: bool = True, **kw: Any) -> Network:
+                     depthwise_equalize: bool = True, widen_concats: bool = True,
+                     **kw: Any) -> Network:
     """Quantize `net` (float) into a new network of integer ops; see the module docstring.
 
     `samples`: anything `load_calibration` accepts. `bits`: 8 or 16 (activations and weights).
@@ -179,7 +180,9 @@ def quantize_network(net: Network, samples: Any, *, bits: int = 8, method: str =
     on the calibration samples, brought back to the float network's through its bias
     (`xcompile.quant.act_bias`; default on). `depthwise_equalize`: the channels of a map
     that a convolution writes and only a depthwise convolution reads carried to the map's
-    range, exactly (`xcompile.quant.dw_equalize`; default on).
+    range, exactly (`xcompile.quant.dw_equalize`; default on). `widen_concats`: a Concat of
+    far-apart branches is stored in 16 bits (`concats.concat_plan`; False: kept int8, as a
+    compile that measured the widening buys nothing chooses, `xcompile.quant.widening`).
     """
     if bits not in (8, 16):
         raise QuantizationError(f"bits must be 8 or 16, not {bits}", field="bits")
@@ -243,7 +246,8 @@ def quantize_network(net: Network, samples: Any, *, bits: int = 8, method: str =
         return amax
 
     amax = thresholds()
-    uf, requant, floats, concats, wide = concat_plan(opt, int_ops, amax, bits_of)
+    uf, requant, floats, concats, wide = concat_plan(opt, int_ops, amax, bits_of,
+                                                     widen=widen_concats)
     if wide:  # Concats of far-apart branches stored in 16 bits: their precision spreads,
         # and the values raised are calibrated again with 16-bit observers
         log.info("%s: %d Concat(s) of branches > %gx apart stored in 16 bits", net.name,

@@ -326,6 +326,44 @@ def test_concat_plan_without_widening(own_reader):
         assert uf.find(small.v_id) == uf.find(cat.outputs[0].v_id)
 
 
+@pytest.mark.parametrize("small_gain,kept", [(1.0, "int8"), (2000.0, "int16")],
+                         ids=["reader_ignores_it", "reader_amplifies_it"])
+def test_the_compile_measures_whether_widening_a_concat_pays(tmp_path, small_gain, kept):
+    """A Concat of a branch ~2000x below the other, read by a convolution: where the reader
+    weighs both alike, the quiet branch's int8 rounding costs its output nothing and the
+    compile keeps the Concat in int8 (no int16 op left); where the reader amplifies the quiet
+    branch 2000x, int8 loses it and the 16-bit Concat is kept, with the measurement in the
+    record and the printout."""
+    from corpus import load_stage
+
+    from xcompile.pipeline import DEFAULTS, compile_model
+
+    model = _far_concat_model(small_gain=small_gain)
+    path = tmp_path / "cat.onnx"
+    path.write_bytes(model.SerializeToString())
+    (tmp_path / "cal").mkdir()
+    rng = np.random.default_rng(1)
+    for k in range(3):
+        np.save(tmp_path / "cal" / f"{k}.npy",
+                rng.uniform(0, 1, (1, 3, 16, 16)).astype(np.float32))
+    written = compile_model(dict(DEFAULTS, model=str(path), target="zg330",
+                                 calib=str(tmp_path / "cal"), output=str(tmp_path / "out")))
+    q = load_stage(written["quantized"])
+    wid = q.tags["quantization"]["concat_widening"]
+    assert wid["kept"] == kept and len(wid["concats"]) == 1
+    (form,) = [c["form"] for c in q.tags["quantization"]["concats"].values()]
+    rec = int16_record(load_stage(written["ZG"]))
+    if kept == "int8":
+        assert form == "shared" and wid["worst_int8"][1] >= 0.99
+        assert wid["worst_int8"][1] >= wid["worst_int16"][1] - 0.002
+        assert rec["ops"] == [] and rec["hardops"]["int16"] == 0
+        assert "kept in int8" in summary_lines(rec)[1]
+    else:
+        assert form == "int16" and wid["worst_int16"][1] > wid["worst_int8"][1] + 0.002
+        assert rec["hardops"]["counts"].get("concat", 0) > 0
+        assert any("int16 kept" in line for line in summary_lines(rec))
+
+
 def test_log_domain_rule_is_its_own_reason():
     """The ops of a log-power chain compute in 16 bits by their own rule
     (`log_domain.log_domain_bits`, merged into `bits.rule_bits`): their reason is
