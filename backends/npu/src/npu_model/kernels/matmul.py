@@ -69,7 +69,7 @@ def matmul_dynamic_int(a, ars, apitch, acoff, b, brs, bpitch, bcoff, batch, m, k
         gemm_pairs(at, lda, rows, bq, k2, n, nr, c, np.int64(0), ldc)
         _requant_tile(c, ldc, none, bias, np.int64(0), ib * m, m, m, n, y, yrs, ypitch, ycoff,
                       np.int64(0), mult, shift, mult_neg, shift_neg, lo, hi)
-    return y
+    return
 
 
 @kernel(nogil=True)
@@ -158,7 +158,7 @@ def matmul_dynamic_int8_bytes(a, ars, apitch, acoff, b, brs, bpitch, bcoff, batc
         else:
             _requant_out(c, ldc, ib * m, m, m, n, y, yrs, ypitch, ycoff, folded, m32, cf, sf,
                          bb, prm, lo, hi)
-    return y
+    return
 
 
 @helper
@@ -223,7 +223,7 @@ def matmul_dynamic_int16_bytes(a, ars, apitch, acoff, b, brs, bpitch, bcoff, bat
         gemm_int16_bytes(ab, kp, rows, bq, n, tmp, c, np.int64(0), ldc, rsum)
         _requant_tile(c, ldc, none, bb, np.int64(0), ib * m, m, m, n, y, yrs, ypitch, ycoff,
                       np.int64(0), mult, shift, mult_neg, shift_neg, lo, hi)
-    return y
+    return
 
 
 @helper
@@ -280,7 +280,7 @@ def matmul_dynamic_int16(a, ars, apitch, acoff, b, brs, bpitch, bcoff, batch, m,
                         np.int64(0), ldc)
         _requant_tile(c, ldc, none, bias, np.int64(0), ib * m, m, m, n, y, yrs, ypitch, ycoff,
                       np.int64(0), mult, shift, mult_neg, shift_neg, lo, hi)
-    return y
+    return
 
 
 @kernel
@@ -327,7 +327,7 @@ def matmul_dynamic(a, ars, apitch, acoff, b, brs, bpitch, bcoff,
             for j in range(n):
                 y[base + j] = requantize_one(acc[i, j], mult[j], shift[j], mult_neg[j],
                                              shift_neg[j], lo, hi)
-    return y
+    return
 
 
 #: the integer matmuls split over batch items on the thread pool (`pool.Split`)

@@ -50,7 +50,7 @@ def softmax_rows(x, xrs, xpitch, xcoff, table, r, f, hi, y, yrs, ypitch, ycoff, 
                 rem = num - q * den
                 q += (1 if rem >= den else 0) - (1 if rem < 0 else 0)
                 yr[c] = min(q, hi)
-    return y
+    return
 
 
 @kernel
@@ -98,4 +98,4 @@ def layer_norm_rows(x, xrs, xpitch, xcoff, prm, lo, hi, y, yrs, ypitch, ycoff, h
                 fl = flo if fl < flo else fl
                 fl = fhi if fl > fhi else fl
                 yr[c] = np.int64(fl)
-    return y
+    return

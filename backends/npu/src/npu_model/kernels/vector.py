@@ -101,7 +101,7 @@ def eltw(a, ars, apitch, acoff, b, brs, bpitch, bcoff, b_bcast,
         else:
             _eltw_run(a[abase:abase + n], b[bbase:bbase + n], y[ybase:ybase + n], op,
                       ka, kb, mp, sp, rp, mq, sq, rq, lo64, hi64)
-    return y
+    return
 
 
 @inline
