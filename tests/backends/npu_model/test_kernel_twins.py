@@ -64,9 +64,10 @@ def _run(dev, case: dict, twin: bool, monkeypatch) -> tuple:
 
 
 def _dw_kind(case: dict) -> str:
-    """int8 depthwise layers run on pairs of taps (`kernels.depthwise`, with the byte GEMM's
-    VNNI), int16 ones on `mpe.conv_depthwise`; both have `twins.conv_depthwise` for twin."""
-    pairs = case.get("dtype") != "int16" and bgemm.enabled()
+    """Depthwise layers run on pairs of taps where `depthwise.fits` (with the byte GEMM's
+    VNNI), else on `mpe.conv_depthwise`; both have `twins.conv_depthwise` for twin."""
+    kh, kw = case.get("k", (3, 3))
+    pairs = bgemm.enabled() and depthwise.fits(case.get("dtype", "int8"), kh * kw)
     return "depthwise_pairs" if pairs else "depthwise"
 
 

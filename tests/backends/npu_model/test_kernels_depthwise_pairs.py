@@ -1,11 +1,12 @@
-"""int8 depthwise convolutions on pairs of taps (`npu_model.kernels.depthwise`, AVX-512 VNNI
-``vpdpwssd``): the layer really on that kernel (int16 ones not), byte-for-byte against numpy
+"""int8 and int16 depthwise convolutions on pairs of taps (`npu_model.kernels.depthwise`,
+AVX-512 VNNI ``vpdpwssd``): the layer really on that kernel (int16 1x1 ones not), byte-for-byte
+against numpy
 integers through the chip over the geometries networks use (3x3 and 5x5 at strides 1, 2 and the
 text models' (2, 1), dilations, asymmetric pads, even and 1-wide kernels, odd kernel rows,
 channels not a multiple of 8 or 16, pitched inputs, channel windows with nothing written past
-them, maps narrower than the kernel's reach, LeakyReLU, ReLU, operands at their bounds), the
-kernel called directly against `mpe.conv_depthwise` in row parts, and the same bytes at 1, 2
-and 4 threads."""
+them, maps narrower than the kernel's reach, LeakyReLU, ReLU, operands at their bounds; int16
+over its two byte planes), the kernel called directly against `mpe.conv_depthwise` in row
+parts, and the same bytes at 1, 2 and 4 threads."""
 
 from __future__ import annotations
 
@@ -52,6 +53,12 @@ CASES = [
     dict(h=5, w=2, c=16),  # narrower than the kernel's reach
     dict(h=1, w=40, c=200, k=(5, 5), pad=(2, 2, 2, 2)),  # one row: most kernel rows padding
     dict(h=9, w=17, c=33, k=(3, 3), stride=(3, 2), pad=(2, 0, 0, 2), relu=True),
+    dict(h=9, w=9, c=32, k=(5, 5), pad=(2, 2, 2, 2), relu=True, dtype="int16"),  # 2 planes
+    dict(h=8, w=11, c=24, k=(4, 4), stride=(2, 2), pad=(1, 2, 1, 2), leaky=True,
+         dtype="int16"),
+    dict(h=12, w=26, c=32, k=(5, 5), stride=(2, 1), pad=(2, 2, 2, 2), dtype="int16"),
+    dict(h=9, w=12, c=21, k=(5, 3), dilation=(2, 3), pad=(4, 1, 3, 0), in_pitch=32,
+         out_pitch=48, out_c_off=7, dtype="int16"),
 ]
 
 
@@ -64,8 +71,9 @@ def _run(hw, rng, case, wq=None, x=None):
     c = case.pop("c")
     kh, kw = case.get("k", (3, 3))
     if wq is None:
-        wq = rng.integers(-128, 128, (kh, kw, 1, c)).astype(np.int8)
-        wq[0, 0, 0, 0] = -128
+        info = np.iinfo(np.int16 if case.get("dtype") == "int16" else np.int8)
+        wq = rng.integers(info.min, info.max + 1, (kh, kw, 1, c)).astype(info.dtype)
+        wq[0, 0, 0, 0] = info.min
     return _conv(hw, rng, cin=c, cout=c, groups=c, wq=wq, x=x, **case)
 
 
@@ -80,6 +88,18 @@ def test_pairs_are_exact_and_run_there(hw, rng, ran, case):
     assert (outside.view(np.uint8) == 0x5A).all()  # nothing written past the window
 
 
+def test_int16_operands_at_their_bounds(hw, rng, ran):
+    """int16 inputs -32768 and 32767 (low bytes 0 and 255, high -128 and 127) times weights
+    -32768: each plane's products at their bound, 25 taps."""
+    c = 16
+    x = np.where(rng.random((5, 6, c)) < 0.5, -32768, 32767).astype(np.int16)
+    wq = np.full((5, 5, 1, c), -32768, np.int16)
+    got, ref, _ = _run(hw, rng, dict(h=5, w=6, c=c, k=(5, 5), pad=(2, 2, 2, 2), dtype="int16"),
+                       wq=wq, x=x)
+    np.testing.assert_array_equal(got, ref)
+    assert ran == {"conv_depthwise_pairs": 1}
+
+
 def test_operands_at_their_bounds(hw, rng, ran):
     """Every input and weight -128: each product 2^14, each pair 2^15 (one more than int16
     holds: the sums must be int32 from the first pair on), 25 taps."""
@@ -91,34 +111,40 @@ def test_operands_at_their_bounds(hw, rng, ran):
     assert ran == {"conv_depthwise_pairs": 1}
 
 
-def test_int16_layers_keep_their_kernel(hw, rng, ran):
-    got, ref, _ = _conv(hw, rng, 7, 9, 16, 16, groups=16, dtype="int16", wq=rng.integers(
-        -32767, 32768, (3, 3, 1, 16)).astype(np.int16))
+@pytest.mark.parametrize("k", [(1, 1), (3, 3)])
+def test_small_int16_kernels_keep_their_kernel(hw, rng, ran, k):
+    pad = (k[0] // 2,) * 4
+    got, ref, _ = _conv(hw, rng, 7, 9, 16, 16, k=k, pad=pad, groups=16, dtype="int16",
+                        wq=rng.integers(-32767, 32768, (*k, 1, 16)).astype(np.int16))
     np.testing.assert_array_equal(got, ref)
     assert ran == {"conv_depthwise": 1}
 
 
 def test_fits():
     assert depthwise.fits("int8", 25) and depthwise.fits("int8", 1 << 16)
-    assert not depthwise.fits("int16", 9) and not depthwise.fits("int8", (1 << 16) + 1)
+    assert depthwise.fits("int16", 25) and depthwise.fits("int16", 255)
+    assert not depthwise.fits("int8", (1 << 16) + 1) and not depthwise.fits("int16", 256)
+    assert not depthwise.fits("int16", 9) and not depthwise.fits("float32", 25)
 
 
 def _packed(w: np.ndarray, cu: int) -> np.ndarray:
     """Depthwise weights ``w[taps, c]`` in the lane layout ``(NCB, KH, KW, CU)``."""
     taps, c = w.shape
     ncb = -(-c // cu)
-    p = np.zeros((ncb, taps, cu), np.int8)
+    p = np.zeros((ncb, taps, cu), w.dtype)
     for cb in range(ncb):
         n = min(cu, c - cb * cu)
         p[cb, :, :n] = w[:, cb * cu:cb * cu + n]
     return p.ravel()
 
 
-@pytest.mark.parametrize("seed", range(12))
-def test_kernel_in_row_parts_is_mpes(seed):
+@pytest.mark.parametrize("dtype", [np.int8, np.int16])
+@pytest.mark.parametrize("seed", range(10))
+def test_kernel_in_row_parts_is_mpes(seed, dtype):
     """Random geometries, the kernel called directly in two row parts and whole, against
     `mpe.conv_depthwise` over every element of the output memory."""
     r = np.random.default_rng(seed)
+    info = np.iinfo(dtype)
     kh, kw = (int(v) for v in r.integers(1, 6, 2))
     sh, sw = (int(v) for v in r.integers(1, 4, 2))
     dh, dw = (int(v) for v in r.integers(1, 3, 2))
@@ -131,9 +157,9 @@ def test_kernel_in_row_parts_is_mpes(seed):
     if oh < 1 or ow < 1:
         pytest.skip("no output")
     xcoff = int(r.integers(0, 5))
-    x = r.integers(-128, 128, xcoff + ih * iw * xpitch + 3).astype(np.int8)
-    w = r.integers(-128, 128, (kh * kw, c)).astype(np.int8)
-    cu = 32
+    x = r.integers(info.min, info.max + 1, xcoff + ih * iw * xpitch + 3).astype(dtype)
+    w = r.integers(info.min, info.max + 1, (kh * kw, c)).astype(dtype)
+    cu = 32 // info.bits * 8
     packed = _packed(w, cu)
     bias = r.integers(-3000, 3000, c)
     mult = r.integers(1 << 20, 1 << 30, c)
@@ -145,16 +171,16 @@ def test_kernel_in_row_parts_is_mpes(seed):
     ycoff = int(r.integers(0, 3))
     ysize = ycoff + oh * ow * ypitch + 2
     args = (x, iw * xpitch, xpitch, xcoff, ih, iw, packed, cu, bias, mult, shift, mneg, sneg,
-            -128, 127)
+            info.min, info.max)
     tail = (ow * ypitch, ypitch, ycoff, oh, ow, c, kh, kw, sh, sw, dh, dw, pt, pl,
-            mpe.depthwise_acc(1, kh * kw))
-    ref = np.full(ysize, 0x5A, np.int8)
+            mpe.depthwise_acc(info.bits // 8, kh * kw))
+    ref = np.full(ysize, 0x5A, dtype)
     mpe.conv_depthwise(*args, ref, *tail, 0, oh)
-    whole = np.full(ysize, 0x5A, np.int8)
+    whole = np.full(ysize, 0x5A, dtype)
     depthwise.conv_depthwise_pairs(*args, whole, *tail, 0, oh)
     np.testing.assert_array_equal(whole, ref)
     cut = int(r.integers(0, oh + 1))
-    parts = np.full(ysize, 0x5A, np.int8)
+    parts = np.full(ysize, 0x5A, dtype)
     depthwise.conv_depthwise_pairs(*args, parts, *tail, 0, cut)
     depthwise.conv_depthwise_pairs(*args, parts, *tail, cut, oh)
     np.testing.assert_array_equal(parts, ref)

@@ -112,7 +112,8 @@ def test_one_specialisation_per_operand_type():
     used = {n: d.signatures for n, d in _dispatchers() if d.signatures}
     tail = "_bytes" if bgemm.enabled() else ""
     dense8 = "conv_dense_int8_bytes" if tail else "conv_dense_int"
-    for name in (dense8, "conv_dense_int16" + tail, "conv_depthwise", "matmul_dynamic_int8_bytes"
+    dwise = "conv_depthwise_pairs" if tail else "conv_depthwise"
+    for name in (dense8, "conv_dense_int16" + tail, dwise, "matmul_dynamic_int8_bytes"
                  if tail else "matmul_dynamic_int", "matmul_dynamic_int16" + tail):
         assert any(n.endswith("." + name) for n in used), (name, sorted(used))
     for name, sigs in used.items():

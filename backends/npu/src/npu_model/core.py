@@ -635,7 +635,7 @@ class Icore:
                            y.rs, y.pitch, y.coff, y.h, y.w, y.c)
             return
         if dwise:  # its own copy: a replay reads the weights it checked, wherever they moved
-            # int8 on pairs of taps where VNNI's vpdpwssd exists (`kernels.depthwise`)
+            # on pairs of taps where VNNI's vpdpwssd exists (`kernels.depthwise`)
             pairs = self.byte_gemm and depthwise.fits(dtype, kh * kw)
             self._rec.call(depthwise.CONV_DEPTHWISE_PAIRS if pairs else mpe.CONV_DEPTHWISE,
                            x.arr, x.rs, x.pitch, x.coff, x.h, x.w, packed, cu,

@@ -1,4 +1,4 @@
-"""int8 depthwise convolutions on pairs of taps (AVX-512 VNNI ``vpdpwssd``).
+"""int8 and int16 depthwise convolutions on pairs of taps (AVX-512 VNNI ``vpdpwssd``).
 
 `mpe.conv_depthwise` adds one tap at a time to a row of int32 accumulators: a load, a
 multiply (``vpmulld``, two micro-ops), an add and a store per 16 products, the accumulators
@@ -22,11 +22,18 @@ of one channel, side by side in one 32-bit word, are one lane's pair. So:
   both signs (no LeakyReLU) the bias folded into the rounding term, eight channels a 512-bit
   pass (`grouped._requant8`), else both signs (`mpe._requant_row`).
 
+int16 layers (mixed precision's raised depthwise layers) go the same way over two byte planes
+of the input: ``x = 256 xh + xl`` with ``xl = x & 0xFF`` (0..255) and ``xh = x >> 8``
+(-128..127), each plane its own ring and int32 sums against the int16 weights, joined as
+``256 hi + lo`` in int64 before the requantization.
+
 Exact: every product ``x * w`` of int8 operands is the int16 x int16 product of their sign
 extensions, at most 2^14 in magnitude; lanes past the layer's channels multiply zero weights
 (whatever their input words hold, their products are 0 and they are never requantized); with
 at most 2^16 taps (`fits`) every int32 sum is exact, as `mpe.conv_depthwise`'s int32 sums are.
-Requantization is `xir.quant.fixed_point.requantize_one`'s int64 arithmetic, as in `mpe`.
+An int16 plane's products are below 2^23 in magnitude (32768 x 255), so up to 255 taps its
+int32 sums are exact, and ``256 hi + lo`` in int64 is the layer's sum. Requantization is
+`xir.quant.fixed_point.requantize_one`'s int64 arithmetic, as in `mpe`.
 
 Measured, each layer called alone (one core's CPU time, load 8-12), against
 `mpe.conv_depthwise`: ch_ppocr_mobile_v2.0_cls's 11 layers (3x3 and 5x5 at strides 1 and
@@ -66,12 +73,20 @@ NPX = 8
 LANES = 16
 #: taps up to which int32 sums of int8 products are exact (|product| <= 2^14)
 MAX_TAPS = 1 << 16
+#: taps up to which an int16 layer's byte planes sum exactly in int32 (|w * low byte| < 2^23)
+MAX_TAPS16 = 255
+#: taps from which an int16 layer is faster here, over two planes, than on
+#: `mpe.conv_depthwise`: its 3x3 layers run fused three-tap rows there (measured at 64x128x16
+#: 262 us there, 284 here; a 5x5 at 3x96x32 59 us there, 33 here)
+MIN_TAPS16 = 10
 
 
 def fits(dtype: str, taps: int) -> bool:
     """Whether a depthwise layer of operand type `dtype` and `taps` taps takes
-    `conv_depthwise_pairs`: int8 (on CPUs with the byte GEMM's VNNI: the caller checks
+    `conv_depthwise_pairs` (on CPUs with the byte GEMM's VNNI: the caller checks
     `bgemm.enabled`)."""
+    if dtype == "int16":
+        return MIN_TAPS16 <= taps <= MAX_TAPS16
     return dtype == "int8" and taps <= MAX_TAPS
 
 
@@ -160,11 +175,12 @@ def _pair_weights(w2, kh, kw, c_n, cp):
 
 
 @helper
-def _pair_row(ring, at, x, xrs, xpitch, xcoff, ih, iw_n, c_n, cp, wcols, pl, dw, g):
+def _pair_row(ring, at, x, xrs, xpitch, xcoff, ih, iw_n, c_n, cp, wcols, pl, dw, g, shr, msk):
     """Input row `ih` as tap pairs (module docstring) into ``ring[at:at + wcols * cp]``:
     column ``q`` pairs input columns ``q g - pl`` (low half) and ``q g - pl + dw`` (high
     half), each 0 outside ``0..iw_n - 1`` (`g`: the step between the columns a layer's pairs
-    start on); lanes past `c_n` are left as they are."""
+    start on), each input value taken as ``(x >> shr) & msk`` (an int16 map's byte planes;
+    ``0, -1`` for int8); lanes past `c_n` are left as they are."""
     xb = ih * xrs + xcoff
     # the columns whose two inputs are both inside the row: w0 <= q < w1
     w0 = min((pl + g - 1) // g, wcols)
@@ -174,8 +190,9 @@ def _pair_row(ring, at, x, xrs, xpitch, xcoff, ih, iw_n, c_n, cp, wcols, pl, dw,
         s0 = xb + (w * g - pl) * xpitch
         s1 = s0 + dw * xpitch
         for c in range(c_n):
-            ring[np.uint64(d0 + c)] = (np.int32(x[np.uint64(s1 + c)]) << 16) | \
-                (np.int32(x[np.uint64(s0 + c)]) & 0xFFFF)
+            v0 = (np.int32(x[np.uint64(s0 + c)]) >> shr) & msk
+            v1 = (np.int32(x[np.uint64(s1 + c)]) >> shr) & msk
+            ring[np.uint64(d0 + c)] = (v1 << 16) | (v0 & 0xFFFF)
     for w in range(wcols):
         if w0 <= w < w1:
             continue
@@ -185,9 +202,9 @@ def _pair_row(ring, at, x, xrs, xpitch, xcoff, ih, iw_n, c_n, cp, wcols, pl, dw,
         in0 = 0 <= i0 < iw_n
         in1 = 0 <= i1 < iw_n
         for c in range(c_n):
-            lo = np.int32(x[np.uint64(xb + i0 * xpitch + c)]) & 0xFFFF if in0 else np.int32(0)
-            hi = np.int32(x[np.uint64(xb + i1 * xpitch + c)]) << 16 if in1 else np.int32(0)
-            ring[np.uint64(d0 + c)] = hi | lo
+            v0 = (np.int32(x[np.uint64(xb + i0 * xpitch + c)]) >> shr) & msk if in0 else 0
+            v1 = (np.int32(x[np.uint64(xb + i1 * xpitch + c)]) >> shr) & msk if in1 else 0
+            ring[np.uint64(d0 + c)] = (v1 << 16) | (v0 & 0xFFFF)
 
 
 @helper
@@ -202,10 +219,10 @@ def conv_depthwise_pairs(x, xrs, xpitch, xcoff, ih_n, iw_n,
                          packed, cu, bias, mult, shift, mult_neg, shift_neg, lo, hi,
                          y, yrs, ypitch, ycoff, oh_n, ow_n, c_n,
                          kh, kw, sh, sw, dh, dw, pt, pl, acc_like, oh_lo, oh_hi):
-    """int8 depthwise convolution on pairs of taps (module docstring), the arguments and
-    results of `mpe.conv_depthwise` (`acc_like` is not read: the sums are int32 by
-    construction; `fits` says which layers may come here). Output rows ``oh_lo..oh_hi``
-    only (the pool's part)."""
+    """Depthwise convolution on pairs of taps (module docstring), the arguments and results of
+    `mpe.conv_depthwise` (`acc_like` is not read: the sums are int32 by construction, an
+    int16 map's two byte planes' each; `fits` says which layers may come here). Output rows
+    ``oh_lo..oh_hi`` only (the pool's part)."""
     if oh_hi <= oh_lo:
         return y
     w2 = _dw_weights(packed, cu, kh * kw, c_n, np.empty(0, dtype=np.int32))
@@ -219,9 +236,11 @@ def conv_depthwise_pairs(x, xrs, xpitch, xcoff, ih_n, iw_n,
     wcols = ((ow_pad - 1) * sw + 2 * (npr - 1) * dw) // g + 1  # pair columns a tile row reads
     rowlen = wcols * cp
     span = (kh - 1) * dh + 1
-    ring = np.empty(span * rowlen, dtype=np.int32)
+    planes = 1 if x.itemsize == 1 else 2  # int16: the low bytes (unsigned), the high (signed)
+    ring = np.empty(planes * span * rowlen, dtype=np.int32)
     offs = np.empty(kh * npr, dtype=np.int64)
-    acc = np.empty(ow_pad * cp, dtype=np.int32)
+    acc = np.empty(planes * ow_pad * cp, dtype=np.int32)
+    hb = (planes - 1) * ow_pad * cp  # the high plane's sums (int16)
     folded = _one_sided(mult, shift, mult_neg, shift_neg, np.int64(0), c_n)
     m32 = np.empty(c_n, dtype=np.int32)
     cf = np.empty(c_n, dtype=np.int64)
@@ -233,10 +252,10 @@ def conv_depthwise_pairs(x, xrs, xpitch, xcoff, ih_n, iw_n,
         sf[o] = s
     two = np.int64(0) if folded else c_n
     prm = _requant_params(mult, shift, mult_neg, shift_neg, np.int64(0), two)
-    tmp = np.empty(two, dtype=np.int64)
+    tmp = np.empty(c_n, dtype=np.int64)
     lo64 = np.int64(lo)
     hi64 = np.int64(hi)
-    n8 = c_n // 8 * 8
+    n8 = c_n // 8 * 8 if planes == 1 else 0
     first = oh_lo * sh - pt  # input row of ring slot 0
     built = first - 1  # the last input row put in the ring
     for oh in range(oh_lo, oh_hi):
@@ -246,11 +265,18 @@ def conv_depthwise_pairs(x, xrs, xpitch, xcoff, ih_n, iw_n,
         ky1 = min(kh - 1, (ih_n - 1 - top) // dh) if ih_n - 1 - top >= 0 else -1
         for ih in range(max(built + 1, top), top + (kh - 1) * dh + 1):
             if 0 <= ih < ih_n:
-                _pair_row(ring, ((ih - first) % span) * rowlen, x, xrs, xpitch, xcoff, ih,
-                          iw_n, c_n, cp, wcols, pl, dw, g)
+                at = ((ih - first) % span) * rowlen
+                if planes == 1:
+                    _pair_row(ring, at, x, xrs, xpitch, xcoff, ih, iw_n, c_n, cp, wcols, pl,
+                              dw, g, np.int32(0), np.int32(-1))
+                else:
+                    _pair_row(ring, at, x, xrs, xpitch, xcoff, ih, iw_n, c_n, cp, wcols, pl,
+                              dw, g, np.int32(0), np.int32(0xFF))
+                    _pair_row(ring, at + span * rowlen, x, xrs, xpitch, xcoff, ih, iw_n, c_n,
+                              cp, wcols, pl, dw, g, np.int32(8), np.int32(-1))
         built = top + (kh - 1) * dh
         if ky1 < ky0:  # no kernel row inside the input: the sums are 0
-            for i in range(ow_n * cp):
+            for i in range(acc.shape[0]):
                 acc[i] = 0
         else:
             for ky in range(ky0, ky1 + 1):
@@ -259,24 +285,39 @@ def conv_depthwise_pairs(x, xrs, xpitch, xcoff, ih_n, iw_n,
                     offs[ky * npr + j] = slot * rowlen + 2 * j * dw // g * cp
             o0 = ky0 * npr
             npairs = (ky1 - ky0 + 1) * npr
-            for cb in range(0, cp, LANES):
-                for ow0 in range(0, ow_n, NPX):
-                    _tile(ring, ow0 * (sw // g) * cp + cb, sw // g * cp, offs, o0, npairs, wq,
-                          o0 * cp + cb, cp, acc, ow0 * cp + cb, cp)
+            for pln in range(planes):
+                rb = pln * span * rowlen
+                ab = pln * ow_pad * cp
+                for cb in range(0, cp, LANES):
+                    for ow0 in range(0, ow_n, NPX):
+                        _tile(ring, rb + ow0 * (sw // g) * cp + cb, sw // g * cp, offs, o0,
+                              npairs, wq, o0 * cp + cb, cp, acc, ab + ow0 * cp + cb, cp)
         for ow in range(ow_n):
             yo = oh * yrs + ow * ypitch + ycoff
             ao = ow * cp
             if folded:
                 for i in range(0, n8, 8):
                     _requant8(acc, ao + i, m32, cf, sf, i, lo64, hi64, y, yo + i)
+            if folded and planes == 1:
                 for i in range(n8, c_n):
                     v = (np.int64(acc[ao + i]) * np.int64(m32[i]) + cf[i]) >> sf[i]
                     v = lo64 if v < lo64 else v
                     v = hi64 if v > hi64 else v
                     y[yo + i] = v
+            elif folded:  # int16: the planes' sums joined in int64
+                for i in range(c_n):
+                    a = (np.int64(acc[np.uint64(hb + ao + i)]) << 8) + \
+                        np.int64(acc[np.uint64(ao + i)])
+                    v = (a * np.int64(m32[i]) + cf[i]) >> sf[i]
+                    v = lo64 if v < lo64 else v
+                    v = hi64 if v > hi64 else v
+                    y[np.uint64(yo + i)] = v
             else:
                 for i in range(c_n):
-                    tmp[i] = np.int64(acc[ao + i]) + bias[i]
+                    a = np.int64(acc[ao + i])
+                    if planes == 2:
+                        a = (np.int64(acc[hb + ao + i]) << 8) + a
+                    tmp[i] = a + bias[i]
                 _requant_row(tmp, prm, lo, hi, y[yo:yo + c_n])
     return y
 
