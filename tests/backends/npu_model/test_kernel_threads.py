@@ -11,7 +11,7 @@ import pytest
 from npu_testlib import Harness, rand_requant, ref_conv_acc, ref_requant
 
 from npu_model import asm
-from npu_model.kernels import bgemm, depthwise, implicit, matmul, mpe, pool
+from npu_model.kernels import bgemm, implicit, matmul, mpe, pool
 
 _free_cores = pool.free_cores
 
@@ -59,7 +59,6 @@ def _layers(hw, rng, dtype):
 
 _SPLITS = (mpe.CONV_INT, mpe.CONV_INT16, mpe.CONV_INT8_BYTES, mpe.CONV_INT16_BYTES,
            implicit.CONV_IMPLICIT, implicit.CONV_POINTWISE_INT16, mpe.CONV_DEPTHWISE,
-           depthwise.CONV_DEPTHWISE_PAIRS,
            matmul.MATMUL_INT,
            matmul.MATMUL_INT8_BYTES, matmul.MATMUL_INT16, matmul.MATMUL_INT16_BYTES)
 
@@ -386,6 +385,8 @@ def test_free_cores_reads_the_runnable_count(monkeypatch, tmp_path):
     assert _free_cores() == 6  # 8 CPUs, 3 runnable (the caller one of them)
     monkeypatch.setattr(pool, "_cpus", 2)
     assert _free_cores() == 1  # busier than its cores: the caller's own only
+    monkeypatch.setattr(pool._crew, "spinners", lambda: 2)  # two of the 3 are this pool's
+    assert _free_cores() == 2
     monkeypatch.setattr(pool, "LOADAVG", str(tmp_path / "absent"))
     monkeypatch.setattr(pool, "_loadavg_fd", None)
     assert _free_cores() is None
@@ -394,3 +395,64 @@ def test_free_cores_reads_the_runnable_count(monkeypatch, tmp_path):
 def _sum_units(x, out, n, lo, hi):
     for i in range(lo, hi):
         out[i] = x[i * 5:(i + 1) * 5].sum()
+
+
+def test_pool_threads_watch_for_the_next_call_then_sleep(monkeypatch):
+    """After a cut call a pool thread spins for `SPIN_S` (a runnable task the free-core count
+    leaves out), then sleeps on its lock; either way the next cut call gets it."""
+    from npu_model.kernels import spin
+
+    spin.wait_change(np.zeros(1, dtype=np.int64), 0, 1)  # compiled: the pool may spin
+    monkeypatch.setattr(pool, "INLINE_S", 0.0)
+    monkeypatch.setattr(pool, "SPIN_S", 0.2)
+    pool.set_threads(2)
+    split = pool.Split(_sum_units, extent=("n",), work=("n",), min_work=1)
+    for _ in range(3):
+        out = np.zeros(4)
+        split(np.arange(20.0), out, 4)
+        assert out.tolist() == [10.0, 35.0, 60.0, 85.0]
+        deadline = time.perf_counter() + 5  # a busy machine may run it late
+        while not pool._crew.spinning[0] and time.perf_counter() < deadline:
+            time.sleep(0.001)
+        assert pool._crew.spinning[0] and pool._crew.spinners() == 1
+    deadline = time.perf_counter() + 10
+    while not pool._crew.sleeping[0] and time.perf_counter() < deadline:
+        time.sleep(0.01)
+    assert pool._crew.sleeping[0] and pool._crew.spinners() == 0
+    out = np.zeros(4)
+    split(np.arange(20.0), out, 4)
+    assert out.tolist() == [10.0, 35.0, 60.0, 85.0]
+
+
+def test_no_spinning_with_spin_s_zero(monkeypatch):
+    monkeypatch.setattr(pool, "INLINE_S", 0.0)
+    monkeypatch.setattr(pool, "SPIN_S", 0.0)
+    pool.set_threads(2)
+    split = pool.Split(_sum_units, extent=("n",), work=("n",), min_work=1)
+    seen = []
+    for _ in range(20):
+        out = np.zeros(4)
+        split(np.arange(20.0), out, 4)
+        seen.append(pool._crew.spinners())
+        assert out.tolist() == [10.0, 35.0, 60.0, 85.0]
+    assert seen == [0] * 20
+
+
+def test_wait_change_returns_the_new_count_or_times_out():
+    from npu_model.kernels import spin
+
+    counter = np.zeros(1, dtype=np.int64)
+    rate = spin.ticks_per_second(counter)
+    assert 1e8 < rate < 1e11  # a time-stamp counter of 0.1 to 100 GHz
+    t0 = time.perf_counter()
+    assert spin.wait_change(counter, 0, int(rate * 0.01)) == 0
+    assert time.perf_counter() - t0 >= 0.009
+
+    def bump():
+        time.sleep(0.02)
+        counter[0] = 7
+
+    t = threading.Thread(target=bump)
+    t.start()
+    assert spin.wait_change(counter, 0, int(rate * 30)) == 7  # long before its 30 s
+    t.join()

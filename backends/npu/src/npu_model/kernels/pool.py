@@ -17,6 +17,10 @@ convolution at ~250 GMAC/s and a 3-channel stem at ~12, so one work threshold ei
 against 0.55 ms on one thread, load 4.3) or leaves 500 us ones whole. The first call of each
 shape runs inline and timed; later calls are cut by the time seen for it, and go back inline
 for a while whenever cutting turns out slower (`Split`).
+A measured call is cut only for the cores free at that instant (`free_cores`, from Linux's
+runnable count): on a machine whose cores are all taken each part would queue for one. After
+a cut call the pool threads spin for the next one a short while (`SPIN_S`, `spin`) before they
+sleep, so that the next call does not wait for a sleeping vCPU to be woken.
 Parts write disjoint outputs and every output is computed from its inputs alone (exact integer
 arithmetic, whatever the part), so the result is byte-identical for any thread count.
 
@@ -35,7 +39,12 @@ from collections.abc import Callable, Sequence
 from inspect import signature
 from typing import Any
 
+import numpy as np
+from numba import config as numba_config
+
 from xir.errors import XirError
+
+from . import spin as _spin
 
 #: work units (multiply-adds, roughly) a part must hold at least, measured time aside
 MIN_WORK = 1 << 21
@@ -48,6 +57,9 @@ MIN_WORK = 1 << 21
 INLINE_S = 150e-6
 #: the least measured time a part holds (a 150 us call in two parts)
 PART_S = 75e-6
+#: how long a pool thread watches for the next cut call after one before it sleeps (`spin`:
+#: a sleeping thread's wake on a virtual machine may wait for the host to run its vCPU)
+SPIN_S = 200e-6
 #: parts per thread at most: a thread that starts late or is pre-empted holds the call up by
 #: one small part while the others take the rest
 PARTS_PER_THREAD = 4
@@ -122,6 +134,7 @@ def free_cores() -> int | None:
         running = int(os.pread(_loadavg_fd, 128, 0).split()[3].split(b"/")[0])
     except (OSError, ValueError, IndexError):
         return None
+    running -= _crew.spinners()  # this pool's threads waiting for the next call
     return max(0, _cpus - running) + 1
 
 
@@ -131,7 +144,7 @@ class _Job:
     whoever finishes the last part releases `done`. An exception in a part is kept (the
     other parts still run) and raised by the caller."""
 
-    __slots__ = ("kernel", "args", "b", "n", "ticket", "finished", "done", "errors")
+    __slots__ = ("kernel", "args", "b", "n", "ticket", "finished", "done", "errors", "helpers")
 
     def __init__(self, kernel: Callable[..., Any], args: tuple, b: list[int]) -> None:
         self.kernel, self.args, self.b, self.n = kernel, args, b, len(b) - 1
@@ -140,6 +153,7 @@ class _Job:
         self.done = threading.Lock()
         self.done.acquire()
         self.errors: list[BaseException] = []
+        self.helpers = 0  # pool threads that may take parts (`_Crew.run` sets it)
 
     def work(self) -> None:
         """Take and run parts until none is left (a thread arriving late finds none)."""
@@ -154,12 +168,14 @@ class _Job:
 
 
 class _Crew:
-    """The pool threads: ``threads() - 1`` daemon threads, each asleep on a lock of its own
-    until a cut call releases it, then taking parts of the current `_Job` (none when it was
-    woken late, after the caller took the last part). Cheaper than a ThreadPoolExecutor per
-    cut call (no Future, work queue or idle semaphore: ~15 us -> ~3 us of the caller's time
-    and a few us less before the first pool thread runs a part). One caller at a time uses
-    the crew: another thread cutting a call meanwhile runs it inline (`busy`)."""
+    """The pool threads: ``threads() - 1`` daemon threads. After a cut call each watches for
+    the next one for `SPIN_S` (`spin.wait_change` on `counter`, which the caller bumps for
+    every call it cuts; outside the GIL), then sleeps on a lock of its own until a cut call
+    releases it; either way it then takes parts of the current `_Job` if it is one of the
+    job's helpers (none left when it came late, after the caller took the last part).
+    Cheaper than a ThreadPoolExecutor per cut call (no Future, work queue or idle semaphore:
+    ~15 us -> ~3 us of the caller's time). One caller at a time uses the crew: another
+    thread cutting a call meanwhile runs it inline (`busy`)."""
 
     def __init__(self) -> None:
         self.job: _Job | None = None
@@ -168,14 +184,20 @@ class _Crew:
         self.owner = 0  # the process that started them (a forked child has none of them)
         self.generation = 0  # a thread of an earlier generation ends when woken
         self.busy = threading.Lock()
+        self.counter = np.zeros(1, dtype=np.int64)  # bumped for each cut call
+        self.sleeping: list[bool] = []  # per thread: asleep on its lock (or about to be)
+        self.spinning: list[bool] = []  # per thread: watching `counter` (a runnable task)
 
     def start(self, n: int) -> None:
         self.stop()
         self.owner = os.getpid()
+        self.sleeping = [False] * n
+        self.spinning = [False] * n
+        ticks = self.spin_ticks(ask=True) if n else 0
         for k in range(n):
             wake = threading.Lock()
             wake.acquire()
-            t = threading.Thread(target=self._serve, args=(wake, self.generation),
+            t = threading.Thread(target=self._serve, args=(k, wake, self.generation, ticks),
                                  daemon=True, name=f"npu-kernel-{k}")
             self.wakes.append(wake)
             self.threads.append(t)
@@ -187,6 +209,7 @@ class _Crew:
         mine = self.owner == os.getpid()
         self.wakes, self.threads, self.owner, self.job = [], [], 0, None
         self.generation += 1
+        self.counter[0] += 1  # a spinning thread stops watching
         if not mine:  # a forked child: the threads are the parent's
             return
         for wake in wakes:
@@ -198,14 +221,40 @@ class _Crew:
             if t is not threading.current_thread():
                 t.join()
 
-    def _serve(self, wake: threading.Lock, generation: int) -> None:
-        while True:
-            wake.acquire()
-            if self.generation != generation:
-                return
+    def _serve(self, k: int, wake: threading.Lock, generation: int, spin_ticks: int) -> None:
+        checked = time.perf_counter()
+        seen = int(self.counter[0])
+        while self.generation == generation:
+            v = seen
+            if not spin_ticks and SPIN_S > 0 and time.perf_counter() - checked > 1.0:
+                spin_ticks = self.spin_ticks(ask=False)  # compiled meanwhile?
+                checked = time.perf_counter()
+            if spin_ticks:
+                self.spinning[k] = True
+                v = _spin.wait_change(self.counter, seen, spin_ticks)
+                self.spinning[k] = False
+            if v == seen:  # no cut call meanwhile: sleep until one releases the lock
+                self.sleeping[k] = True
+                if int(self.counter[0]) == seen:  # (one bumped it since: no sleep)
+                    wake.acquire()
+                self.sleeping[k] = False
+                v = int(self.counter[0])
+            seen = v
             job = self.job
-            if job is not None:
+            if job is not None and k < job.helpers and self.generation == generation:
                 job.work()
+
+    def spin_ticks(self, ask: bool) -> int:
+        """`SPIN_S` in time-stamp ticks; 0 (sleep at once) where `SPIN_S` is 0, Numba's JIT
+        is off, or the spinning kernel is not compiled yet (`spin.ready`, which asks for it
+        where `ask`)."""
+        if SPIN_S <= 0 or numba_config.DISABLE_JIT or not _spin.ready(self.counter, ask):
+            return 0
+        return int(SPIN_S * _spin.ticks_per_second(np.zeros(1, dtype=np.int64)))
+
+    def spinners(self) -> int:
+        """Pool threads of this process spinning now (runnable tasks that are this pool's)."""
+        return sum(self.spinning) if self.owner == os.getpid() else 0
 
     def ready(self) -> None:
         """Start the threads if they are not running (in this process, as many as
@@ -217,12 +266,14 @@ class _Crew:
         """Run `job` on the calling thread and up to `helpers` pool threads; return once
         every part has run."""
         self.ready()
+        job.helpers = helpers
         self.job = job
-        for wake in self.wakes[:helpers]:
-            if wake.locked():  # asleep, or woken already and not yet running (no-op then)
+        self.counter[0] += 1  # a spinning thread sees it at once
+        for k in range(helpers):
+            if self.sleeping[k]:
                 try:
-                    wake.release()
-                except RuntimeError:  # pragma: no cover - released meanwhile: it is awake
+                    self.wakes[k].release()
+                except RuntimeError:  # released already: it is waking
                     pass
         job.work()  # the calling thread takes parts too, so a busy machine costs no wait
         job.done.acquire()  # the last part (maybe a pool thread's) has finished
