@@ -11,8 +11,13 @@ int16.
    decides. That figure, compared with `min_cosine` itself, is the one the compile prints:
    there is no hidden stricter aim.
 2. **Rank the layers by measured sensitivity.** The integer report (`xcompile.quant.report`)
-   runs each 8-bit op alone on the float network's values (its input rounding, weights and
-   requantization, nothing it inherits): the lower its `alone` cosine, the more raising it buys.
+   gives every 8-bit op its `output_loss`: what the network's outputs lose with only that op
+   computed in integers (`xcompile.quant.sensitivity`), the highest first. Where those
+   partial forwards exceed their budget, the output loss is measured per *block* (a stretch
+   of consecutive integer ops computed in integers together, the rest float: one partial
+   forward per block) and each op ranked by its share of its block's loss
+   (`sensitivity.block_ranking`); where even that exceeds its budget, by the op's own
+   `alone` cosine, lowest first.
 3. **Keep to the cap.** Raising one op widens more than that op: its inputs become 16-bit,
    a scale-sharing group (Concat, MaxPool, ...) takes its widest member's bits, and every op
    reading a 16-bit value computes at 16 bits (docs/quantization.md section 10). The quantizer's
@@ -20,12 +25,15 @@ int16.
    bits; walking the ranking, an op joins the candidate order only while the int16 share of the
    network's MACs *and* of its integer ops stays within `max_int16` (default 10%).
 4. **Search the fewest.** Prefixes of that order are quantized and measured. The first guess
-   (`_first_guess`) takes each op's own error (1 - `alone`) as its share of the output's error
-   and raises the shortest prefix that removes the part of it that must go; when that misses,
-   the whole capped order (when even that misses the search stops: the compile says so, names
-   the worst part and keeps the int8 network); then a bisection between the longest prefix
-   that missed and the shortest that reached, `MAX_TRIES` (3) quantizations in all, each
-   measured with the float outputs computed once.
+   (`_first_guess`) takes each op's error in the measure the ranking is by as its share of
+   the output's error and raises the shortest prefix that removes the part of it that must
+   go; the search (`_fewest`, `MAX_TRIES` (4) quantizations in all, each measured with the
+   float outputs computed once) does not take the probe's pass/fail for monotone in the
+   count raised (it is not: PP-OCRv4's detector passes with 2 ops, misses with 4 and 6,
+   passes with 8): every measurement is kept, the answer is the smallest count that passed
+   above the largest that missed, the neighbour above it is checked, and a count that passed
+   is never lost. When nothing within the cap reaches the target the search stops: the
+   compile says so, names the worst part and keeps the int8 network.
 
 What was chosen, the cosine per part before and after, and the int16 MAC share go to
 `MixedPrecision.to_tag()` (`tags["quantization"]["mixed_precision"]`).
@@ -253,6 +261,8 @@ class MixedPrecision:
     ranking: str | None = None
     #: the blocks measured, costliest first: (first op id, last op id, ops, output loss)
     blocks: list[tuple[int, int, int, float | None]] = field(default_factory=list)
+    #: what the raised ops measured: {op_id: {"output_loss", "alone"[, "block_share"]}}
+    sensitivity: dict[int, dict[str, float | None]] = field(default_factory=dict)
 
     @property
     def reached(self) -> bool:
@@ -284,6 +294,9 @@ class MixedPrecision:
                                   "kept": self.outlier_aware_kept,
                                   "weights": self.outlier_aware_variant},
                 "ranking": self.ranking,
+                "sensitivity": {str(k): {m: None if x is None else round(float(x), 6)
+                                         for m, x in v.items()}
+                                for k, v in self.sensitivity.items()},
                 "blocks": [[a, z, n, None if x is None else round(float(x), 6)]
                            for a, z, n, x in self.blocks],
                 "warning": self.warning}
@@ -359,14 +372,15 @@ def _errors(ranked: list[Any]) -> list[float]:
 def _first_guess(order: list[Any], ranked: list[Any], before: float, target: float,
                  errors: dict[int, float] | None = None) -> int:
     """How many ops of `order` to raise first, from the measure the ranking orders by
-    (`_errors`: `output_loss` where measured, else 1 - `alone`): each op's error is taken as
-    its share of the output's error (1 - cosine), which adds up over the layers to first
-    order; the guess is the shortest prefix of `order` whose errors make up the part of the
-    total that must go, `1 - (1 - target) / (1 - before)`. The measurement decides; the guess
-    only saves quantizations. (It was taken from 1 - `alone` while the order came from
-    `output_loss`: two measures, and PP-OCRv4's detector's result followed the guess.)
-    `errors` ({op_id: error}): the measure where the ranking is by block (each op's share of
-    its block's loss, `sensitivity.block_ranking`)."""
+    (`_errors`: `output_loss` where measured, else 1 - `alone`; `errors`, {op_id: error},
+    where the ranking is by block: each op's share of its block's loss): each op's error is
+    taken as its share of the output's error (1 - cosine), which adds up over the layers to
+    first order; the guess is the shortest prefix of `order` whose errors make up the part of
+    the total that must go, `1 - (1 - target) / (1 - before)`. The measurement decides; the
+    guess only saves quantizations. (It was taken from 1 - `alone` while the order came from
+    `output_loss`, and PP-OCRv4's detector's result followed the guess. Tried and left out:
+    adding the errors' square roots, as errors adding in amplitude would: it guessed 3 where
+    1 did for that detector, and the probes' other counts led the search past its 8.)"""
     if not order:
         return 0
     err = {id(r): errors.get(r.op_id, 0.0) for r in ranked} if errors is not None else \
@@ -600,6 +614,10 @@ def choose_bits(float_net: Any, quantized: Any, quantize: Callable[[dict], Any],
         chosen = order[:k]
         result.op_bits = {r.op_id: 16 for r in chosen}
         result.names = [r.name or str(r.op_id) for r in chosen]
+        result.sensitivity = {
+            r.op_id: {"output_loss": getattr(r, "output_loss", None), "alone": r.alone,
+                      **({"block_share": errors.get(r.op_id)} if errors is not None else {})}
+            for r in chosen}
         result.after = keep["parts"]
         at16 = {int(o) for o in net.tags["quantization"].get("op_bits", {})}
         result.share_after = int16_share(float_net, at16)

@@ -104,6 +104,9 @@ def test_the_fewest_sensitive_layers_are_raised_and_the_quantizer_agrees(tmp_pat
     tag = mp.to_tag()
     assert tag["raised"] == ["conv_c"] and tag["cosine_after"]["y"] >= 0.99
     assert tag["warning"] is None
+    (sens,) = tag["sensitivity"].values()  # what the raised op measured, for the report
+    assert list(tag["sensitivity"]) == [str(k) for k in mp.op_bits]
+    assert sens["alone"] < 0.5 and sens["output_loss"] > 0.5 and tag["ranking"] == "output_loss"
 
 
 def test_a_cap_that_cannot_reach_the_target_warns_and_keeps_int8(tmp_path):
@@ -241,6 +244,10 @@ def test_first_guess_uses_the_measure_the_order_is_ranked_by():
     assert _first_guess(rows, rows, 0.98, 0.9992) == 4  # 96%: 0.0098 of 0.01 after four
     plain = [SimpleNamespace(alone=a, output_loss=None) for a in alones]
     assert _first_guess(plain, plain, 0.98, 0.99) == 3  # by `alone`: 0.09 of 0.1401
+    # per block: each op's share of its block's loss, by op id
+    ids = [SimpleNamespace(op_id=i, alone=0.99, output_loss=None) for i in range(5)]
+    assert _first_guess(ids, ids, 0.98, 0.99, errors=dict(enumerate(losses))) == 1
+    assert _first_guess(ids, ids, 0.98, 0.9992, errors=dict(enumerate(losses))) == 4
 
 
 def test_the_printed_threshold_is_the_one_compared(tmp_path, capsys):
