@@ -29,12 +29,14 @@ ELTW_MUL = 2
 
 
 @inline
-def _eltw_run(av, bv, yv, op, ka, kb, mp, sp, rp, mn, sn, rn, lo, hi):
-    """One contiguous channel run of `eltw`; `requantize_one` written branch-free (both
-    signs computed and selected; ``sp``/``sn`` clamped to >= 0, rounding 0 when no shift)."""
-    for c in range(yv.shape[0]):
-        va = np.int64(av[c]) * ka
-        vb = np.int64(bv[c]) * kb
+def _eltw_run(a, ao, b, bo, y, yo, n, op, ka, kb, mp, sp, rp, mn, sn, rn, lo, hi):
+    """One contiguous run of `n` channels of `eltw` (from ``a[ao]``, ``b[bo]`` into
+    ``y[yo]``: unsigned indices, no slice per pixel); `requantize_one` written branch-free
+    (both signs computed and selected; ``sp``/``sn`` clamped to >= 0, rounding 0 when no
+    shift)."""
+    for c in range(n):
+        va = np.int64(a[np.uint64(ao + c)]) * ka
+        vb = np.int64(b[np.uint64(bo + c)]) * kb
         if op == 0:
             acc = va + vb
         elif op == 1:
@@ -46,7 +48,7 @@ def _eltw_run(av, bv, yv, op, ka, kb, mp, sp, rp, mn, sn, rn, lo, hi):
         v = vq if acc < 0 else vp
         v = lo if v < lo else v
         v = hi if v > hi else v
-        yv[c] = v
+        y[np.uint64(yo + c)] = v
 
 
 @kernel
@@ -81,53 +83,56 @@ def eltw(a, ars, apitch, acoff, b, brs, bpitch, bcoff, b_bcast,
     # past int32): one requantization instead of both signs' (`_eltw_run1`)
     wide1 = one and op != 2 and abs(ka) < (1 << 31) and abs(kb) < (1 << 31)
     n = c_n
-    pixels = h_n * w_n
+    rows, cols = h_n, w_n
     if not b_bcast and apitch == c_n and bpitch == c_n and ypitch == c_n and \
             ars == w_n * c_n and brs == w_n * c_n and yrs == w_n * c_n:
-        n = pixels * c_n
-        pixels = 1
-    for p in range(pixels):
-        h = p // w_n
-        w = p - h * w_n
-        abase = h * ars + w * apitch + acoff
-        bbase = bcoff if b_bcast else h * brs + w * bpitch + bcoff
-        ybase = h * yrs + w * ypitch + ycoff
-        if narrow:
-            _eltw_run32(a[abase:abase + n], b[bbase:bbase + n], y[ybase:ybase + n], op,
-                        ka, kb, mp, sp, rp, lo64, hi64)
-        elif wide1:
-            _eltw_run1(a[abase:abase + n], b[bbase:bbase + n], y[ybase:ybase + n], op,
-                       ka, kb, mp, sp, rp, lo64, hi64)
-        else:
-            _eltw_run(a[abase:abase + n], b[bbase:bbase + n], y[ybase:ybase + n], op,
-                      ka, kb, mp, sp, rp, mq, sq, rq, lo64, hi64)
+        n = h_n * w_n * c_n
+        rows = cols = 1
+    for h in range(rows):
+        abase = h * ars + acoff
+        bbase = bcoff if b_bcast else h * brs + bcoff
+        ybase = h * yrs + ycoff
+        for _ in range(cols):
+            if narrow:
+                _eltw_run32(a, abase, b, bbase, y, ybase, n, op, ka, kb, mp, sp, rp, lo64,
+                            hi64)
+            elif wide1:
+                _eltw_run1(a, abase, b, bbase, y, ybase, n, op, ka, kb, mp, sp, rp, lo64,
+                           hi64)
+            else:
+                _eltw_run(a, abase, b, bbase, y, ybase, n, op, ka, kb, mp, sp, rp, mq, sq, rq,
+                          lo64, hi64)
+            abase += apitch
+            ybase += ypitch
+            if not b_bcast:
+                bbase += bpitch
     return
 
 
 @inline
-def _eltw_run1(av, bv, yv, op, ka, kb, mp, sp, rp, lo, hi):
+def _eltw_run1(a, ao, b, bo, y, yo, n, op, ka, kb, mp, sp, rp, lo, hi):
     """`_eltw_run` of an add or sub (op 0, 1) where both signs requantize alike and
     ``|ka|, |kb| < 2**31``: the same int64 values, one requantization (the transformer
     block's residual Add, int16 + int16 at scales 57832 and 16649: 6.4 -> 4.0 us)."""
-    for c in range(yv.shape[0]):
-        va = np.int64(av[c]) * ka
-        vb = np.int64(bv[c]) * kb
+    for c in range(n):
+        va = np.int64(a[np.uint64(ao + c)]) * ka
+        vb = np.int64(b[np.uint64(bo + c)]) * kb
         acc = va + vb if op == 0 else va - vb
         v = (acc * mp + rp) >> sp
         v = lo if v < lo else v
         v = hi if v > hi else v
-        yv[c] = v
+        y[np.uint64(yo + c)] = v
 
 
 @inline
-def _eltw_run32(av, bv, yv, op, ka, kb, mp, sp, rp, lo, hi):
+def _eltw_run32(a, ao, b, bo, y, yo, n, op, ka, kb, mp, sp, rp, lo, hi):
     """`_eltw_run` where both signs requantize alike and every accumulator fits int32 (the
     caller's bound): the accumulator taken as int32, so that its product with the int32
     multiplier is one 32 x 32 -> 64 multiply (``vpmuldq``), and one requantization."""
     m32 = np.int64(np.int32(mp))
-    for c in range(yv.shape[0]):
-        va = np.int64(av[c]) * ka
-        vb = np.int64(bv[c]) * kb
+    for c in range(n):
+        va = np.int64(a[np.uint64(ao + c)]) * ka
+        vb = np.int64(b[np.uint64(bo + c)]) * kb
         if op == 0:
             acc = va + vb
         elif op == 1:
@@ -137,7 +142,7 @@ def _eltw_run32(av, bv, yv, op, ka, kb, mp, sp, rp, lo, hi):
         v = (np.int64(np.int32(acc)) * m32 + rp) >> sp
         v = lo if v < lo else v
         v = hi if v > hi else v
-        yv[c] = v
+        y[np.uint64(yo + c)] = v
 
 
 @kernel
@@ -158,7 +163,7 @@ def eltw_minmax(a, ars, apitch, acoff, b, brs, bpitch, bcoff, b_bcast,
                 v = (va if va > vb else vb) if is_max else (va if va < vb else vb)
                 v = lo if v < lo else v
                 y[ybase + c] = hi if v > hi else v
-    return y
+    return
 
 
 @helper
@@ -195,7 +200,7 @@ def maxpool(x, xrs, xpitch, xcoff, ih_n, iw_n, y, yrs, ypitch, ycoff, oh_n, ow_n
                     src = ih * xrs + iw * xpitch + xcoff
                     _max_run(x[src:src + c_n], best)
             _clip_run(best, lo, hi, y[oh * yrs + ow * ypitch + ycoff:][:c_n])
-    return y
+    return
 
 
 @inline
@@ -246,7 +251,7 @@ def avgpool(x, xrs, xpitch, xcoff, ih_n, iw_n, y, yrs, ypitch, ycoff, oh_n, ow_n
             ys = y[base:base + c_n]
             for c in range(c_n):
                 ys[c] = requantize_one(acc[c], m, s, m, s, lo, hi)
-    return y
+    return
 
 
 @helper
@@ -280,14 +285,14 @@ def lut_walk(x, xrs, xpitch, xcoff, table, qmin, y, yrs, ypitch, ycoff, h_n, w_n
         # both maps dense: one flat pass
         n = h_n * w_n * c_n
         _lut_run(x[xcoff:xcoff + n], tab, off, y[ycoff:ycoff + n])
-        return y
+        return
     for h in range(h_n):
         for w in range(w_n):  # a pixel's channels inline: a call per pixel cost more
             src = h * xrs + w * xpitch + xcoff
             dst = h * yrs + w * ypitch + ycoff
             for c in range(c_n):
                 y[np.uint64(dst + c)] = tab[np.uint64(np.int64(x[np.uint64(src + c)]) + off)]
-    return y
+    return
 
 
 @kernel
@@ -299,7 +304,7 @@ def upsample_nearest(x, xrs, xpitch, xcoff, y, yrs, ypitch, ycoff, oh_n, ow_n, c
             src = ih * xrs + (ow // sw) * xpitch + xcoff
             dst = oh * yrs + ow * ypitch + ycoff
             _run_copy(x[src:src + c_n], y[dst:dst + c_n])
-    return y
+    return
 
 
 @kernel
@@ -330,7 +335,7 @@ def resize_taps(x, xrs, xpitch, xcoff, y, yrs, ypitch, ycoff, oh_n, ow_n, c_n, t
             for c in range(c_n):
                 acc = rows[0, c] * wx0 + rows[1, c] * wx1
                 ys[c] = requantize_one(acc, m, s, m, s, lo, hi)
-    return y
+    return
 
 
 @kernel
@@ -346,7 +351,7 @@ def upsample_zeros(x, xrs, xpitch, xcoff, y, yrs, ypitch, ycoff, oh_n, ow_n, c_n
                 ys = y[dst:dst + c_n]
                 for c in range(c_n):
                     ys[c] = 0
-    return y
+    return
 
 
 @kernel
@@ -365,7 +370,7 @@ def copy(x, xrs, xpitch, xcoff, y, yrs, ypitch, ycoff, h_n, w_n, c_n, step):
                 xs = x[src:src + c_n]
                 for c in range(c_n):
                     ys[c * step] = xs[c]
-    return y
+    return
 
 
 def permute(x, xrs, xpitch, xcoff, xh, xw, xc, y, yrs, ypitch, ycoff, a0, a1, a2):
@@ -411,4 +416,4 @@ def permute_walk(x, xrs, xpitch, xcoff, xh, xw, xc, y, yrs, ypitch, ycoff, a0, a
             dst = ycoff + i0 * d0 + i1 * d1
             for i2 in range(n2):  # unsigned: no wraparound test (4x faster)
                 y[np.uint64(dst + i2 * d2)] = x[np.uint64(src + i2 * s2)]
-    return y
+    return
