@@ -125,3 +125,17 @@ def test_a_missing_value_is_named_on_the_planned_path():
         host.forwardSegment(ops, {}, (ops[-1].outputs[0].v_id,))
     with pytest.raises(XrtError, match=f"op {relu.op_id} \\(Relu\\) reads value"):
         host.forwardSegment(ops[2:], {}, (ops[-1].outputs[0].v_id,))
+
+
+def test_a_list_of_ops_runs_as_the_tuple_does():
+    net = _net()
+    host = HostBackend()
+    host.init(net.view(0), HostDevice.Default())
+    host.apply()
+    ops = [op for op in net.view(0).ops if op.op_type not in ("Input", "Output")]
+    x = np.random.default_rng(4).normal(0, 2, SHAPE).astype(np.float32)
+    feeds = {ops[0].inputs[0].v_id: Tensor(x)}
+    want = (ops[-1].outputs[0].v_id,)
+    (a,) = host.forwardSegment(ops, feeds, want)
+    (b,) = host.forwardSegment(tuple(ops), feeds, want)
+    assert a.numpy().tobytes() == b.numpy().tobytes()

@@ -182,7 +182,8 @@ class HostBackend(Backend):
         and the ids of the values it reads and makes (`_plan_segment`), so a forward calls
         the functions without `forwardOp`'s look-ups and copies."""
         self._require_forwardable("forwardSegment")
-        key = (ops, wanted)  # ops hash by identity: the session's plan passes the same tuple
+        # ops hash by identity: the session's plan passes the same tuple every forward
+        key = (ops if type(ops) is tuple else tuple(ops), wanted)
         steps = self._segments.get(key)
         if steps is None:
             steps = self._segments[key] = _plan_segment(self, ops, wanted)
