@@ -38,7 +38,7 @@ from xcompile.quant.mixed import (
 from xcompile.quant.qdq import import_qdq
 from xcompile.quant.quantize import quantize_network, reuse_float_statistics
 from xcompile.quant.report import accuracy_report
-from xcompile.quant.widening import measure_widening
+from xcompile.quant.widening import Probes, measure_without, stream_ops, widened_concats
 from xcompile.runner import Runner
 from xir.errors import XirError
 from xrt import plugins
@@ -229,8 +229,8 @@ def quantize_stage(optimized: Any, samples: Any, opts: dict[str, Any], runner: R
             quantized, mixed = raise_from_outlier_aware(
                 optimized, quantized, mixed, alternatives[mixed.outlier_aware_variant],
                 samples, min_cos, max_int16=max_int16, op_bits=user_bits, runner=runner)
-        quantized, widening = _concat_widening(optimized, quantized, mixed, samples, opts,
-                                               runner, user_bits, min_cos)
+        quantized = _measure_rules(optimized, quantized, mixed, samples, opts, runner,
+                                   user_bits, min_cos)
     tag = mixed.to_tag()
     if from_oa:
         tag["outlier_aware"]["raise_from"] = True
@@ -254,31 +254,43 @@ def quantize_stage(optimized: Any, samples: Any, opts: dict[str, Any], runner: R
     return quantized
 
 
-def _concat_widening(optimized: Any, quantized: Any, mixed: MixedPrecision, samples: Any,
-                     opts: dict[str, Any], runner: Runner | None, user_bits: Any,
-                     min_cos: float) -> tuple[Any, dict | None]:
-    """The kept network, or the same quantized without its Concats widened to 16 bits where
-    that measures as well (`xcompile.quant.widening`): the same op_bits (the user's and the
-    search's), thresholds and weight rounding. `mixed` is updated to the network kept; the
-    record goes to `tags["quantization"]["concat_widening"]`. The caller holds no other
-    reference to `quantized`."""
-    kw: dict[str, Any] = {"widen_concats": False}
+def _measure_rules(optimized: Any, quantized: Any, mixed: MixedPrecision, samples: Any,
+                   opts: dict[str, Any], runner: Runner | None, user_bits: Any,
+                   min_cos: float) -> Any:
+    """The kept network, or the same quantized without a 16-bit rule that measures as well
+    without (`xcompile.quant.widening`): Concats stored in 16 bits for far branches
+    (`widen_concats`), then the residual stream (`residual_stream`); each time the same
+    op_bits (the user's and the search's), thresholds and weight rounding, and the rules
+    dropped before. `mixed` is updated to the network kept; the records go to
+    `tags["quantization"]["measured_rules"]`. The caller holds no other reference to
+    `quantized`."""
+    kw: dict[str, Any] = {}
     if mixed.outlier_aware_kept:
         kw.update(outlier_aware=True, weight_rounding=mixed.outlier_aware_variant)
     raised = {**(user_bits or {}), **mixed.op_bits}
-    narrow = _quantizer(optimized, samples, opts, runner, **kw)
-    kept, record = measure_widening(optimized, quantized, lambda: narrow(raised), samples,
-                                    min_cos, runner)
-    del quantized
-    if record is None:
-        return kept, None
-    kept.tags["quantization"]["concat_widening"] = record
-    if record["kept"] == "int8":
-        at16 = {int(k) for k in kept.tags["quantization"]["op_bits"]}
-        mixed.after = dict(record["cosine_int8"])
-        mixed.share_after = int16_share(optimized, at16)
-        mixed.int16_ops = len(at16)
-    return kept, record
+    probes: Probes | None = None
+    measured: dict[str, dict] = {}
+    for rule, names_of, flag in (("concat", widened_concats, "widen_concats"),
+                                 ("stream", stream_ops, "residual_stream")):
+        names = names_of(quantized)
+        if not names:
+            continue
+        probes = probes or Probes(optimized, samples, runner)
+        narrow = _quantizer(optimized, samples, opts, runner, **kw, **{flag: False})
+        quantized, rec = measure_without(probes, quantized, lambda q=narrow: q(raised),
+                                         min_cos, rule, names)
+        measured[rule] = rec
+        if not rec["kept"]:
+            kw[flag] = False
+    if not measured:
+        return quantized
+    quantized.tags["quantization"]["measured_rules"] = measured
+    last = list(measured.values())[-1]
+    mixed.after = dict(last["cosine_with"] if last["kept"] else last["cosine_without"])
+    at16 = {int(k) for k in quantized.tags["quantization"]["op_bits"]}
+    mixed.share_after = int16_share(optimized, at16)
+    mixed.int16_ops = len(at16)
+    return quantized
 
 
 def _explain_int16(quantized: Any, tag: dict | None, name: str) -> None:
@@ -290,9 +302,9 @@ def _explain_int16(quantized: Any, tag: dict | None, name: str) -> None:
     if rec is None:
         return
     done = explain(rec, (tag or {}).get("op_bits"), (tag or {}).get("sensitivity"))
-    widening = quantized.tags["quantization"].get("concat_widening")
-    if widening:
-        done["concat_widening"] = widening
+    measured = quantized.tags["quantization"].get("measured_rules")
+    if measured:
+        done["measured_rules"] = measured
     if tag is not None:
         tag["int16"] = done
     else:

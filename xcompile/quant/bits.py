@@ -50,27 +50,31 @@ def logit_producers(net: Network, int_ops: set[int]) -> dict[int, int]:
     return out
 
 
-def logit_bits(net: Network, int_ops: set[int], bits: int) -> dict[int, int]:
+def logit_bits(net: Network, int_ops: set[int], bits: int, stream: bool = True
+               ) -> dict[int, int]:
     """The integer ops producing a softmax's input compute in 16 bits, and the logits they write
     are 16-bit (`value_bits`): one int8 step of a large logit moves the probabilities by
     exp(step) (vgg19's 1000-class head: output cosine 0.981 with 8-bit logits, 0.993 with
     16-bit ones; onnxruntime's int8 0.976). PaddleOCR's recognizer wrote its 6625 logits in
     int8, a step of 0.29, until the value itself was raised too."""
-    return {oid: 16 for oid in rule_bits(net, int_ops, bits)}
+    return {oid: 16 for oid in rule_bits(net, int_ops, bits, stream)}
 
 
-def rule_bits(net: Network, int_ops: set[int], bits: int) -> dict[int, str]:
+def rule_bits(net: Network, int_ops: set[int], bits: int, stream: bool = True
+              ) -> dict[int, str]:
     """`{op_id: rule}` of the integer ops an automatic 16-bit rule raises, whatever the user
     or the search chooses: "logits" (the ops computing a softmax's input, `logit_bits`),
     "stream" (`stream_bits`), "log_domain" (a log-power spectrum's chain,
     `log_domain.log_domain_bits`). `logit_bits` raises them all (the quantizer's `raised`, the
     base of `mixed.planned_int16`), and `value_bits` names each by its rule. None at
-    `bits` 16."""
+    `bits` 16. `stream=False` leaves the residual stream out (`quantize_network(
+    residual_stream=False)`, for a compile that measured it buys nothing)."""
     if bits != 8:
         return {}
     # the ops the chips run writing the other dtype
     out = {oid: "logits" for oid in logit_producers(net, int_ops)}
-    out.update({oid: "stream" for oid in stream_bits(net, int_ops, bits)})
+    if stream:
+        out.update({oid: "stream" for oid in stream_bits(net, int_ops, bits)})
     out.update({oid: "log_domain" for oid in log_domain_bits(net, int_ops, bits)})
     return out
 
@@ -143,7 +147,7 @@ def resolve_op_bits(net: Network, op_bits: Any, bits: int, int_ops: set[int]
 def value_bits(net: Network, int_ops: set[int], uf: UnionFind, bits: int,
                 op_bits: dict[int, int], input_bits: int | None,
                 wide: set[int] | frozenset = frozenset(),
-                why: dict[int, Why] | None = None) -> dict[int, int]:
+                why: dict[int, Why] | None = None, stream: bool = True) -> dict[int, int]:
     """Storage bits of the activation values that differ from `bits` (mixed precision).
 
     An op raised by `op_bits` needs its feature inputs at its precision; `input_bits` raises
@@ -168,7 +172,7 @@ def value_bits(net: Network, int_ops: set[int], uf: UnionFind, bits: int,
         return False
 
     ops = {op.op_id: op for op in net.ops}
-    rules = rule_bits(net, int_ops, bits)
+    rules = rule_bits(net, int_ops, bits, stream)
 
     def seed_kind(oid: int) -> str:
         return rules.get(oid, "op_bits")
@@ -184,7 +188,7 @@ def value_bits(net: Network, int_ops: set[int], uf: UnionFind, bits: int,
             for v in op.feature_inputs():
                 if v.producer is not None and v.producer.op_id in int_ops:
                     need(v.v_id, 16, Why("logits", op.op_id))
-    if bits == 8:  # a LayerNorm's input (stream_bits)
+    if bits == 8 and stream:  # a LayerNorm's input (stream_bits)
         for v in normalized_inputs(net, int_ops):
             norm = next((c for c in v.consumers if c.op_type == "LayerNorm"), None)
             need(v.v_id, 16, Why("stream", norm.op_id if norm is not None else None))

@@ -267,11 +267,8 @@ def summary_lines(record: dict[str, Any]) -> list[str]:
         record = explain(record)
     rows = record.get("ops", [])
     if not rows:
-        wid = record.get("concat_widening")
-        return ["int16: none (every integer op computes and stores in int8)"] + (
-            [f"  {len(wid['concats'])} Concat(s) of far-apart branches kept in int8: worst "
-             f"part {wid['worst_int8'][1]:.4f} (in 16 bits {wid['worst_int16'][1]:.4f})"]
-            if wid else [])
+        return ["int16: none (every integer op computes and stores in int8)"] + \
+            measured_lines(record)
     at16 = [r for r in rows if r["computes"] > 8]
     hard = record.get("hardops")
     head = "int16: "
@@ -302,17 +299,26 @@ def summary_lines(record: dict[str, Any]) -> list[str]:
         if hard:
             line += f"; {hard['counts'].get(root, 0)} HardOps"
         lines.append(line)
-    wid = record.get("concat_widening")
-    if wid:
-        lines.append(f"  {len(wid['concats'])} Concat(s) of far-apart branches measured "
-                     f"({', '.join(wid['concats'][:4])}): worst part {wid['worst_int16'][1]:.4f}"
-                     f" in 16 bits, {wid['worst_int8'][1]:.4f} in 8: {wid['kept']} kept")
+    lines += measured_lines(record)
     if hard and hard.get("share", 0.0) > HARDOP_SHARE_NOTE:
         why = ", ".join(f"{ROOTS.get(k, k)} {n}" for k, n in
                         sorted(hard["counts"].items(), key=lambda kv: -kv[1]))
         lines.append(f"  {hard['share']:.0%} of the HardOps hold 16-bit values "
                      f"(above {HARDOP_SHARE_NOTE:.0%}): {why}")
     return lines
+
+
+def measured_lines(record: dict[str, Any]) -> list[str]:
+    """One line per 16-bit rule the compile measured (`widening.measure_without`: far-branch
+    Concats, the residual stream): its ops, the worst output part with and without it, and
+    whether it was kept."""
+    out = []
+    for rule, m in (record.get("measured_rules") or {}).items():
+        ops = ", ".join(m["ops"][:4]) + (", ..." if len(m["ops"]) > 4 else "")
+        out.append(f"  {ROOTS.get(rule, rule)} measured ({len(m['ops'])}: {ops}): worst part "
+                   f"{m['worst_with'][1]:.4f} with it, {m['worst_without'][1]:.4f} without: "
+                   f"{'kept' if m['kept'] else 'dropped, int8'}")
+    return out
 
 
 _HOW = {"scale_group": "sharing a scale group", "widest_input": "reading a 16-bit input",

@@ -153,7 +153,7 @@ def quantize_network(net: Network, samples: Any, *, bits: int = 8, method: str =
                      equalize: bool | None = None, bias_correction: bool | None = None,
                      outlier_aware: bool = False, activation_bias: bool = True,
                      depthwise_equalize: bool = True, widen_concats: bool = True,
-                     **kw: Any) -> Network:
+                     residual_stream: bool = True, **kw: Any) -> Network:
     """Quantize `net` (float) into a new network of integer ops; see the module docstring.
 
     `samples`: anything `load_calibration` accepts. `bits`: 8 or 16 (activations and weights).
@@ -183,6 +183,8 @@ def quantize_network(net: Network, samples: Any, *, bits: int = 8, method: str =
     range, exactly (`xcompile.quant.dw_equalize`; default on). `widen_concats`: a Concat of
     far-apart branches is stored in 16 bits (`concats.concat_plan`; False: kept int8, as a
     compile that measured the widening buys nothing chooses, `xcompile.quant.widening`).
+    `residual_stream`: the Adds writing a LayerNorm's input and their stream in 16 bits
+    (`bits.stream_bits`; False: as a compile that measured it buys nothing chooses).
     """
     if bits not in (8, 16):
         raise QuantizationError(f"bits must be 8 or 16, not {bits}", field="bits")
@@ -200,10 +202,12 @@ def quantize_network(net: Network, samples: Any, *, bits: int = 8, method: str =
         raise QuantizationError(f"headroom must be >= 1, not {headroom}", field="headroom")
     int_ops = integer_ops(opt)
     uf = scale_groups(opt, int_ops)
-    raised = {**logit_bits(opt, int_ops, bits), **log_domain_bits(opt, int_ops, bits),
+    raised = {**logit_bits(opt, int_ops, bits, residual_stream),
+              **log_domain_bits(opt, int_ops, bits),
               **resolve_op_bits(opt, op_bits, bits, int_ops)}
     why: dict = {}  # per 16-bit value, the rule that raised it (`int16_reasons`)
-    vbits = value_bits(opt, int_ops, uf, bits, raised, input_bits, why=why)
+    vbits = value_bits(opt, int_ops, uf, bits, raised, input_bits, why=why,
+                       stream=residual_stream)
 
     def bits_of(vid: int) -> int:
         return vbits.get(vid, bits)
@@ -253,7 +257,8 @@ def quantize_network(net: Network, samples: Any, *, bits: int = 8, method: str =
         log.info("%s: %d Concat(s) of branches > %gx apart stored in 16 bits", net.name,
                  len(wide), BRANCH_SPREAD)
         why = {}
-        vbits = value_bits(opt, int_ops, uf, bits, raised, input_bits, wide, why=why)
+        vbits = value_bits(opt, int_ops, uf, bits, raised, input_bits, wide, why=why,
+                           stream=residual_stream)
         per_value = observers()
         amax = thresholds()
         uf, requant, floats, concats, _ = concat_plan(opt, int_ops, amax, bits_of, requant)

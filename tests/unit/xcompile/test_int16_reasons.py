@@ -349,19 +349,55 @@ def test_the_compile_measures_whether_widening_a_concat_pays(tmp_path, small_gai
     written = compile_model(dict(DEFAULTS, model=str(path), target="zg330",
                                  calib=str(tmp_path / "cal"), output=str(tmp_path / "out")))
     q = load_stage(written["quantized"])
-    wid = q.tags["quantization"]["concat_widening"]
-    assert wid["kept"] == kept and len(wid["concats"]) == 1
+    wid = q.tags["quantization"]["measured_rules"]["concat"]
+    assert wid["kept"] == (kept == "int16") and len(wid["ops"]) == 1
     (form,) = [c["form"] for c in q.tags["quantization"]["concats"].values()]
     rec = int16_record(load_stage(written["ZG"]))
     if kept == "int8":
-        assert form == "shared" and wid["worst_int8"][1] >= 0.99
-        assert wid["worst_int8"][1] >= wid["worst_int16"][1] - 0.002
+        assert form == "shared" and wid["worst_without"][1] >= 0.99
+        assert wid["worst_without"][1] >= wid["worst_with"][1] - 0.002
         assert rec["ops"] == [] and rec["hardops"]["int16"] == 0
-        assert "kept in int8" in summary_lines(rec)[1]
+        assert "without: dropped, int8" in summary_lines(rec)[1]
     else:
-        assert form == "int16" and wid["worst_int16"][1] > wid["worst_int8"][1] + 0.002
+        assert form == "int16" and wid["worst_with"][1] > wid["worst_without"][1] + 0.002
         assert rec["hardops"]["counts"].get("concat", 0) > 0
-        assert any("int16 kept" in line for line in summary_lines(rec))
+        assert any("measured" in line and line.endswith(": kept")
+                   for line in summary_lines(rec))
+
+
+def test_the_compile_measures_the_residual_stream_rule(tmp_path):
+    """The spectrum's transformer block (no row far below the others): without the stream
+    rule its outputs read as well, so the compile drops it (10 -> 3 of 15 HardOps holding
+    16-bit values: the softmax logits); the ViT block keeps it (its class token's row needs
+    it: docs/quantization.md section 10)."""
+    import sys
+
+    from corpus import load_stage
+
+    from xcompile.pipeline import DEFAULTS, compile_model
+
+    sys.path.insert(0, "tests/support")
+    from spectrum_nets import SPECTRUM
+
+    _, cal = _transformer()
+    (tmp_path / "cal").mkdir()
+    for k, (x,) in enumerate(cal):
+        np.save(tmp_path / "cal" / f"{k}.npy", x)
+    build, shape = SPECTRUM["transformer_block_64x128"]
+    path = tmp_path / "block.onnx"
+    path.write_bytes(build(np.random.default_rng(7)).SerializeToString())
+    written = compile_model(dict(DEFAULTS, model=str(path), target="zg330",
+                                 calib=str(tmp_path / "cal"), output=str(tmp_path / "out"),
+                                 input_shape={"x": list(shape)}))
+    q = load_stage(written["quantized"])
+    m = q.tags["quantization"]["measured_rules"]["stream"]
+    assert not m["kept"] and m["worst_without"][1] >= 0.99
+    assert m["worst_without"][1] >= m["worst_with"][1] - 0.002
+    rec = int16_record(load_stage(written["ZG"]))
+    assert {r["root"] for r in rec["ops"]} == {"logits"}
+    assert rec["hardops"]["int16"] < 10
+    assert any("residual-stream rule measured" in line and "dropped" in line
+               for line in summary_lines(rec))
 
 
 def test_log_domain_rule_is_its_own_reason():
@@ -415,3 +451,26 @@ def test_xrt_compile_and_quant_report_print_the_reasons(tmp_path, capsys):
     assert "scale_group (branch1.conv)" in line and "from op_bits branch1.conv" in line
     data = json.loads(report.read_text())
     assert {r["name"] for r in data["int16"]["ops"]} >= {"branch1.conv", "pool"}
+
+
+def test_the_vit_block_keeps_the_residual_stream_rule(tmp_path):
+    """The field corpus ViT block: its class token's row needs the 16-bit stream, so the
+    compile measures the rule and keeps it (docs/quantization.md section 10)."""
+    from corpus import load_stage
+    from field_nets import FIELD_NETS
+
+    from xcompile.pipeline import DEFAULTS, compile_model
+
+    fn = FIELD_NETS["torch_vit_tiny_block"]
+    path = tmp_path / "vit.onnx"
+    path.write_bytes(fn.build(np.random.default_rng(7)).SerializeToString())
+    (tmp_path / "cal").mkdir()
+    for k, x in enumerate(fn.inputs(4, 0)):
+        np.save(tmp_path / "cal" / f"{k}.npy", x)
+    written = compile_model(dict(DEFAULTS, model=str(path), target="zg330",
+                                 calib=str(tmp_path / "cal"), output=str(tmp_path / "out"),
+                                 input_shape={"x": list(fn.shape)}))
+    q = load_stage(written["quantized"])
+    m = q.tags["quantization"]["measured_rules"]["stream"]
+    assert m["kept"] and m["worst_with"][1] > m["worst_without"][1] + 0.002
+    assert "stream" in int16_record(q)["counts"]
