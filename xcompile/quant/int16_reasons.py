@@ -10,7 +10,8 @@ summary can say "8 raised by the search, 11 through them".
 
 `explain` adds what only the compile knows (which `op_bits` the mixed-precision search chose,
 with their measured sensitivity), `hardop_record` counts the HardOps of a lowered network that
-hold a 16-bit value and gives each its reasons, and `summary_lines` prints it all.
+hold a 16-bit value and gives each its reasons, `summary_lines` prints it all (with the rules
+the compile measured, `xcompile.quant.widening`), `table_lines` one line per op.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from xcompile.quant.bits import SEED_KINDS, Why
 from xcompile.quant.capability import shares_scale
 
 __all__ = ["REASONS", "ROOTS", "cast_record", "explain", "hardop_record", "int16_record",
-           "op_record", "summary_lines"]
+           "measured_lines", "op_record", "summary_lines", "table_lines"]
 
 #: every reason an op computes or stores in 16 bits, and how the printout says it
 REASONS = {
