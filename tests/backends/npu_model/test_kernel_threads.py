@@ -456,3 +456,33 @@ def test_wait_change_returns_the_new_count_or_times_out():
     t.start()
     assert spin.wait_change(counter, 0, int(rate * 30)) == 7  # long before its 30 s
     t.join()
+
+
+def test_pool_threads_a_call_leaves_out_sleep(monkeypatch):
+    """A call cut for fewer threads than the pool has (fewer cores free) wakes only those it
+    uses; the others sleep instead of spinning on for the calls after."""
+    from npu_model.kernels import spin
+
+    spin.wait_change(np.zeros(1, dtype=np.int64), 0, 1)
+    monkeypatch.setattr(pool, "INLINE_S", 1e-9)
+    monkeypatch.setattr(pool, "PART_S", 1e-9)
+    monkeypatch.setattr(pool, "SPIN_S", 0.5)
+    monkeypatch.setattr(pool._Backoff, "lost", lambda self: None)
+    monkeypatch.setattr(pool, "free_cores", lambda: 4)
+    pool.set_threads(4)
+    split = pool.Split(_sum_units, extent=("n",), work=("n",), min_work=1)
+    x = np.arange(40.0)
+    split(x, np.zeros(8), 8)  # timed inline
+    split(x, np.zeros(8), 8)  # cut for 4 threads: the three pool threads spin after it
+    deadline = time.perf_counter() + 5
+    while pool._crew.spinners() < 3 and time.perf_counter() < deadline:
+        time.sleep(0.001)
+    assert pool._crew.spinners() == 3
+    monkeypatch.setattr(pool, "free_cores", lambda: 2)
+    out = np.zeros(8)
+    split(x, out, 8)  # cut for 2: pool threads 1 and 2 go to sleep
+    assert out.tolist() == [x[5 * i:5 * i + 5].sum() for i in range(8)]
+    deadline = time.perf_counter() + 5
+    while not all(pool._crew.sleeping[1:]) and time.perf_counter() < deadline:
+        time.sleep(0.001)
+    assert pool._crew.sleeping[1:] == [True, True]

@@ -224,12 +224,13 @@ class _Crew:
     def _serve(self, k: int, wake: threading.Lock, generation: int, spin_ticks: int) -> None:
         checked = time.perf_counter()
         seen = int(self.counter[0])
+        wanted = True  # took part in the last cut call (else it sleeps rather than spins)
         while self.generation == generation:
             v = seen
             if not spin_ticks and SPIN_S > 0 and time.perf_counter() - checked > 1.0:
                 spin_ticks = self.spin_ticks(ask=False)  # compiled meanwhile?
                 checked = time.perf_counter()
-            if spin_ticks:
+            if spin_ticks and wanted:
                 self.spinning[k] = True
                 v = _spin.wait_change(self.counter, seen, spin_ticks)
                 self.spinning[k] = False
@@ -241,7 +242,9 @@ class _Crew:
                 v = int(self.counter[0])
             seen = v
             job = self.job
-            if job is not None and k < job.helpers and self.generation == generation:
+            # a call cut for fewer threads (fewer cores free) leaves this one asleep
+            wanted = job is None or k < job.helpers
+            if job is not None and wanted and self.generation == generation:
                 job.work()
 
     def spin_ticks(self, ask: bool) -> int:
