@@ -65,7 +65,7 @@ def _run(dev, case: dict, twin: bool, monkeypatch) -> tuple:
 
 def _dw_kind(case: dict) -> str:
     """Depthwise layers run on pairs of taps where `depthwise.fits` (with the byte GEMM's
-    VNNI), else on `mpe.conv_depthwise`; both have `twins.conv_depthwise` for twin."""
+    VNNI), else on `mpe.conv_depthwise`; both twins are `twins.conv_depthwise`."""
     kh, kw = case.get("k", (3, 3))
     pairs = bgemm.enabled() and depthwise.fits(case.get("dtype", "int8"), kh * kw)
     return "depthwise_pairs" if pairs else "depthwise"
@@ -209,6 +209,6 @@ def test_a_fresh_install_runs_the_twins_while_a_worker_compiles(tmp_path):
 def test_every_twin_is_registered():
     assert implicit.conv_implicit_int8.twin is twins.conv_implicit_int8
     assert mpe.conv_depthwise.twin is twins.conv_depthwise
-    assert depthwise.conv_depthwise_pairs.twin is twins.conv_depthwise
+    assert depthwise.conv_depthwise_pairs.twin is depthwise.twin  # twins.conv_depthwise's
     for name in ("eltw", "maxpool", "avgpool", "upsample_nearest"):
         assert getattr(vector, name).twin is getattr(twins, name)

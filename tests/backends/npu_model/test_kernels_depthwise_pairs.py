@@ -177,13 +177,32 @@ def test_kernel_in_row_parts_is_mpes(seed, dtype):
     ref = np.full(ysize, 0x5A, dtype)
     mpe.conv_depthwise(*args, ref, *tail, 0, oh)
     whole = np.full(ysize, 0x5A, dtype)
-    depthwise.conv_depthwise_pairs(*args, whole, *tail, 0, oh)
+    wq = depthwise.pair_weights(packed, cu, kh, kw, c)
+    depthwise.conv_depthwise_pairs(*args, whole, *tail, wq, 0, oh)
     np.testing.assert_array_equal(whole, ref)
     cut = int(r.integers(0, oh + 1))
     parts = np.full(ysize, 0x5A, dtype)
-    depthwise.conv_depthwise_pairs(*args, parts, *tail, 0, cut)
-    depthwise.conv_depthwise_pairs(*args, parts, *tail, cut, oh)
+    depthwise.conv_depthwise_pairs(*args, parts, *tail, wq, 0, cut)
+    depthwise.conv_depthwise_pairs(*args, parts, *tail, wq, cut, oh)
     np.testing.assert_array_equal(parts, ref)
+
+
+@pytest.mark.parametrize(("kh", "kw", "c", "cu"), [(3, 3, 24, 32), (5, 5, 40, 32),
+                                                  (2, 4, 17, 16), (1, 1, 8, 32)])
+def test_pair_weights(kh, kw, c, cu):
+    """The lane layout's weights as pairs of taps, word by word."""
+    w = np.random.default_rng(c).integers(-32768, 32768, (kh * kw, c)).astype(np.int16)
+    w[0, 0] = -32768
+    got = depthwise.pair_weights(_packed(w, cu), cu, kh, kw, c)
+    npr, cp = (kw + 1) // 2, -(-c // 16) * 16
+    assert got.dtype == np.int32 and got.shape == (kh * npr * cp,)
+    for ky in range(kh):
+        for j in range(npr):
+            for ch in range(cp):
+                lo = int(w[ky * kw + 2 * j, ch]) if ch < c else 0
+                hi = int(w[ky * kw + 2 * j + 1, ch]) if ch < c and 2 * j + 1 < kw else 0
+                word = int(got[(ky * npr + j) * cp + ch])
+                assert (word & 0xFFFF, word >> 16) == (lo & 0xFFFF, hi), (ky, j, ch)
 
 
 def test_same_bytes_at_any_thread_count(hw, rng, monkeypatch):

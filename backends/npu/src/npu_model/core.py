@@ -635,13 +635,15 @@ class Icore:
                            y.rs, y.pitch, y.coff, y.h, y.w, y.c)
             return
         if dwise:  # its own copy: a replay reads the weights it checked, wherever they moved
-            # on pairs of taps where VNNI's vpdpwssd exists (`kernels.depthwise`)
-            pairs = self.byte_gemm and depthwise.fits(dtype, kh * kw)
-            self._rec.call(depthwise.CONV_DEPTHWISE_PAIRS if pairs else mpe.CONV_DEPTHWISE,
-                           x.arr, x.rs, x.pitch, x.coff, x.h, x.w, packed, cu,
-                           bias, mult, shift, mneg, sneg, lo, hi, y.arr, y.rs, y.pitch, y.coff,
-                           y.h, y.w, y.c, kh, kw, sh, sw, dh, dw, pt, pl,
-                           mpe.depthwise_acc(x.arr.itemsize, kh * kw))
+            args = (x.arr, x.rs, x.pitch, x.coff, x.h, x.w, packed, cu, bias, mult, shift, mneg,
+                    sneg, lo, hi, y.arr, y.rs, y.pitch, y.coff, y.h, y.w, y.c, kh, kw, sh, sw,
+                    dh, dw, pt, pl, mpe.depthwise_acc(x.arr.itemsize, kh * kw))
+            if self.byte_gemm and depthwise.fits(dtype, kh * kw):
+                # on pairs of taps where VNNI's vpdpwssd exists, the weights paired here
+                self._rec.call(depthwise.CONV_DEPTHWISE_PAIRS, *args,
+                               depthwise.pair_weights(packed, cu, kh, kw, y.c))
+            else:
+                self._rec.call(mpe.CONV_DEPTHWISE, *args)
             return
         waddr = d.get(F.WGT_ADDR, 0)
         if dtype == "int8" and self.int_gemm and self.byte_gemm and g == 1 and \

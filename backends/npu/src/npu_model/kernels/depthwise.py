@@ -14,7 +14,9 @@ of one channel, side by side in one 32-bit word, are one lane's pair. So:
   ``(kx, kx + 1)`` of one kernel row (an odd row's last tap pairs with a zero weight). Rows
   live in a ring of ``(kh - 1) dh + 1`` rows: an output row after the first builds only the
   input rows it adds (``sh`` of them);
-* the weights are pairs the same way (`_pair_weights`), ``(kh * npr, cp)`` int32 words;
+* the weights are pairs the same way (`pair_weights`, made once when the run is decoded, as
+  the GEMMs' unpacked weights are: a replay runs only while the weight bytes it was decoded
+  from are unchanged), ``(kh * npr, cp)`` int32 words;
 * an output row is tiles of `NPX` output pixels by 16 channels (`_tile`): NPX accumulators in
   registers, one ``vpdpwssd`` per pixel per pair of taps over the kernel rows inside the
   input (rows of padding are skipped, not multiplied), stored once into a row of int32 sums;
@@ -50,14 +52,13 @@ from numba.extending import intrinsic
 
 from .grouped import _requant8
 from .jit import helper, kernel, twin_of
-from .mpe import _dw_weights, _one_sided, _requant_params, _requant_row
+from .mpe import _one_sided, _requant_params, _requant_row
 from .pool import Split
-from .twins import conv_depthwise as _numpy_twin
+from .twins import conv_depthwise as _twin_depthwise
 
 #: Numba kernels called from this file's kernels but defined in other files, with a stamp of
 #: their source (tests/test_kernel_stamps.py; see `mpe.NUMBA_DEPENDS`)
-NUMBA_DEPENDS = {"npu_model.kernels.mpe._dw_weights": "dd1f22d102f12699",
-                 "npu_model.kernels.mpe._one_sided": "56b075a4f250a316",
+NUMBA_DEPENDS = {"npu_model.kernels.mpe._one_sided": "56b075a4f250a316",
                  "npu_model.kernels.mpe._requant_params": "efdd6de0f8145fc6",
                  "npu_model.kernels.mpe._requant_row": "bc485680313969ae"}
 
@@ -156,22 +157,21 @@ def _tile(typingctx, ring, base, pstride, offs, o0, npairs, wq, wo, wstride, acc
     return sig, codegen
 
 
-@helper
-def _pair_weights(w2, kh, kw, c_n, cp):
-    """Weights ``w2[(ky * kw + kx), c]`` as pairs of taps ``(kx, kx + 1)`` of each kernel row:
-    word ``(ky * npr + j) * cp + c`` holds ``w[ky, 2j + 1, c] << 16 | w[ky, 2j, c] & 0xFFFF``
-    (the tap past an odd row's end and the lanes past `c_n` zero)."""
+def pair_weights(packed: np.ndarray, cu: int, kh: int, kw: int, c_n: int) -> np.ndarray:
+    """Depthwise weights in the lane layout ``(NCB, KH, KW, CU)`` (`packed`, int8 or int16) as
+    pairs of taps ``(kx, kx + 1)`` of each kernel row: word ``(ky * npr + j) * cp + c`` holds
+    ``w[ky, 2j + 1, c] << 16 | w[ky, 2j, c] & 0xFFFF`` (the tap past an odd row's end and the
+    lanes past `c_n` zero), ``npr = ceil(kw / 2)``, ``cp`` the channels rounded up to 16."""
+    taps = kh * kw
+    ncb = -(-c_n // cu)
+    w = np.asarray(packed[:ncb * taps * cu]).reshape(ncb, taps, cu).transpose(1, 0, 2)
+    w = w.reshape(taps, ncb * cu)[:, :c_n].astype(np.int32).reshape(kh, kw, c_n)
     npr = (kw + 1) // 2
-    wq = np.zeros(kh * npr * cp, dtype=np.int32)
-    for ky in range(kh):
-        for j in range(npr):
-            k0 = ky * kw + 2 * j
-            d = (ky * npr + j) * cp
-            two = 2 * j + 1 < kw
-            for c in range(c_n):
-                hi = np.int32(w2[k0 + 1, c]) << 16 if two else np.int32(0)
-                wq[d + c] = hi | (np.int32(w2[k0, c]) & 0xFFFF)
-    return wq
+    cp = -(-c_n // LANES) * LANES
+    both = np.zeros((kh, 2 * npr, cp), np.int32)
+    both[:, :kw, :c_n] = w
+    lo, hi = both[:, 0::2], both[:, 1::2]
+    return ((hi << 16) | (lo & 0xFFFF)).astype(np.int32).reshape(kh * npr * cp)
 
 
 @helper
@@ -218,17 +218,16 @@ def _gcd(a, b):
 def conv_depthwise_pairs(x, xrs, xpitch, xcoff, ih_n, iw_n,
                          packed, cu, bias, mult, shift, mult_neg, shift_neg, lo, hi,
                          y, yrs, ypitch, ycoff, oh_n, ow_n, c_n,
-                         kh, kw, sh, sw, dh, dw, pt, pl, acc_like, oh_lo, oh_hi):
+                         kh, kw, sh, sw, dh, dw, pt, pl, acc_like, wq, oh_lo, oh_hi):
     """Depthwise convolution on pairs of taps (module docstring), the arguments and results of
-    `mpe.conv_depthwise` (`acc_like` is not read: the sums are int32 by construction, an
-    int16 map's two byte planes' each; `fits` says which layers may come here). Output rows
-    ``oh_lo..oh_hi`` only (the pool's part)."""
+    `mpe.conv_depthwise` and `wq`, the weights `packed` holds as `pair_weights` (only those
+    are read; `acc_like` is not: the sums are int32 by construction, an int16 map's two byte
+    planes' each; `fits` says which layers may come here). Output rows ``oh_lo..oh_hi`` only
+    (the pool's part)."""
     if oh_hi <= oh_lo:
         return y
-    w2 = _dw_weights(packed, cu, kh * kw, c_n, np.empty(0, dtype=np.int32))
     cp = (c_n + LANES - 1) // LANES * LANES
     npr = (kw + 1) // 2
-    wq = _pair_weights(w2, kh, kw, c_n, cp)
     ow_pad = (ow_n + NPX - 1) // NPX * NPX
     # pairs start on columns ow * sw + 2 j dw: multiples of g (with stride 2 and no dilation
     # every other column), the only ones the ring holds
@@ -322,9 +321,17 @@ def conv_depthwise_pairs(x, xrs, xpitch, xcoff, ih_n, iw_n,
     return y
 
 
-# the numpy form run while a compile worker has the kernel (`jit.twin_of`): the arguments and
-# results of `mpe.conv_depthwise`, so its twin is this kernel's too
-twin_of(conv_depthwise_pairs)(_numpy_twin)
+@twin_of(conv_depthwise_pairs)
+def twin(x, xrs, xpitch, xcoff, ih_n, iw_n, packed, cu, bias, mult, shift, mult_neg, shift_neg,
+         lo, hi, y, yrs, ypitch, ycoff, oh_n, ow_n, c_n, kh, kw, sh, sw, dh, dw, pt, pl,
+         acc_like, wq, oh_lo, oh_hi):
+    """The numpy form run while a compile worker has the kernel (`jit.twin_of`):
+    `twins.conv_depthwise`, `mpe.conv_depthwise`'s twin, on the same weights in their lane
+    layout (`wq` is `packed`'s pairs)."""
+    return _twin_depthwise(x, xrs, xpitch, xcoff, ih_n, iw_n, packed, cu, bias, mult, shift,
+                           mult_neg, shift_neg, lo, hi, y, yrs, ypitch, ycoff, oh_n, ow_n, c_n,
+                           kh, kw, sh, sw, dh, dw, pt, pl, acc_like, oh_lo, oh_hi)
+
 
 #: split over output rows on the thread pool (each part builds the input rows it reads)
 CONV_DEPTHWISE_PAIRS = Split(conv_depthwise_pairs, extent=("oh_n",),
