@@ -333,8 +333,10 @@ _HOW = {"scale_group": "sharing a scale group", "widest_input": "reading a 16-bi
 
 def _own(r: dict[str, Any]) -> str:
     s = r.get("sensitivity") or {}
-    if s.get("output_loss") is not None:
+    if s.get("output_loss"):  # measured and above 0 (a block's ranking leaves it 0)
         return f"{r['name']} output loss {s['output_loss']:.2g}"
+    if s.get("block_share"):
+        return f"{r['name']} block share {s['block_share']:.2g}"
     if s.get("alone") is not None:
         return f"{r['name']} alone {s['alone']:.4f}"
     return r["name"]
