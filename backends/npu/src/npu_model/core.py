@@ -482,8 +482,9 @@ class Icore:
                 table = np.frombuffer(raw.tobytes(), dtype=NP_DTYPES[y.dtype].newbyteorder("<"))
                 table = table.astype(NP_DTYPES[y.dtype])
                 qmin = int(np.iinfo(NP_DTYPES[x.dtype]).min)
-                self._rec.call(vector.lut, x.arr, x.rs, x.pitch, x.coff, table, qmin, y.arr, y.rs,
-                               y.pitch, y.coff, y.h, y.w, y.c)
+                fn, args = vector.lut_call(x.arr, x.rs, x.pitch, x.coff, table, qmin, y.arr,
+                                           y.rs, y.pitch, y.coff, y.h, y.w, y.c)
+                self._rec.call(fn, *args)
         elif op == Op.NORM:
             self._norm(mode, d, mmu, x, y, lv, lo, hi, compute)
         elif op == Op.UPSAMPLE:

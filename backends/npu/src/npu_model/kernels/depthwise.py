@@ -223,9 +223,9 @@ def conv_depthwise_pairs(x, xrs, xpitch, xcoff, ih_n, iw_n,
     `mpe.conv_depthwise` and `wq`, the weights `packed` holds as `pair_weights` (only those
     are read; `acc_like` is not: the sums are int32 by construction, an int16 map's two byte
     planes' each; `fits` says which layers may come here). Output rows ``oh_lo..oh_hi`` only
-    (the pool's part)."""
+    (the pool's part). Returns nothing (a returned view costs its boxing on every call)."""
     if oh_hi <= oh_lo:
-        return y
+        return
     cp = (c_n + LANES - 1) // LANES * LANES
     npr = (kw + 1) // 2
     ow_pad = (ow_n + NPX - 1) // NPX * NPX
@@ -318,7 +318,6 @@ def conv_depthwise_pairs(x, xrs, xpitch, xcoff, ih_n, iw_n,
                         a = (np.int64(acc[hb + ao + i]) << 8) + a
                     tmp[i] = a + bias[i]
                 _requant_row(tmp, prm, lo, hi, y[yo:yo + c_n])
-    return y
 
 
 @twin_of(conv_depthwise_pairs)

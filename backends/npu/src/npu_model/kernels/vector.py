@@ -7,6 +7,9 @@ Channels are the innermost loop everywhere.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import numpy as np
 
 from xir.quant.fixed_point import requantize_one
@@ -220,6 +223,9 @@ def avgpool(x, xrs, xpitch, xcoff, ih_n, iw_n, y, yrs, ypitch, ycoff, oh_n, ow_n
     the divisor (valid elements, or the window clipped to the padded input when `include_pad`).
 
     ``mult_tab[n] * 2**-shift_tab[n] ~= (s_in / s_out) / n`` comes from the layer's params.
+    A pixel's channels are read and written with unsigned indices, no slice per pixel (a
+    squeeze-excite block's global pool sums a few hundred pixels: each slice cost more than
+    the pixel's adds).
     """
     acc = np.empty(c_n, dtype=np.int64)
     for oh in range(oh_n):
@@ -241,16 +247,14 @@ def avgpool(x, xrs, xpitch, xcoff, ih_n, iw_n, y, yrs, ypitch, ycoff, oh_n, ow_n
                         continue
                     cnt += 1
                     src = ih * xrs + iw * xpitch + xcoff
-                    xs = x[src:src + c_n]
                     for c in range(c_n):
-                        acc[c] += np.int64(xs[c])
+                        acc[c] += np.int64(x[np.uint64(src + c)])
             n = cnt_pad if include_pad else cnt
             base = oh * yrs + ow * ypitch + ycoff
             m = mult_tab[n]
             s = shift_tab[n]
-            ys = y[base:base + c_n]
             for c in range(c_n):
-                ys[c] = requantize_one(acc[c], m, s, m, s, lo, hi)
+                y[np.uint64(base + c)] = requantize_one(acc[c], m, s, m, s, lo, hi)
     return
 
 
@@ -265,12 +269,22 @@ def _lut_run(xs, tab, off, ys):
 def lut(x, xrs, xpitch, xcoff, table, qmin, y, yrs, ypitch, ycoff, h_n, w_n, c_n):
     """``y = table[x - qmin]`` (offset-binary index, docs/quantization.md section 5): int8 to
     int8 through a whole 256-entry table on the byte lookup (`bytelut`, AVX-512 VBMI) where
-    the CPU has it, else `lut_walk`."""
+    the CPU has it, else `lut_walk` (`lut_call` says which)."""
+    fn, args = lut_call(x, xrs, xpitch, xcoff, table, qmin, y, yrs, ypitch, ycoff, h_n, w_n,
+                        c_n)
+    return fn(*args)
+
+
+def lut_call(x: np.ndarray, xrs: int, xpitch: int, xcoff: int, table: np.ndarray, qmin: int,
+             y: np.ndarray, yrs: int, ypitch: int, ycoff: int, h_n: int, w_n: int, c_n: int
+             ) -> tuple[Callable[..., Any], tuple]:
+    """The kernel `lut` runs for these operands and its arguments (so that a decoded run
+    records the kernel itself, not this choice made again on every replay)."""
     if (_BYTE_LUT and x.dtype == np.int8 and y.dtype == np.int8 and table.dtype == np.int8
             and table.shape[0] == 256 and qmin == -128):
-        return bytelut.lut_bytes(x, xrs, xpitch, xcoff, table, y, yrs, ypitch, ycoff, h_n,
-                                 w_n, c_n)
-    return lut_walk(x, xrs, xpitch, xcoff, table, qmin, y, yrs, ypitch, ycoff, h_n, w_n, c_n)
+        return bytelut.lut_bytes, (x, xrs, xpitch, xcoff, table, y, yrs, ypitch, ycoff, h_n,
+                                   w_n, c_n)
+    return lut_walk, (x, xrs, xpitch, xcoff, table, qmin, y, yrs, ypitch, ycoff, h_n, w_n, c_n)
 
 
 @kernel
