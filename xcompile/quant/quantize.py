@@ -69,6 +69,7 @@ from xcompile.quant.concats import BRANCH_SPREAD, concat_plan
 from xcompile.quant.dw_equalize import equalize_depthwise_inputs
 from xcompile.quant.equalize import equalize as equalize_pairs
 from xcompile.quant.float_stats import float_stats, reuse_float_statistics
+from xcompile.quant.head_range import head_values, widen_head
 from xcompile.quant.int16_reasons import cast_record, op_record
 from xcompile.quant.log_domain import log_domain_bits
 from xcompile.quant.saturation import clip_table_inputs
@@ -97,16 +98,6 @@ __all__ = ["quantize_network", "PASS_THROUGH_OPS", "LUT_OPS", "integer_capable",
 #: Default amax multiplier of 16-bit quantization: int16 has resolution to spare, and one
 #: bit of it buys headroom for values beyond the calibration set's range.
 INT16_HEADROOM = 2.0
-#: Amax multiplier of an 8-bit network output of at most `SMALL_OUTPUT` values (a regression
-#: head's scores, a small classifier's logits): a handful of values over a few calibration
-#: samples is no histogram, their largest underestimates the next input's (which exceeds the
-#: largest of N samples with probability 1 / (N + 1)), and a saturated score is silently wrong
-#: where a cosine cannot see it (DNSMOS P.835's SIG read 3.875 for 4.14 on held-out speech,
-#: cosine 0.9997; with the headroom within 0.11 on eight held-out inputs, the step 0.06).
-OUTPUT_HEADROOM = 2.0
-SMALL_OUTPUT = 64
-#: ops whose output lies in [-1, 1]: the headroom stops there
-BOUNDED_OPS = ("Sigmoid", "Tanh", "Softmax")
 #: The power of the quantization error that `method="mse"` minimises for 8-bit activations
 #: with `outlier_aware=True` (`MSEObserver(power=...)`): 3 weighs the few large values a
 #: threshold clips above the many small ones it rounds. Trained detectors put their objects in
@@ -229,10 +220,8 @@ def quantize_network(net: Network, samples: Any, *, bits: int = 8, method: str =
                and op not in gptq_ops] if bias_correction is not False else []
     # bias correction's input means, taken in the calibration pass for the layers it corrects
     means = {op.inputs[0].v_id: None for op in nearest} or None
-    # (OUTPUT_HEADROOM, up to the bound of a probability or a Tanh)
-    small_outputs = {v.v_id: 1.0 if v.producer is not None and v.producer.op_type in
-                     BOUNDED_OPS else np.inf
-                     for v in opt.outputs() if int(np.prod(v.shape)) <= SMALL_OUTPUT}
+    head = head_values(opt)  # a dense head's few values per input: no histogram
+    widened: list[int] = []
 
     def thresholds() -> dict[int, float]:
         amax = calibrate(opt, data, method, per_value=per_value, runner=runner, means=means,
@@ -241,9 +230,8 @@ def quantize_network(net: Network, samples: Any, *, bits: int = 8, method: str =
         amax = {vid: a * (headroom if headroom is not None else
                           1.0 if bits_of(vid) == 8 else INT16_HEADROOM)
                 for vid, a in amax.items()}
-        for vid, bound in small_outputs.items():  # a few scores: no histogram
-            if vid in amax and bits_of(vid) == 8 and headroom is None:
-                amax[vid] = max(amax[vid], min(amax[vid] * OUTPUT_HEADROOM, bound))
+        if headroom is None:
+            widened[:] = widen_head(amax, head, lambda vid: bits_of(vid) == 8)
         # a QDQ model's pairs (xcompile.quant.qdq): the range its author chose, not calibration's
         amax.update({v.v_id: float(v.tags["qdq_amax"]) for op in opt.ops for v in op.outputs
                      if "qdq_amax" in v.tags and v.v_id in amax})
@@ -287,9 +275,7 @@ def quantize_network(net: Network, samples: Any, *, bits: int = 8, method: str =
                               "headroom": float(headroom if headroom is not None else
                                                  1.0 if bits == 8 else INT16_HEADROOM),
                               "input_bits": input_bits, "equalized_pairs": n_eq,
-                              "output_headroom": sorted(
-                                  int(v) for v in small_outputs if v in scales and
-                                  bits_of(v) == 8 and headroom is None),
+                              "head_headroom": [int(v) for v in widened],
                               "depthwise_equalized": n_dw,
                               "bias_corrected": n_bc, "activation_bias_corrected": n_ab,
                               "concats": concats,
