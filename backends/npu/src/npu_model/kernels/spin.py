@@ -104,12 +104,22 @@ def ticks_per_second(counter: np.ndarray) -> float:
 
 def ready(counter: np.ndarray, ask: bool) -> bool:
     """Whether `wait_change` runs without compiling (compiled in this process, or in Numba's
-    disk cache: `jit.compiled_for`); if not and `ask`, a compile worker is asked to put it
-    in the disk cache (`compile_pool.prefetch`). A pool thread sleeps rather than spins till
-    then: compiling it on the spot would hold the GIL ~0.1 s inside a forward."""
+    disk cache: `jit.compiled_for`). If not and `ask`: where compile workers are running (a
+    fresh install's first forward) one is asked to put it in the disk cache after the
+    network's kernels (`compile_pool.prefetch`) and pool threads sleep rather than spin till
+    then (compiling it on the spot would hold the GIL ~0.1 s inside that forward); where none
+    is, it is compiled here and now (the pool starting, outside any timed call)."""
     args = (counter, 0, 1)
     if compiled_for(wait_change, args):
         return True
-    if ask and compile_pool.available():
-        compile_pool.prefetch([(wait_change, args)])
-    return False
+    if not ask:
+        return False
+    global _asked
+    if _asked or compile_pool.prefetch([(wait_change, args)]):
+        _asked = True
+        return False
+    wait_change(counter, int(counter[0]) - 1, 1)  # (returns at once: counter[0] differs)
+    return True
+
+
+_asked = False  # a compile worker has `wait_change` (asked by `ready`)
