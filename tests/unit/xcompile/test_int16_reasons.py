@@ -474,3 +474,24 @@ def test_the_vit_block_keeps_the_residual_stream_rule(tmp_path):
     m = q.tags["quantization"]["measured_rules"]["stream"]
     assert m["kept"] and m["worst_with"][1] > m["worst_without"][1] + 0.002
     assert "stream" in int16_record(q)["counts"]
+
+
+@pytest.mark.parametrize("case", ["op_bits", "rules"])
+def test_planned_int16_agrees_with_the_quantizers_record(tiny, case):
+    """`mixed.planned_int16` (what the search's cap counts, without quantizing) and the
+    quantizer's record name the same ops computing in 16 bits: both come from
+    `bits.logit_bits` / `value_bits`. (A Concat the calibration finds far apart is the one
+    thing the plan cannot see: it has no ranges.)"""
+    from xcompile.quant.mixed import planned_int16
+
+    if case == "op_bits":
+        net, cal = tiny
+        opt = optimize(net)
+        conv = next(op for op in opt.ops if op.name == "branch1.conv")
+        op_bits = {conv.op_id: 16}
+    else:
+        net, cal = _transformer()
+        opt, op_bits = optimize(net), {}
+    q = quantize_network(net, cal, op_bits=op_bits, **FAST)
+    rows = q.tags["quantization"]["int16"]["ops"]
+    assert planned_int16(opt, op_bits) == {r["op_id"] for r in rows if r["computes"] == 16}
