@@ -65,15 +65,18 @@ HELD_OUT = {"astronaut": "astronaut.png", "camera": "camera.png", "coffee": "cof
 #: calibrated by its range (`xcompile.quant.score_branch` finds it) the face comes back
 #: (0.18 -> 0.43). Every op in int16 agrees on all seven; every convolution's input in int16
 #: (100% of MACs) does not (0.21): the loss is in 8-bit activations, not in the MACs the
-#: mixed-precision cap counts. The 2 x 2 tile's float run finds nothing (0.07); int8 reads a
-#: face at 0.51: the stem's rounding (/model.1/act/Mul alone in int8, the rest float, collapses
-#: the score part on it); with model.0 / model.1 (Conv + SiLU) in int16, 4.0% of MACs, and the
-#: class branch by range, 26 of 26 wider held-out images agree (21 in int8). Neither is the
-#: default: the compile's probe cosine reads the stem raise as worse (0.857 -> 0.764), and the
-#: range calibration moves ddddocr's detector scores further from float (0.39 read 0.24).
+#: mixed-precision cap counts. The range calibration is not the default: it moves ddddocr's
+#: detector scores further from float (0.39 read 0.24), and the compile's probes (mirrored
+#: calibration images, whose class-branch peaks stay within the calibrated ranges) cannot
+#: see its gain here (anchor cosine 0.9611 -> 0.9607).
+#: Fixed by measure: the 2 x 2 tile, whose float run finds nothing (0.07) and int8 read a face at
+#: 0.51 (the stem's rounding). The compile judges the score part by its anchor cosine
+#: (`parts.anchor_cosine`: the anchors where either side's score reaches 0.1): int8 0.9611 on
+#: the probes, where the cosine of every score above 0.01 read 0.8547 on a probe without
+#: objects and took the stem raise for worse (0.7885); the search now reaches 0.9936 with 12
+#: ops in int16 (8.5% of MACs, the stem's first Conv among them) and the tile agrees.
 KNOWN = {
     "camera": "FACE_MALE 0.53 lost: int8 reads 0.18 (class-branch activations clipped)",
-    "lfw_80_2x2": "FACE_FEMALE 0.51 extra where the float run reads 0.07",
 }
 #: detection threshold and margin (`yolov8_decode.agree`)
 THRESHOLD, MARGIN = 0.3, 0.1
@@ -195,8 +198,10 @@ def _int16_hardops(net) -> tuple[int, int]:
 @pytest.mark.parametrize("target", sorted(CHIPS))
 def test_trained_yolov8n_on_the_chip(assets, calibration, held_out, target, tmp_path_factory):
     """Default compile: the output Concat keeps its parts (boxes | scores, the Concat float at
-    the host edge), every compute op on the chip, at most 10% of the HardOps in int16,
-    bit-exact against the integer reference on the chip on every held-out image."""
+    the host edge), every compute op on the chip, the search's int16 raise within the 10% MAC
+    cap and reaching the target (its HardOps: 20 of 110 in int16, 10 without the raise; the
+    raise is what makes the blurred face tile agree), bit-exact against the integer reference
+    on the chip on every held-out image."""
     written = compiled(assets, calibration, target, tmp_path_factory)
     net = load_stage(written[CHIPS[target][1]])
     quantized = load_stage(written["quantized"])
@@ -213,7 +218,9 @@ def test_trained_yolov8n_on_the_chip(assets, calibration, held_out, target, tmp_
     assert all(host.values()), [k for k, r in host.items() if not r]
     assert sum(k.startswith(("Softmax", "Transpose")) for k in host) == 2  # the DFL's
     wide, hard = _int16_hardops(net)
-    assert wide <= 0.1 * hard, f"{wide} of {hard} HardOps in int16"
+    mixed = quantized.tags["quantization"]["mixed_precision"]
+    assert mixed["reached"] and mixed["int16_mac_share"] <= 0.10, mixed
+    assert wide <= 0.2 * hard, f"{wide} of {hard} HardOps in int16"
     for name, (x, _) in held_out.items():  # what the detection test measures, on the chip
         got, bound, npu = run_on_chip(net, CHIPS[target][0], target, x)
         assert all(isinstance(bound[op.op_id], npu) for op in net.ops
@@ -337,11 +344,11 @@ def test_score_branch_is_the_class_head(assets):
 
 @pytest.mark.parametrize("target", sorted(CHIPS))
 def test_stem_in_int16_by_op_bits(assets, calibration, held_out, target, tmp_path_factory):
-    """What a user can do today for the blurred face tile: `--op-bits` on the stem's four ops
-    (4.0% of MACs; the compile keeps int8 elsewhere, its probe cosine reading the raise as worse,
-    0.8547 -> 0.7885). The tile's false face goes (0.51 -> nothing above 0.2), the other
-    detections still agree, the cameraman's face is still lost (the class branch's clipping,
-    which no op_bits reaches); bit-exact on the chip."""
+    """`--op-bits` on the stem's four ops (4.0% of MACs; the probes' anchor cosine reads them
+    0.9611 -> 0.9737, short of the 0.99 target, so the search raises a few more within the
+    cap). The tile's false face goes (0.51 -> nothing above 0.2), the other detections still
+    agree, the cameraman's face is still lost (the class branch's clipping, which no op_bits
+    reaches); bit-exact on the chip."""
     written = compiled(assets, calibration, target, tmp_path_factory, STEM)
     quantized = load_stage(written["quantized"])
     names = {op.op_id: op.name for op in load_stage(written["optimized"]).ops}
