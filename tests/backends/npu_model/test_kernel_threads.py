@@ -486,3 +486,20 @@ def test_pool_threads_a_call_leaves_out_sleep(monkeypatch):
     while not all(pool._crew.sleeping[1:]) and time.perf_counter() < deadline:
         time.sleep(0.001)
     assert pool._crew.sleeping[1:] == [True, True]
+
+
+def test_may_cut_tells_which_calls_a_replay_may_run_itself(monkeypatch):
+    """`Split.may_cut`: False at one thread and for a shape measured below `INLINE_S` (a
+    replay may call the kernel over its whole range itself), True otherwise."""
+    monkeypatch.setattr(pool, "INLINE_S", 1e-3)
+    split, _ = _sleepy(per_part=False)
+    pool.set_threads(1)
+    assert not split.may_cut((8,))
+    pool.set_threads(2)
+    assert split.may_cut((8,)) and split.may_cut((1,))  # not measured yet
+    split(8)  # 16 ms inline: long enough to cut
+    split(1)  # 2 ms
+    monkeypatch.setattr(pool, "INLINE_S", 5e-3)
+    assert split.may_cut((8,)) and not split.may_cut((1,))
+    monkeypatch.setattr(pool, "INLINE_S", 0.0)  # sized by work count: any may be cut
+    assert split.may_cut((1,))

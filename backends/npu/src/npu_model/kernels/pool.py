@@ -378,6 +378,18 @@ class Split:
     def _known(self, args: tuple) -> _Shape | None:
         return self._shapes.get(tuple([args[i] for i in self._shape]))
 
+    def may_cut(self, args: tuple) -> bool:
+        """Whether a call with these arguments may be cut at the current thread count: not
+        at one thread, nor for a shape measured below `INLINE_S` (its fastest inline time
+        only falls); a replay may call the kernel over its whole range itself otherwise
+        (what `__call__` would do, less its sizing: ~5-15 us a call)."""
+        if threads() == 1:
+            return False
+        if INLINE_S <= 0:
+            return True
+        known = self._known(args)
+        return known is None or known.inline >= INLINE_S
+
     def seconds(self, args: tuple) -> float | None:
         """The fastest inline time seen for a call of this shape (None: not seen yet)."""
         known = self._known(args)
