@@ -20,9 +20,11 @@ of one channel, side by side in one 32-bit word, are one lane's pair. So:
 * an output row is tiles of `NPX` output pixels by 16 channels (`_tile`): NPX accumulators in
   registers, one ``vpdpwssd`` per pixel per pair of taps over the kernel rows inside the
   input (rows of padding are skipped, not multiplied), stored once into a row of int32 sums;
-* the row is requantized pixel by pixel straight into y: with one multiplier and shift for
-  both signs (no LeakyReLU) the bias folded into the rounding term, eight channels a 512-bit
-  pass (`grouped._requant8`), else both signs (`mpe._requant_row`).
+* an int8 layer with one multiplier and shift for both signs (no LeakyReLU) requantizes each
+  tile in registers as it is made (`_tile_rq`: the bias folded into the rounding term, int64
+  lanes, the channels inside the layer stored by a masked store: 5-10% a layer); otherwise the
+  row of sums is requantized pixel by pixel straight into y (folded, eight channels a pass,
+  `grouped._requant8`; or both signs, `mpe._requant_row`).
 
 int16 layers (mixed precision's raised depthwise layers) go the same way over two byte planes
 of the input: ``x = 256 xh + xl`` with ``xl = x & 0xFF`` (0..255) and ``xh = x >> 8``
@@ -91,70 +93,136 @@ def fits(dtype: str, taps: int) -> bool:
     return dtype == "int8" and taps <= MAX_TAPS
 
 
-@intrinsic
-def _tile(typingctx, ring, base, pstride, offs, o0, npairs, wq, wo, wstride, acc, ao,
-          astride):
-    """``NPX`` pixels x 16 lanes of int32 sums: pixel j's lanes are ``sum over p < npairs of
-    dot2(ring[base + j * pstride + offs[o0 + p]:][:16], wq[wo + p * wstride:][:16])`` where
-    dot2 is ``vpdpwssd``'s per-lane sum of two int16 products; stored at
-    ``acc[ao + j * astride:][:16]``."""
-    sig = types.void(ring, base, pstride, offs, o0, npairs, wq, wo, wstride, acc, ao, astride)
+def _tile_kernel(requant: bool):
+    """`_tile`, or with `requant` `_tile_rq`: the same sums, requantized in registers."""
 
-    def codegen(context, builder, sig, args):
-        ring_, base_, ps_, offs_, o0_, np_, wq_, wo_, ws_, acc_, ao_, as_ = args
-        i64, i32, i16 = ir.IntType(64), ir.IntType(32), ir.IntType(16)
-        v16i32, v32i16 = ir.VectorType(i32, LANES), ir.VectorType(i16, 2 * LANES)
-        mod = builder.module
-        name = "llvm.x86.avx512.vpdpwssd.512"
-        dp = mod.globals.get(name) or ir.Function(
-            mod, ir.FunctionType(v16i32, [v16i32, v32i16, v32i16]), name)
+    def typer(typingctx, ring, base, pstride, offs, o0, npairs, wq, wo, wstride, acc, ao,
+              astride, m32, cf, sf, co, lo, hi, npix, nlanes):
+        sig = types.void(ring, base, pstride, offs, o0, npairs, wq, wo, wstride, acc, ao,
+                         astride, m32, cf, sf, co, lo, hi, npix, nlanes)
+        ybits = acc.dtype.bitwidth
 
-        def data(k, arg):
-            return context.make_array(sig.args[k])(context, builder, arg).data
+        def codegen(context, builder, sig, args):
+            (ring_, base_, ps_, offs_, o0_, np_, wq_, wo_, ws_, acc_, ao_, as_, m_, cf_, sf_,
+             co_, lo_, hi_, npix_, nl_) = args
+            i64, i32, i16 = ir.IntType(64), ir.IntType(32), ir.IntType(16)
+            v16i32, v32i16 = ir.VectorType(i32, LANES), ir.VectorType(i16, 2 * LANES)
+            mod = builder.module
+            name = "llvm.x86.avx512.vpdpwssd.512"
+            dp = mod.globals.get(name) or ir.Function(
+                mod, ir.FunctionType(v16i32, [v16i32, v32i16, v32i16]), name)
 
-        rd, od, wd, ad = data(0, ring_), data(3, offs_), data(6, wq_), data(9, acc_)
-        zero = ir.Constant(v16i32, None)
-        entry = builder.block
-        loop = builder.append_basic_block("dw_pairs")
-        done = builder.append_basic_block("dw_done")
-        builder.cbranch(builder.icmp_signed(">", np_, ir.Constant(i64, 0)), loop, done)
+            def data(k, arg):
+                return context.make_array(sig.args[k])(context, builder, arg).data
 
-        builder.position_at_end(loop)
-        p = builder.phi(i64)
-        p.add_incoming(ir.Constant(i64, 0), entry)
-        accs = [builder.phi(v16i32) for _ in range(NPX)]
-        for a in accs:
-            a.add_incoming(zero, entry)
-        wptr = builder.gep(wd, [builder.add(wo_, builder.mul(p, ws_))])
-        w = builder.bitcast(builder.load(builder.bitcast(wptr, ir.PointerType(v16i32)),
-                                         align=4), v32i16)
-        b0 = builder.add(base_, builder.load(builder.gep(od, [builder.add(o0_, p)])))
-        new = []
-        for j in range(NPX):
-            xo = builder.add(b0, builder.mul(ps_, ir.Constant(i64, j)))
-            xv = builder.load(builder.bitcast(builder.gep(rd, [xo]), ir.PointerType(v16i32)),
+            rd, od, wd, ad = data(0, ring_), data(3, offs_), data(6, wq_), data(9, acc_)
+            zero = ir.Constant(v16i32, None)
+            entry = builder.block
+            loop = builder.append_basic_block("dw_pairs")
+            done = builder.append_basic_block("dw_done")
+            builder.cbranch(builder.icmp_signed(">", np_, ir.Constant(i64, 0)), loop, done)
+
+            builder.position_at_end(loop)
+            p = builder.phi(i64)
+            p.add_incoming(ir.Constant(i64, 0), entry)
+            accs = [builder.phi(v16i32) for _ in range(NPX)]
+            for a in accs:
+                a.add_incoming(zero, entry)
+            wptr = builder.gep(wd, [builder.add(wo_, builder.mul(p, ws_))])
+            w = builder.bitcast(builder.load(builder.bitcast(wptr, ir.PointerType(v16i32)),
+                                             align=4), v32i16)
+            b0 = builder.add(base_, builder.load(builder.gep(od, [builder.add(o0_, p)])))
+            new = []
+            for j in range(NPX):
+                xo = builder.add(b0, builder.mul(ps_, ir.Constant(i64, j)))
+                xv = builder.load(builder.bitcast(builder.gep(rd, [xo]),
+                                                  ir.PointerType(v16i32)), align=4)
+                new.append(builder.call(dp, [accs[j], builder.bitcast(xv, v32i16), w]))
+            for a, v in zip(accs, new):
+                a.add_incoming(v, loop)
+            p1 = builder.add(p, ir.Constant(i64, 1))
+            p.add_incoming(p1, loop)
+            builder.cbranch(builder.icmp_signed("<", p1, np_), loop, done)
+
+            builder.position_at_end(done)
+            res = []
+            for j in range(NPX):
+                r = builder.phi(v16i32)
+                r.add_incoming(zero, entry)
+                r.add_incoming(new[j], loop)
+                res.append(r)
+            if not requant:
+                for j, r in enumerate(res):
+                    at = builder.add(ao_, builder.mul(as_, ir.Constant(i64, j)))
+                    builder.store(r, builder.bitcast(builder.gep(ad, [at]),
+                                                     ir.PointerType(v16i32)), align=4)
+                return context.get_dummy_value()
+            # requantize each pixel's 16 sums in int64 lanes (`grouped._requant8`'s
+            # arithmetic, eight a half), store the lanes inside the layer's channels
+            v8i64 = ir.VectorType(i64, 8)
+            vy8 = ir.VectorType(ir.IntType(ybits), 8)
+            vy16 = ir.VectorType(ir.IntType(ybits), LANES)
+            v16i1 = ir.VectorType(ir.IntType(1), LANES)
+            md, cd, sd = data(12, m_), data(13, cf_), data(14, sf_)
+            halves = [ir.Constant(ir.VectorType(i32, 8), list(range(8 * h, 8 * h + 8)))
+                      for h in range(2)]
+            mv = builder.load(builder.bitcast(builder.gep(md, [co_]), ir.PointerType(v16i32)),
                               align=4)
-            new.append(builder.call(dp, [accs[j], builder.bitcast(xv, v32i16), w]))
-        for a, v in zip(accs, new):
-            a.add_incoming(v, loop)
-        p1 = builder.add(p, ir.Constant(i64, 1))
-        p.add_incoming(p1, loop)
-        builder.cbranch(builder.icmp_signed("<", p1, np_), loop, done)
+            ms, cs, ss = [], [], []
+            for h in range(2):
+                ms.append(builder.sext(builder.shuffle_vector(mv, mv, halves[h]), v8i64))
+                off = builder.add(co_, ir.Constant(i64, 8 * h))
+                cs.append(builder.load(builder.bitcast(builder.gep(cd, [off]),
+                                                       ir.PointerType(v8i64)), align=8))
+                ss.append(builder.load(builder.bitcast(builder.gep(sd, [off]),
+                                                       ir.PointerType(v8i64)), align=8))
 
-        builder.position_at_end(done)
-        res = []
-        for j in range(NPX):
-            r = builder.phi(v16i32)
-            r.add_incoming(zero, entry)
-            r.add_incoming(new[j], loop)
-            res.append(r)
-        for j, r in enumerate(res):
-            at = builder.add(ao_, builder.mul(as_, ir.Constant(i64, j)))
-            builder.store(r, builder.bitcast(builder.gep(ad, [at]), ir.PointerType(v16i32)),
-                          align=4)
-        return context.get_dummy_value()
+            def splat(v, vt, n):
+                one = builder.insert_element(ir.Constant(vt, ir.Undefined), v,
+                                             ir.Constant(i32, 0))
+                return builder.shuffle_vector(one, one, ir.Constant(ir.VectorType(i32, n),
+                                                                    [0] * n))
 
-    return sig, codegen
+            lov, hiv = splat(lo_, v8i64, 8), splat(hi_, v8i64, 8)
+            name = f"llvm.masked.store.v16i{ybits}.p0"
+            mst = mod.globals.get(name) or ir.Function(
+                mod, ir.FunctionType(ir.VoidType(), [vy16, ir.PointerType(vy16), i32, v16i1]),
+                name)
+            lanes = ir.Constant(v16i32, list(range(LANES)))
+            nl32 = builder.trunc(nl_, i32)
+            for j, r in enumerate(res):
+                outs = []
+                for h in range(2):
+                    a = builder.sext(builder.shuffle_vector(r, r, halves[h]), v8i64)
+                    v = builder.ashr(builder.add(builder.mul(a, ms[h]), cs[h]), ss[h])
+                    v = builder.select(builder.icmp_signed("<", v, lov), lov, v)
+                    v = builder.select(builder.icmp_signed(">", v, hiv), hiv, v)
+                    outs.append(builder.trunc(v, vy8))
+                out = builder.shuffle_vector(outs[0], outs[1],
+                                             ir.Constant(ir.VectorType(i32, LANES),
+                                                         list(range(LANES))))
+                valid = builder.icmp_signed("<", ir.Constant(i64, j), npix_)
+                n = builder.select(valid, nl32, ir.Constant(i32, 0))
+                mask = builder.icmp_signed("<", lanes, splat(n, v16i32, LANES))
+                at = builder.add(ao_, builder.mul(as_, ir.Constant(i64, j)))
+                ptr = builder.bitcast(builder.gep(ad, [at]), ir.PointerType(vy16))
+                builder.call(mst, [out, ptr, ir.Constant(i32, 1), mask])
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    return intrinsic(typer)
+
+
+#: ``NPX`` pixels x 16 lanes of int32 sums: pixel j's lanes are ``sum over p < npairs of
+#: dot2(ring[base + j * pstride + offs[o0 + p]:][:16], wq[wo + p * wstride:][:16])`` where
+#: dot2 is ``vpdpwssd``'s per-lane sum of two int16 products; stored at
+#: ``acc[ao + j * astride:][:16]`` (the requantization arguments are not read)
+_tile = _tile_kernel(False)
+#: `_tile`'s sums requantized in registers (int64 lanes: ``clip((s * m32 + cf) >> sf, lo,
+#: hi)`` with the parameters of channels ``co..co + 16``) and stored into the output `acc`
+#: (y) at ``ao + j * astride``: the first `nlanes` lanes of the first `npix` pixels only
+_tile_rq = _tile_kernel(True)
 
 
 def pair_weights(packed: np.ndarray, cu: int, kh: int, kw: int, c_n: int) -> np.ndarray:
@@ -241,9 +309,12 @@ def conv_depthwise_pairs(x, xrs, xpitch, xcoff, ih_n, iw_n,
     acc = np.empty(planes * ow_pad * cp, dtype=np.int32)
     hb = (planes - 1) * ow_pad * cp  # the high plane's sums (int16)
     folded = _one_sided(mult, shift, mult_neg, shift_neg, np.int64(0), c_n)
-    m32 = np.empty(c_n, dtype=np.int32)
-    cf = np.empty(c_n, dtype=np.int64)
-    sf = np.empty(c_n, dtype=np.int64)
+    # int8 one-sided: each tile requantized in registers (`_tile_rq`), its parameters read
+    # 16 lanes at a time (zero past the layer's channels: those lanes are not stored)
+    fused = folded and planes == 1
+    m32 = np.zeros(cp, dtype=np.int32)
+    cf = np.zeros(cp, dtype=np.int64)
+    sf = np.zeros(cp, dtype=np.int64)
     for o in range(c_n):
         s = shift[o] if shift[o] > 0 else 0
         m32[o] = mult[o]
@@ -284,13 +355,23 @@ def conv_depthwise_pairs(x, xrs, xpitch, xcoff, ih_n, iw_n,
                     offs[ky * npr + j] = slot * rowlen + 2 * j * dw // g * cp
             o0 = ky0 * npr
             npairs = (ky1 - ky0 + 1) * npr
+            if fused:  # requantized in registers, straight into y
+                yb = oh * yrs + ycoff
+                for cb in range(0, cp, LANES):
+                    for ow0 in range(0, ow_n, NPX):
+                        _tile_rq(ring, ow0 * (sw // g) * cp + cb, sw // g * cp, offs, o0,
+                                 npairs, wq, o0 * cp + cb, cp, y, yb + ow0 * ypitch + cb,
+                                 ypitch, m32, cf, sf, np.int64(cb), lo64, hi64,
+                                 min(NPX, ow_n - ow0), min(LANES, c_n - cb))
+                continue
             for pln in range(planes):
                 rb = pln * span * rowlen
                 ab = pln * ow_pad * cp
                 for cb in range(0, cp, LANES):
                     for ow0 in range(0, ow_n, NPX):
                         _tile(ring, rb + ow0 * (sw // g) * cp + cb, sw // g * cp, offs, o0,
-                              npairs, wq, o0 * cp + cb, cp, acc, ab + ow0 * cp + cb, cp)
+                              npairs, wq, o0 * cp + cb, cp, acc, ab + ow0 * cp + cb, cp,
+                              m32, cf, sf, np.int64(0), lo64, hi64, np.int64(0), np.int64(0))
         for ow in range(ow_n):
             yo = oh * yrs + ow * ypitch + ycoff
             ao = ow * cp
