@@ -71,7 +71,6 @@ from xcompile.quant.equalize import equalize as equalize_pairs
 from xcompile.quant.float_stats import float_stats, reuse_float_statistics
 from xcompile.quant.head_range import head_values, widen_head
 from xcompile.quant.int16_reasons import cast_record, op_record
-from xcompile.quant.log_domain import log_domain_bits
 from xcompile.quant.saturation import clip_table_inputs
 from xcompile.quant.scale_groups import assign_scales, scale_groups
 from xcompile.quant.weights import (
@@ -193,8 +192,7 @@ def quantize_network(net: Network, samples: Any, *, bits: int = 8, method: str =
         raise QuantizationError(f"headroom must be >= 1, not {headroom}", field="headroom")
     int_ops = integer_ops(opt)
     uf = scale_groups(opt, int_ops)
-    raised = {**logit_bits(opt, int_ops, bits, residual_stream),
-              **log_domain_bits(opt, int_ops, bits),
+    raised = {**logit_bits(opt, int_ops, bits, residual_stream),  # the log-domain rule too
               **resolve_op_bits(opt, op_bits, bits, int_ops)}
     why: dict = {}  # per 16-bit value, the rule that raised it (`int16_reasons`)
     vbits = value_bits(opt, int_ops, uf, bits, raised, input_bits, why=why,
