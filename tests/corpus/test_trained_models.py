@@ -7,14 +7,11 @@ and its int8 cosine to onnxruntime's float run is compared with onnxruntime's ow
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import zipfile
 from pathlib import Path
 
 import numpy as np
 import pytest
-from corpus import load_stage, run_on_chip, run_reference, text_images
+from corpus import load_stage, run_on_chip, run_reference, text_images, wheels_or_skip
 
 from xcompile.pipeline import DEFAULTS, compile_model
 from xcompile.quant.report import cosine
@@ -48,18 +45,8 @@ CHIPS = {"zg330": ("ZG330", "ZG"), "buyi": ("Buyi", "BY")}
 @pytest.fixture(scope="session")
 def ocr_models(tmp_path_factory) -> Path:
     """The models directory of the rapidocr_onnxruntime wheel (downloaded once per session)."""
-    where = tmp_path_factory.mktemp("rapidocr")
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "-d", str(where),
-           WHEEL]
-    try:
-        subprocess.run(cmd, check=True, capture_output=True, timeout=300)
-    except (subprocess.CalledProcessError, subprocess.TimeoutExpired, OSError) as exc:
-        pytest.skip(f"cannot download {WHEEL} from PyPI: {exc}")
-    wheel = next(where.glob("*.whl"))
-    with zipfile.ZipFile(wheel) as z:
-        for name in z.namelist():
-            if name.endswith(".onnx"):
-                z.extract(name, where)
+    where = wheels_or_skip(tmp_path_factory.mktemp("rapidocr"), [WHEEL],
+                           lambda name: name.endswith(".onnx"))
     return where / "rapidocr_onnxruntime" / "models"
 
 

