@@ -382,7 +382,11 @@ def test_free_cores_reads_the_runnable_count(monkeypatch, tmp_path):
     monkeypatch.setattr(pool, "LOADAVG", str(load))
     monkeypatch.setattr(pool, "_loadavg_fd", None)
     monkeypatch.setattr(pool, "_cpus", 8)
+    monkeypatch.setattr(pool, "SHARE", 0)
     assert _free_cores() == 6  # 8 CPUs, 3 runnable (the caller one of them)
+    monkeypatch.setattr(pool, "SHARE", 1)  # a core shared with one other task as well
+    assert _free_cores() == 7
+    monkeypatch.setattr(pool, "SHARE", 0)
     monkeypatch.setattr(pool, "_cpus", 2)
     assert _free_cores() == 1  # busier than its cores: the caller's own only
     monkeypatch.setattr(pool._crew, "spinners", lambda: 2)  # two of the 3 are this pool's
