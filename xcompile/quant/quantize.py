@@ -170,7 +170,8 @@ def quantize_network(net: Network, samples: Any, *, bits: int = 8, method: str =
     on the calibration samples, brought back to the float network's through its bias
     (`xcompile.quant.act_bias`; default on). `depthwise_equalize`: the channels of a map
     that a convolution writes and only a depthwise convolution reads carried to the map's
-    range, exactly (`xcompile.quant.dw_equalize`; default on). `widen_concats`: a Concat of
+    range, exactly, where the map is stored in 8 bits (`xcompile.quant.dw_equalize`; default
+    on). `widen_concats`: a Concat of
     far-apart branches is stored in 16 bits (`concats.concat_plan`; False: kept int8, as a
     compile that measured the widening buys nothing chooses, `xcompile.quant.widening`).
     `residual_stream`: the Adds writing a LayerNorm's input and their stream in 16 bits
@@ -184,7 +185,6 @@ def quantize_network(net: Network, samples: Any, *, bits: int = 8, method: str =
     opt = optimize(net)
     n_eq = equalize_pairs(opt) if (not per_channel if equalize is None else equalize) else 0
     data = load_calibration(samples, opt)
-    n_dw = equalize_depthwise_inputs(opt, data, runner) if depthwise_equalize else 0
     if weight_rounding not in ("gptq", "nearest"):
         raise QuantizationError(f"weight_rounding must be 'gptq' or 'nearest', not "
                                 f"{weight_rounding!r}", field="weight_rounding")
@@ -197,6 +197,12 @@ def quantize_network(net: Network, samples: Any, *, bits: int = 8, method: str =
     why: dict = {}  # per 16-bit value, the rule that raised it (`int16_reasons`)
     vbits = value_bits(opt, int_ops, uf, bits, raised, input_bits, why=why,
                        stream=residual_stream)
+    # maps evened out only where stored in 8 bits (`dw_equalize`: at 16 bits it spends the
+    # carried channels' headroom for nothing); the bits come from the graph, which the
+    # equalisation leaves as it is (it rescales weights)
+    n_dw = equalize_depthwise_inputs(opt, data, runner,
+                                     wide={v for v, b in vbits.items() if b == 16}) \
+        if depthwise_equalize and bits == 8 else 0
 
     def bits_of(vid: int) -> int:
         return vbits.get(vid, bits)

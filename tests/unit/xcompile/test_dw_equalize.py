@@ -104,3 +104,26 @@ def test_pairs_need_a_linear_writer_and_a_depthwise_reader(case):
     names = {(w.name, r.name) for w, r in depthwise_pairs(opt)}
     assert ("stem", "pw") not in names  # a ReLU between, and pw is no depthwise conv
     assert ("dw", "y") not in names  # y is a pointwise conv
+
+
+def test_maps_stored_in_16_bits_left_as_they_are(case):
+    """At 16 bits a quiet channel keeps hundreds of steps: evening the map out buys nothing
+    and spends the carried channels' headroom (PP-OCRv4's recognizer, every op in int16: a
+    held-out line saturated a map whose channel 411 was carried 8.8x up). The map is left as
+    it is where it is stored in 16 bits (its depthwise reader raised, or bits=16), evened out
+    where it is int8."""
+    net, cal, held, want = case
+    opt = optimize(net)
+    (writer, _), = depthwise_pairs(opt)
+    vid = writer.outputs[0].v_id
+    w = np.asarray(writer.inputs[1].data).copy()
+    assert equalize_depthwise_inputs(opt, load_calibration(cal, opt), wide={vid}) == 0
+    np.testing.assert_array_equal(np.asarray(writer.inputs[1].data), w)
+    runner = HostRunner()
+    for kw in ({"op_bits": {"dw": 16}}, {"bits": 16}):
+        q = quantize_network(net, cal, activation_bias=False, **kw)
+        assert q.tags["quantization"]["depthwise_equalized"] == 0, kw
+        got = runner.run(q, [[x] for x in held], lambda v, a: None)
+        assert min(cosine(g[0], w) for g, w in zip(got, want)) > 0.999, kw
+    q = quantize_network(net, cal, op_bits={"y": 16}, activation_bias=False)
+    assert q.tags["quantization"]["depthwise_equalized"] == 1  # the map itself stays int8
