@@ -11,7 +11,7 @@ import pytest
 from npu_testlib import Harness, rand_requant, ref_conv_acc, ref_requant
 
 from npu_model import asm
-from npu_model.kernels import bgemm, implicit, matmul, mpe, pool
+from npu_model.kernels import bgemm, depthwise, implicit, matmul, mpe, pool
 
 _free_cores = pool.free_cores
 
@@ -59,6 +59,7 @@ def _layers(hw, rng, dtype):
 
 _SPLITS = (mpe.CONV_INT, mpe.CONV_INT16, mpe.CONV_INT8_BYTES, mpe.CONV_INT16_BYTES,
            implicit.CONV_IMPLICIT, implicit.CONV_POINTWISE_INT16, mpe.CONV_DEPTHWISE,
+           depthwise.CONV_DEPTHWISE_PAIRS,
            matmul.MATMUL_INT,
            matmul.MATMUL_INT8_BYTES, matmul.MATMUL_INT16, matmul.MATMUL_INT16_BYTES)
 
@@ -426,6 +427,43 @@ def test_pool_threads_watch_for_the_next_call_then_sleep(monkeypatch):
     out = np.zeros(4)
     split(np.arange(20.0), out, 4)
     assert out.tolist() == [10.0, 35.0, 60.0, 85.0]
+
+
+def test_the_end_of_a_run_sends_the_spinners_to_sleep(monkeypatch, dev):
+    """`pool.rest` (called when a chip run ends) stops the spin at once: the threads sleep
+    until the next cut call, which still gets them."""
+    from npu_model.kernels import spin
+
+    spin.wait_change(np.zeros(1, dtype=np.int64), 0, 1)  # compiled: the pool may spin
+    monkeypatch.setattr(pool, "INLINE_S", 0.0)
+    monkeypatch.setattr(pool, "SPIN_S", 30.0)  # spins until told otherwise
+    pool.set_threads(2)
+    split = pool.Split(_sum_units, extent=("n",), work=("n",), min_work=1)
+    for _ in range(2):
+        out = np.zeros(4)
+        split(np.arange(20.0), out, 4)
+        assert out.tolist() == [10.0, 35.0, 60.0, 85.0]
+        deadline = time.perf_counter() + 5
+        while not pool._crew.spinning[0] and time.perf_counter() < deadline:
+            time.sleep(0.001)
+        assert pool._crew.spinners() == 1
+        pool.rest()
+        deadline = time.perf_counter() + 5
+        while not pool._crew.sleeping[0] and time.perf_counter() < deadline:
+            time.sleep(0.001)
+        assert pool._crew.sleeping[0] and pool._crew.spinners() == 0
+    # a chip run ends with it: a layer on the chip, then nobody spins
+    hw = Harness(dev)
+    rng = np.random.default_rng(3)
+    out = np.zeros(4)
+    split(np.arange(20.0), out, 4)  # spinning again
+    x = rng.integers(-128, 128, (4, 4, 8)).astype(np.int8)
+    fo = hw.fmap_out(4, 4, 8)
+    hw.run([asm.Copy(hw.fmap_in(x), fo)])
+    deadline = time.perf_counter() + 5
+    while not pool._crew.sleeping[0] and time.perf_counter() < deadline:
+        time.sleep(0.001)
+    assert pool._crew.spinners() == 0
 
 
 def test_no_spinning_with_spin_s_zero(monkeypatch):

@@ -48,6 +48,7 @@ from .kernels import (
     implicit,
     matmul,
     mpe,
+    pool,
     resize,
     rownorm,
     vector,
@@ -229,7 +230,9 @@ class Icore:
                int(layer_base))
         prog = self._programs.get(key)
         if prog is not None and prog.bind(code, mmu, self.bus):
-            return self._replay(prog)
+            res = self._replay(prog)
+            pool.rest()
+            return res
         hw = cfg.hw_vector(rows, cols, icore_clk_hz, ddr_clk_hz)
         self._fold()
         stats0 = dict(self._stats)
@@ -240,6 +243,7 @@ class Icore:
             prefetch.prefetch_run(self, code, instr_addr, mmu, rows, cols, hw, timer, profiler,
                                   layer_base)
         res = self._interpret(code, instr_addr, mmu, rows, cols, hw, timer, profiler, layer_base)
+        pool.rest()  # the run's last cut call is behind it: the pool's threads sleep
         if len(self._programs) >= MAX_PROGRAMS:
             self._programs.clear()
         self._programs[key] = Program(

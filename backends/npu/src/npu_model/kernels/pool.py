@@ -102,6 +102,13 @@ def threads() -> int:
     return _threads
 
 
+def rest() -> None:
+    """The end of a chip run: pool threads spinning for the next cut call (`SPIN_S`) sleep at
+    once instead, so that they take no core from the work that follows (the host's ops, the
+    user's program, or onnxruntime timed beside the simulator)."""
+    _crew.rest()
+
+
 def set_threads(n: int | None) -> None:
     """Use `n` threads from now on (None: ``XRT_THREADS`` / the CPU count again)."""
     global _threads
@@ -192,6 +199,7 @@ class _Crew:
         self.counter = np.zeros(1, dtype=np.int64)  # bumped for each cut call
         self.sleeping: list[bool] = []  # per thread: asleep on its lock (or about to be)
         self.spinning: list[bool] = []  # per thread: watching `counter` (a runnable task)
+        self.resting = False  # `rest` woke the spinners: they sleep until the next cut call
 
     def start(self, n: int) -> None:
         self.stop()
@@ -247,8 +255,9 @@ class _Crew:
                 v = int(self.counter[0])
             seen = v
             job = self.job
-            # a call cut for fewer threads (fewer cores free) leaves this one asleep
-            wanted = job is None or k < job.helpers
+            # a call cut for fewer threads (fewer cores free) leaves this one asleep, and so
+            # does `rest` (no cut call comes before the caller's other work)
+            wanted = not self.resting if job is None else k < job.helpers
             if job is not None and wanted and self.generation == generation:
                 job.work()
 
@@ -259,6 +268,12 @@ class _Crew:
         if SPIN_S <= 0 or numba_config.DISABLE_JIT or not _spin.ready(self.counter, ask):
             return 0
         return int(SPIN_S * _spin.ticks_per_second(np.zeros(1, dtype=np.int64)))
+
+    def rest(self) -> None:
+        """Send the spinning threads to sleep now (`rest`)."""
+        if any(self.spinning) and self.owner == os.getpid():
+            self.resting = True
+            self.counter[0] += 1
 
     def spinners(self) -> int:
         """Pool threads of this process spinning now (runnable tasks that are this pool's)."""
@@ -276,6 +291,7 @@ class _Crew:
         self.ready()
         job.helpers = helpers
         self.job = job
+        self.resting = False
         self.counter[0] += 1  # a spinning thread sees it at once
         for k in range(helpers):
             if self.sleeping[k]:
