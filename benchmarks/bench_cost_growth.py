@@ -21,7 +21,7 @@ zg330backend = pytest.importorskip("zg330backend")
 
 from host_backend import HostBackend  # noqa: E402
 from xcompile import zoo  # noqa: E402
-from xcompile.cache import source_stamp  # noqa: E402
+from xcompile.cache import cache_dir  # noqa: E402
 from xcompile.pipeline import DEFAULTS, compile_model  # noqa: E402
 from xrt import Device, HostDevice, Session  # noqa: E402
 from xrt.cli.run_cmd import load_model  # noqa: E402
@@ -33,7 +33,7 @@ SIZES = (160, 320, 640, 960)
 def _compiled(size: int) -> str:
     """yolov5s at `size` compiled int8 for the ZG330 (cached per source stamp)."""
     name = f"{MODEL}_{size}"
-    out = os.path.join(".icraft", "cache", f"costgrowth_{name}_{source_stamp()}")
+    out = cache_dir(f"costgrowth_{name}")
     path = os.path.join(out, f"{name}_ZG.json")
     if not os.path.exists(path):
         compile_model(dict(DEFAULTS, model=MODEL, target="zg330", output=out, name=name,

@@ -101,10 +101,10 @@ def _median_interleaved(fns, rounds: int = 7, warmup: int = 2, clock=time.perf_c
 def _compile_onnx(name: str, model, shape, samples) -> str:
     """`name` compiled for zg330 with xrt compile's defaults and four calibration `samples`
     (the input's shape given, as a user gives it for symbolic dimensions), cached per stamp."""
-    from xcompile.cache import source_stamp
+    from xcompile.cache import cache_dir
     from xcompile.pipeline import DEFAULTS, compile_model
 
-    out = os.path.join(".icraft", "cache", f"spectrum_{name}_{source_stamp()}")
+    out = cache_dir(f"spectrum_{name}")
     path = os.path.join(out, f"{name}_ZG.json")
     if not os.path.exists(path):
         os.makedirs(out, exist_ok=True)

@@ -5,11 +5,17 @@ network."""
 from __future__ import annotations
 
 import os
+import time
 
 from xcompile.pipeline import DEFAULTS, compile_model
 from xrt import plugins
 
-__all__ = ["compiled_zoo", "source_stamp"]
+__all__ = ["cache_dir", "compiled_zoo", "source_stamp"]
+
+#: where cached compiles live, below the current folder
+CACHE_ROOT = os.path.join(".icraft", "cache")
+#: seconds after which another stamp's folder of the same compile is removed
+STALE_S = 600.0
 
 
 #: the packages every compile depends on; the installed xrt plugins' packages are added
@@ -43,12 +49,32 @@ def source_stamp(extra: tuple[str, ...] = ()) -> str:
     return h.hexdigest()[:10]
 
 
+def cache_dir(name: str, root: str = CACHE_ROOT) -> str:
+    """The folder of cached compile `name` for today's sources (``{name}_{source_stamp}``).
+    The same name's folders of other stamps are removed: a compile of a changed compiler is
+    never run again, and a developer's edits would otherwise leave one behind per change (a
+    checkout once held 47 GB of them)."""
+    import re
+    import shutil
+
+    stamp = source_stamp()
+    if os.path.isdir(root):
+        old = re.compile(re.escape(name) + r"_[0-9a-f]{10}")
+        for entry in os.listdir(root):
+            path = os.path.join(root, entry)
+            # (one written in the last minutes may be another process's, still at work)
+            if (old.fullmatch(entry) and entry != f"{name}_{stamp}"
+                    and time.time() - os.path.getmtime(path) > STALE_S):
+                shutil.rmtree(path, ignore_errors=True)
+    return os.path.join(root, f"{name}_{stamp}")
+
+
 def compiled_zoo(model: str, target: str, input_size: int | None = None) -> str:
     """Path of the zoo network compiled for `target`, compiling it on first use."""
     lower = plugins.target(target)
     suffix = getattr(lower, "suffix", target.upper())
     tag = f"{model}_{input_size}" if input_size else model
-    out = os.path.join(".icraft", "cache", f"{tag}_{target}_{source_stamp()}")
+    out = cache_dir(f"{tag}_{target}")
     path = os.path.join(out, f"{tag}_{suffix}.json")
     if not os.path.exists(path):
         print(f"compiling {model} for {target} into {out} (cached for later runs)")
