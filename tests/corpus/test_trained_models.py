@@ -56,7 +56,12 @@ def ocr_models(tmp_path_factory) -> Path:
 #: placement regression is fixed (its attention-scaling Multiplys p2o.Mul.180 / 189 on a rank-5
 #: view run on the chip since lowering/commute.py moves them below their head-splitting chain);
 #: what fails now is its accuracy on held-out images
-KNOWN: dict[str, str] = {}
+KNOWN: dict[str, str] = {
+    "ch_PP-OCRv4_rec_infer.onnx": "--max-int16 100%: the search's probes (flipped and rolled "
+    "copies of the calibration images) read every count of 85-135 raised ops about 0.992, so "
+    "the count it keeps is probe noise (held out 0.9547 on image 12); with the calibration "
+    "images among the probes: 1.0000 / 0.9999 / 0.9998 / 1.0000 (docs/quantization.md "
+    "section 10)"}
 
 
 @pytest.mark.parametrize("target", sorted(CHIPS))
