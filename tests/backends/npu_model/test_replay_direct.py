@@ -76,8 +76,15 @@ def test_a_kernel_replaced_later_still_runs(dev, hw, rng, decodes, one_thread, m
     np.testing.assert_array_equal(hw.read(fo), ref)
 
 
-def test_more_threads_go_through_the_splits(dev, hw, rng, decodes, monkeypatch):
+@pytest.mark.parametrize(("inline_s", "through"), [(0.0, 2), (1e6, 0)],
+                         ids=["may-cut", "never-cut"])
+def test_more_threads_go_through_the_splits_that_may_cut(dev, hw, rng, decodes, monkeypatch,
+                                                          inline_s, through):
+    """At two threads a replayed call its split may cut goes through the split (the pool
+    sizes its parts); one whose shape was measured too short to cut runs its kernel straight,
+    with the same bytes."""
     layers, fo, ref = _layers(hw, rng)
+    monkeypatch.setattr(pool, "INLINE_S", inline_s)
     pool.set_threads(2)
     try:
         phys, nbytes = hw.run(layers)
@@ -89,7 +96,7 @@ def test_more_threads_go_through_the_splits(dev, hw, rng, decodes, monkeypatch):
         dev.icoreCalc(phys, nbytes)
     finally:
         pool.set_threads(None)
-    assert decodes[0] == 1 and len(calls) == 2
+    assert decodes[0] == 1 and len(calls) == through
     np.testing.assert_array_equal(hw.read(fo), ref)
 
 
