@@ -46,28 +46,14 @@ def _macs(op: Any) -> int:
 
 
 def _writes(quant_net: Any) -> dict[int, dict[int, Any]]:
-    """{op_id: {float v_id: real value of one code}} of the per-tensor quantized outputs of
-    each integer op of `quant_net` that reads 8-bit codes (the ops a raise to 16 bits may
-    widen): the scale, divided per channel by the channel factor of an evened-out map
-    (`dw_equalize`)."""
-    out: dict[int, dict[int, Any]] = {}
-    for op in quant_net.ops:
-        if op.op_type in ("Cast", "Input", "Output") or not op.is_quantized():
-            continue
-        eight = [v for v in op.feature_inputs()
-                 if getattr(v.dtype.element_dtype, "is_quantized", False)
-                 and v.dtype.element_dtype.storage.bits == 8]
-        writes = {}
-        for v in op.outputs:
-            el = v.dtype.element_dtype
-            if getattr(el, "is_quantized", False) and el.scale.size == 1 and \
-                    "float_v_id" in v.tags:
-                g = channel_gain(v)
-                writes[int(v.tags["float_v_id"])] = float(el.scale[0]) if g is None else \
-                    float(el.scale[0]) / g
-        if eight and writes and len(writes) == len(op.outputs):
-            out[op.op_id] = writes
-    return out
+    """`_integer_writes` of the integer ops of `quant_net` that read 8-bit codes (the ops a
+    raise to 16 bits may widen): per float value, the scale of its per-tensor code, divided
+    per channel by the channel factor of an evened-out map (`dw_equalize`)."""
+    ops = {op.op_id: op for op in quant_net.ops}
+    return {op_id: writes for op_id, writes in _integer_writes(quant_net).items()
+            if any(getattr(v.dtype.element_dtype, "is_quantized", False)
+                   and v.dtype.element_dtype.storage.bits == 8
+                   for v in ops[op_id].feature_inputs())}
 
 
 def _downstream(float_net: Any, vids: set[int]) -> list[Any]:
