@@ -160,9 +160,14 @@ def test_shapes_measured_faster_than_the_threshold_stay_inline(monkeypatch):
         assert len(parts) == sum(1 for lo, _ in parts if lo == 0), name
 
 
+#: what a part sleeps per item (or per part): long enough that a busy machine's scheduling
+#: delay (a few ms on 2 cores at load 14) cannot make a cut call of 4 items lose to 8 inline
+SLEEP_S = 0.006
+
+
 def _sleepy(per_part: bool):
-    """A Split over 8 items whose parts sleep (releasing the GIL as a Numba kernel does): 2 ms
-    per item, or 2 ms per part whatever its size; the parts each call was cut into go to
+    """A Split over 8 items whose parts sleep (releasing the GIL as a Numba kernel does):
+    `SLEEP_S` per item, or per part whatever its size; the parts each call was cut into go to
     `calls`."""
     calls: list[int] = []
 
@@ -170,7 +175,7 @@ def _sleepy(per_part: bool):
         if lo == 0:
             calls.append(0)
         calls[-1] += 1
-        time.sleep(0.002 * (1 if per_part else hi - lo))
+        time.sleep(SLEEP_S * (1 if per_part else hi - lo))
 
     return pool.Split(kernel, extent=("n",), work=("n",), min_work=1), calls
 
@@ -539,9 +544,9 @@ def test_may_cut_tells_which_calls_a_replay_may_run_itself(monkeypatch):
     assert not split.may_cut((8,))
     pool.set_threads(2)
     assert split.may_cut((8,)) and split.may_cut((1,))  # not measured yet
-    split(8)  # 16 ms inline: long enough to cut
-    split(1)  # 2 ms
-    monkeypatch.setattr(pool, "INLINE_S", 5e-3)
+    split(8)  # 8 x SLEEP_S inline: long enough to cut
+    split(1)  # SLEEP_S
+    monkeypatch.setattr(pool, "INLINE_S", 4 * SLEEP_S)
     assert split.may_cut((8,)) and not split.may_cut((1,))
     monkeypatch.setattr(pool, "INLINE_S", 0.0)  # sized by work count: any may be cut
     assert split.may_cut((1,))
