@@ -35,10 +35,11 @@ from xcompile.quant.mixed import (
     parse_share,
     worst_part,
 )
+from xcompile.quant.probes import Probes
 from xcompile.quant.qdq import import_qdq
 from xcompile.quant.quantize import quantize_network, reuse_float_statistics
 from xcompile.quant.report import accuracy_report
-from xcompile.quant.widening import Probes, measure_without, stream_ops, widened_concats
+from xcompile.quant.widening import measure_without, stream_ops, widened_concats
 from xcompile.runner import Runner
 from xir.errors import XirError
 from xrt import plugins

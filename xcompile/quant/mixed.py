@@ -4,7 +4,7 @@ int16.
 
 1. **Measure the int8 network.** The cosine against the float network, per output part and
    per sample, on a mirrored or half-rolled variant of each calibration sample
-   (`probe_samples`: inputs the calibration never saw, with the same statistics; PaddleOCR's
+   (`probes.probe_samples`: inputs the calibration never saw, with the same statistics; PaddleOCR's
    recognizer reached 0.997 on its eight calibration images and 0.92 on a held-out one; the
    calibration samples themselves only flatter the network, and a network without image
    inputs is measured on them). The lowest over samples is each part's figure; the lowest part
@@ -49,11 +49,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
 from xir.errors import XirError
 
 from ..runner import default_runner
+from .probes import Probes, part_cosines, probe_samples, worst_part
 from .report import accuracy_report
 from .sensitivity import block_ranking
 
@@ -134,69 +133,6 @@ def int16_share(net: Any, at16: set[int]) -> float:
 
 
 # --- measuring: the cosine per output part ---------------------------------------------------
-
-def part_cosines(net: Any, reference: list[list[np.ndarray]], got: list[list[np.ndarray]],
-                 parts: Any = None) -> dict[str, float]:
-    """`{part: figure}`, each the lowest over the samples (per sample, not pooled: a pooled
-    cosine is carried by the samples with the largest outputs and hides the one image a
-    network gets wrong). `reference`/`got`: the float and quantized outputs, per sample. The
-    parts are `xcompile.quant.parts.output_parts(net)` (`parts`, when given): a Concat
-    output's branches, score parts measured by their kept entries too; a part's figure is its
-    cosine, 0 where it collapsed (`parts.PartResult.figure`)."""
-    from .parts import compare_parts, output_parts
-
-    if parts is None:
-        parts = output_parts(net, reference=reference[0] if reference else None)
-    out: dict[str, float] = {}
-    for fs, qs in zip(reference, got):
-        for r in compare_parts(fs, qs, parts):
-            out[r.part.name] = min(out.get(r.part.name, 1.0), float(r.figure))
-    return out
-
-
-def worst_part(parts: dict[str, float]) -> tuple[str, float]:
-    """(name, cosine) of the lowest part; ("", 1.0) without parts."""
-    return min(parts.items(), key=lambda kv: kv[1], default=("", 1.0))
-
-
-def probe_samples(samples: list[list[np.ndarray]]) -> list[list[np.ndarray]]:
-    """The samples, then each once more with its image inputs (4-D) mirrored along the last
-    axis, the one before it, or rolled by half the last one (in turn): new inputs with the
-    calibration set's statistics, on which the accuracy check sees what held-out inputs will
-    see. Samples without a 4-D input are not varied."""
-    variants = (lambda a: np.flip(a, -1), lambda a: np.flip(a, -2),
-                lambda a: np.roll(a, a.shape[-1] // 2, -1))
-    out = list(samples)
-    for k, s in enumerate(samples):
-        if any(np.ndim(a) == 4 for a in s):
-            vary = variants[k % len(variants)]
-            out.append([np.ascontiguousarray(vary(a)) if np.ndim(a) == 4 else a for a in s])
-    return out
-
-
-class _Probe:
-    """The probe samples and the float network's outputs on them, computed once; measures a
-    quantized network's parts with one integer forward per sample."""
-
-    def __init__(self, float_net: Any, samples: list, runner: Any) -> None:
-        from ..runner import default_runner
-        from .calibrate import load_calibration, run_float
-        from .parts import output_parts
-
-        self.runner = runner or default_runner()
-        data = load_calibration(samples, float_net)
-        self.data = probe_samples(data)[len(data):] or data
-        self.reference = run_float(float_net, self.data, lambda v, a: None, self.runner,
-                                   what="accuracy check, float")
-        self.parts = output_parts(float_net, reference=self.reference[0])
-
-    def measure(self, quantized: Any) -> dict[str, float]:
-        from .calibrate import run_float
-
-        got = run_float(quantized, self.data, lambda v, a: None, self.runner,
-                        what="accuracy check, integer")
-        return part_cosines(quantized, self.reference, got, self.parts)
-
 
 def outputs_cosine(float_net: Any, quantized: Any, samples: list, runner: Any = None) -> float:
     """The lowest part cosine of `quantized` against `float_net` over `samples` as given (no
@@ -493,7 +429,7 @@ def choose_bits(float_net: Any, quantized: Any, quantize: Callable[[dict], Any],
         keep_short = max_int16 > DEFAULT_MAX_INT16
     data = load_calibration(samples, float_net)
     with _stage("measure the int8 network on variants of the calibration samples"):
-        probe = _Probe(float_net, data, runner)
+        probe = Probes(float_net, data, runner)
         before = probe.measure(quantized)
     user_ids = {int(k): 16 for k in quantized.tags["quantization"].get("op_bits", {})}
     at16 = {int(k) for k in quantized.tags["quantization"].get("op_bits", {})}

@@ -27,9 +27,11 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from .probes import Probes, worst_part
+
 log = logging.getLogger(__name__)
 
-__all__ = ["WIDEN_ERROR_FLOOR", "WIDEN_ERROR_GROWTH", "WIDEN_MARGIN", "Probes", "measure_without",
+__all__ = ["WIDEN_ERROR_FLOOR", "WIDEN_ERROR_GROWTH", "WIDEN_MARGIN", "measure_without",
            "stream_ops", "widened_concats"]
 
 #: how much lower (worst output part cosine on the probes) the network without a rule may read
@@ -60,33 +62,6 @@ def stream_ops(net: Any) -> list[str]:
     return [r["name"] for r in rows if r["reason"] == "stream"]
 
 
-class Probes:
-    """The probe variants of the calibration samples (`mixed.probe_samples`, as the
-    mixed-precision check measures) and the float network's outputs on them, computed once;
-    `measure(q)`: a quantized network's cosine per output part."""
-
-    def __init__(self, float_net: Any, samples: Any, runner: Any = None) -> None:
-        from xcompile.quant.calibrate import load_calibration, run_float
-        from xcompile.quant.mixed import probe_samples
-        from xcompile.quant.parts import output_parts
-        from xcompile.runner import default_runner
-
-        self.runner = runner or default_runner()
-        data = load_calibration(samples, float_net)
-        self.data = probe_samples(data)[len(data):] or data
-        self.ref = run_float(float_net, self.data, lambda v, a: None, self.runner,
-                             what="16-bit rules, float")
-        self.parts = output_parts(float_net, reference=self.ref[0])
-
-    def measure(self, q: Any) -> dict[str, float]:
-        from xcompile.quant.calibrate import run_float
-        from xcompile.quant.mixed import part_cosines
-
-        got = run_float(q, self.data, lambda v, a: None, self.runner,
-                        what="16-bit rules, integer")
-        return part_cosines(q, self.ref, got, self.parts)
-
-
 def measure_without(probes: Probes, quantized: Any, narrow: Callable[[], Any],
                     min_cosine: float, rule: str, names: list[str]
                     ) -> tuple[Any, dict[str, Any]]:
@@ -95,8 +70,6 @@ def measure_without(probes: Probes, quantized: Any, narrow: Callable[[], Any],
     is kept when its worst part reaches `min_cosine`, is within `WIDEN_MARGIN` of the
     other's and its error (1 - worst part) at most `WIDEN_ERROR_GROWTH` times the other's
     (plus `WIDEN_ERROR_FLOOR`). The caller holds no other reference to `quantized`."""
-    from xcompile.quant.mixed import worst_part
-
     with_rule = probes.measure(quantized)
     other = narrow()
     without = probes.measure(other)

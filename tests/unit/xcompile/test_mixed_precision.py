@@ -447,7 +447,7 @@ def test_the_network_kept_is_the_count_found_on_noisy_probes(monkeypatch):
     rows = [SimpleNamespace(op_id=i, name=f"op{i}", alone=0.99, output_loss=0.001)
             for i in range(n)]
     monkeypatch.setattr(calibrate_mod, "load_calibration", lambda s, f: s)
-    monkeypatch.setattr(mixed_mod, "_Probe", Probe)
+    monkeypatch.setattr(mixed_mod, "Probes", Probe)
     monkeypatch.setattr(mixed_mod, "accuracy_report",
                         lambda *a: SimpleNamespace(raisable=lambda skip: rows))
     monkeypatch.setattr(mixed_mod, "_capped_order",

@@ -475,7 +475,7 @@ def test_raisable_layers_are_the_ones_reading_8_bit_codes(tiny):
 
 
 def test_probe_samples_vary_image_inputs_only():
-    from xcompile.quant.mixed import probe_samples
+    from xcompile.quant.probes import probe_samples
 
     img = np.arange(2 * 3 * 4 * 5, dtype=np.float32).reshape(2, 3, 4, 5)
     vec = np.arange(6, dtype=np.float32)

@@ -1,0 +1,80 @@
+"""The inputs the compile's accuracy checks measure on (docs/quantization.md section 10, step
+1): variants of the calibration samples that the calibration never saw, and the float
+network's outputs on them, computed once for every quantized network a compile measures (the
+mixed-precision search's attempts, the 16-bit rules `widening` measures)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+__all__ = ["Probes", "part_cosines", "probe_samples", "worst_part"]
+
+
+def probe_samples(samples: list[list[np.ndarray]]) -> list[list[np.ndarray]]:
+    """The samples, then each once more with its image inputs (4-D) mirrored along the last
+    axis, the one before it, or rolled by half the last one (in turn): new inputs with the
+    calibration set's statistics, on which the accuracy check sees what held-out inputs will
+    see. Samples without a 4-D input are not varied."""
+    variants = (lambda a: np.flip(a, -1), lambda a: np.flip(a, -2),
+                lambda a: np.roll(a, a.shape[-1] // 2, -1))
+    out = list(samples)
+    for k, s in enumerate(samples):
+        if any(np.ndim(a) == 4 for a in s):
+            vary = variants[k % len(variants)]
+            out.append([np.ascontiguousarray(vary(a)) if np.ndim(a) == 4 else a for a in s])
+    return out
+
+
+def part_cosines(net: Any, reference: list[list[np.ndarray]], got: list[list[np.ndarray]],
+                 parts: Any = None) -> dict[str, float]:
+    """`{part: figure}`, each the lowest over the samples (per sample, not pooled: a pooled
+    cosine is carried by the samples with the largest outputs and hides the one image a
+    network gets wrong). `reference`/`got`: the float and quantized outputs, per sample. The
+    parts are `xcompile.quant.parts.output_parts(net)` (`parts`, when given): a Concat
+    output's branches, score parts measured by their kept entries too; a part's figure is its
+    cosine, 0 where it collapsed (`parts.PartResult.figure`)."""
+    from .parts import compare_parts, output_parts
+
+    if parts is None:
+        parts = output_parts(net, reference=reference[0] if reference else None)
+    out: dict[str, float] = {}
+    for fs, qs in zip(reference, got):
+        for r in compare_parts(fs, qs, parts):
+            out[r.part.name] = min(out.get(r.part.name, 1.0), float(r.figure))
+    return out
+
+
+def worst_part(parts: dict[str, float]) -> tuple[str, float]:
+    """(name, cosine) of the lowest part; ("", 1.0) without parts."""
+    return min(parts.items(), key=lambda kv: kv[1], default=("", 1.0))
+
+
+class Probes:
+    """The probe variants of the calibration samples (`probe_samples`, without the samples
+    themselves: they only flatter the network; a network without image inputs is measured on
+    its calibration samples) and the float network's outputs on them, computed once;
+    `measure(q)`: a quantized network's cosine per output part, one integer forward per
+    sample. `what` names the check in the progress line."""
+
+    def __init__(self, float_net: Any, samples: Any, runner: Any = None,
+                 what: str = "accuracy check") -> None:
+        from ..runner import default_runner
+        from .calibrate import load_calibration, run_float
+        from .parts import output_parts
+
+        self.runner = runner or default_runner()
+        self.what = what
+        data = load_calibration(samples, float_net)
+        self.data = probe_samples(data)[len(data):] or data
+        self.reference = run_float(float_net, self.data, lambda v, a: None, self.runner,
+                                   what=f"{what}, float")
+        self.parts = output_parts(float_net, reference=self.reference[0])
+
+    def measure(self, quantized: Any) -> dict[str, float]:
+        from .calibrate import run_float
+
+        got = run_float(quantized, self.data, lambda v, a: None, self.runner,
+                        what=f"{self.what}, integer")
+        return part_cosines(quantized, self.reference, got, self.parts)
