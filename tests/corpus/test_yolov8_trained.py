@@ -55,26 +55,26 @@ HELD_OUT = {"astronaut": "astronaut.png", "camera": "camera.png", "coffee": "cof
             "lfw_32_4x4": (32, 4), "lfw_48_4x4": (48, 4), "lfw_84_3x3": (84, 3),
             "lfw_80_2x2": (80, 2)}
 #: held-out images whose int8 detections disagree with onnxruntime's float run, with what was
-#: measured (both chips, bit-exact with the integer reference). The cause, measured: the
-#: default "mse" thresholds clip the class branch's largest activations, which are the
-#: objects (the cameraman's face: /model.22/cv3.0/cv3.0.1 reaches 16.0 and the astronaut's
-#: 21.4 against a threshold of 10.1, calibrated maxima 7.9-12.9); with that branch alone
-#: calibrated by its range (`xcompile.quant.score_branch` finds it) the face comes back
-#: (0.18 -> 0.43). Every op in int16 agrees on all seven; every convolution's input in int16
-#: (100% of MACs) does not (0.21): the loss is in 8-bit activations, not in the MACs the
-#: mixed-precision cap counts. The range calibration is not the default: it moves ddddocr's
-#: detector scores further from float (0.39 read 0.24), and the compile's probes (mirrored
-#: calibration images, whose class-branch peaks stay within the calibrated ranges) cannot
-#: see its gain here (anchor cosine 0.9611 -> 0.9607).
-#: Fixed by measure: the 2 x 2 tile, whose float run finds nothing (0.07) and int8 read a face at
-#: 0.51 (the stem's rounding). The compile judges the score part by its anchor cosine
+#: measured (both chips, bit-exact with the integer reference); a strict per-image xfail.
+#: Fixed by measure: the cameraman's face (FACE_MALE 0.53), which int8 read 0.18. The default
+#: "mse" thresholds clipped the class branch's largest activations, which are the objects:
+#: /model.22/cv3.0/cv3.0.1 reaches 16.0 on the face (21.4 on the astronaut) against a threshold
+#: of 10.1, while the four calibration images reach 12.9. Where a score value's calibrated range
+#: exceeds its threshold by `SPARSE_TAIL` (1.15) the threshold clipped a sparse tail, and it
+#: keeps `SCORE_HEADROOM` (1.5x) above it (`score_branch.widen_scores`, the quantizer's
+#: default): here the stride-8 level's first two Conv + SiLU (range / threshold 1.28-1.39) and
+#: the stride-16 level's first (1.17-1.27); the face reads 0.61 (0.64 with every score value
+#: widened). Calibrating the branch by its range instead kept less (0.43: 16.0 is above 12.9
+#: too), and every op in int16 agrees on all seven while every convolution's input in int16
+#: does not (0.21): the loss was in 8-bit activations, not in the MACs. ddddocr's YOLOX text
+#: detector is unmoved (12 of 12 found and kept, scores within 0.01).
+#: Fixed by measure before: the 2 x 2 tile, whose float run finds nothing (0.07) and int8 read a
+#: face at 0.51 (the stem's rounding). The compile judges the score part by its anchor cosine
 #: (`parts.anchor_cosine`: the anchors where either side's score reaches 0.1): int8 0.9611 on
 #: the probes, where the cosine of every score above 0.01 read 0.8547 on a probe without
-#: objects and took the stem raise for worse (0.7885); the search now reaches 0.9936 with 12
-#: ops in int16 (8.5% of MACs, the stem's first Conv among them) and the tile agrees.
-KNOWN = {
-    "camera": "FACE_MALE 0.53 lost: int8 reads 0.18 (class-branch activations clipped)",
-}
+#: objects and took the stem raise for worse (0.7885); the search reaches 0.99 with 12-13 ops
+#: in int16 (8.5% of MACs, the stem's first Conv among them) and the tile agrees.
+KNOWN: dict[str, str] = {}
 #: detection threshold and margin (`yolov8_decode.agree`)
 THRESHOLD, MARGIN = 0.3, 0.1
 
@@ -202,6 +202,15 @@ def test_trained_yolov8n_on_the_chip(assets, calibration, held_out, target, tmp_
     assert host_types <= HOST_ONLY, sorted(host_types - HOST_ONLY)
     assert all(host.values()), [k for k, r in host.items() if not r]
     assert sum(k.startswith(("Softmax", "Transpose")) for k in host) == 2  # the DFL's
+    # the class branch's sparse-tailed maps keep headroom (`score_branch.widen_scores`): the
+    # stride-8 level's cv3.0.0 and cv3.0.1 (the cameraman's face), nothing of the boxes
+    names = {v.v_id: op.name for op in load_stage(written["optimized"]).ops
+             for v in op.outputs}
+    widened = {names[v] for v in quantized.tags["quantization"]["score_headroom"]["values"]}
+    assert {f"/model.22/cv3.0/cv3.0.{k}/{p}" for k in (0, 1)
+            for p in ("conv/Conv", "act/Mul")} <= widened, sorted(widened)
+    assert all(n.startswith(("/model.22/cv3.", "/model.22/Sigmoid")) for n in widened), \
+        sorted(widened)
     wide, hard = _int16_hardops(net)
     mixed = quantized.tags["quantization"]["mixed_precision"]
     assert mixed["reached"] and mixed["int16_mac_share"] <= 0.10, mixed
@@ -329,11 +338,11 @@ def test_score_branch_is_the_class_head(assets):
 
 @pytest.mark.parametrize("target", sorted(CHIPS))
 def test_stem_in_int16_by_op_bits(assets, calibration, held_out, target, tmp_path_factory):
-    """`--op-bits` on the stem's four ops (4.0% of MACs; the probes' anchor cosine reads them
-    0.9611 -> 0.9737, short of the 0.99 target, so the search raises a few more within the
-    cap). The tile's false face goes (0.51 -> nothing above 0.2), the other detections still
-    agree, the cameraman's face is still lost (the class branch's clipping, which no op_bits
-    reaches); bit-exact on the chip."""
+    """`--op-bits` on the stem's four ops (4.0% of MACs; short of the 0.99 target on the
+    probes, so the search raises a few more within the cap). The tile's false face goes (0.51
+    -> nothing above 0.2) and every held-out image agrees, the cameraman's face by the class
+    branch's headroom (which no op_bits reaches: with the stem alone in int16 it read 0.18);
+    bit-exact on the chip."""
     written = compiled(assets, calibration, target, tmp_path_factory, STEM)
     quantized = load_stage(written["quantized"])
     names = {op.op_id: op.name for op in load_stage(written["optimized"]).ops}
@@ -344,7 +353,7 @@ def test_stem_in_int16_by_op_bits(assets, calibration, held_out, target, tmp_pat
         got = run_reference(written["adapted"], x).reshape(want.shape)
         a = D.agree(want, got, THRESHOLD, MARGIN, CLASSES)
         lines.append(f"{name}: {a.line}")
-        if a.ok != (name != "camera"):
+        if not a.ok:
             wrong.append(f"{name}: {a.line}")
     print("\n".join(lines))
     assert not wrong, wrong

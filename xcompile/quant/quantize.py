@@ -11,7 +11,8 @@ works on quantized element types:
   axis), narrow range; biases int32 (8-bit) / int64 (16-bit) Params quantized with scale
   `s_in * s_w[c]` (their `QuantizedType` says so);
 - activations: per tensor, `scale = max(amax * headroom / qmax, MIN_SCALE)` (headroom 2 for
-  16 bits by default);
+  16 bits by default); a detector's score branch keeps headroom over its 8-bit thresholds where
+  they clipped a sparse tail, the objects (`score_branch.widen_scores`);
 - weight codes rounded by GPTQ against the calibration inputs (`weight_rounding="gptq"`);
 - **scale-sharing groups**: ops that must not rescale (Concat: inputs and output; Split,
   Slice, Reshape, Transpose, Squeeze, Unsqueeze, Pad, MaxPool2d, Reduce max / min, nearest
@@ -73,6 +74,7 @@ from xcompile.quant.head_range import head_values, widen_head
 from xcompile.quant.int16_reasons import cast_record, op_record
 from xcompile.quant.saturation import clip_table_inputs
 from xcompile.quant.scale_groups import assign_scales, scale_groups
+from xcompile.quant.score_branch import SCORE_HEADROOM, score_values, widen_scores
 from xcompile.quant.weights import (
     correct_biases,
     gptq_codes,
@@ -143,7 +145,8 @@ def quantize_network(net: Network, samples: Any, *, bits: int = 8, method: str =
                      equalize: bool | None = None, bias_correction: bool | None = None,
                      outlier_aware: bool = False, activation_bias: bool = True,
                      depthwise_equalize: bool = True, widen_concats: bool = True,
-                     residual_stream: bool = True, **kw: Any) -> Network:
+                     residual_stream: bool = True, score_headroom: float | None = None,
+                     **kw: Any) -> Network:
     """Quantize `net` (float) into a new network of integer ops; see the module docstring.
 
     `samples`: anything `load_calibration` accepts. `bits`: 8 or 16 (activations and weights).
@@ -176,6 +179,9 @@ def quantize_network(net: Network, samples: Any, *, bits: int = 8, method: str =
     compile that measured the widening buys nothing chooses, `xcompile.quant.widening`).
     `residual_stream`: the Adds writing a LayerNorm's input and their stream in 16 bits
     (`bits.stream_bits`; False: as a compile that measured it buys nothing chooses).
+    `score_headroom`: the multiplier of a score branch's 8-bit thresholds that clipped a
+    sparse tail (`xcompile.quant.score_branch.widen_scores`; None: `SCORE_HEADROOM`; 1.0:
+    off); applied when `headroom` is not given.
     """
     if bits not in (8, 16):
         raise QuantizationError(f"bits must be 8 or 16, not {bits}", field="bits")
@@ -190,6 +196,9 @@ def quantize_network(net: Network, samples: Any, *, bits: int = 8, method: str =
                                 f"{weight_rounding!r}", field="weight_rounding")
     if headroom is not None and headroom < 1.0:
         raise QuantizationError(f"headroom must be >= 1, not {headroom}", field="headroom")
+    if score_headroom is not None and not score_headroom >= 1.0:
+        raise QuantizationError(f"score_headroom must be >= 1, not {score_headroom}",
+                                field="score_headroom")
     int_ops = integer_ops(opt)
     uf = scale_groups(opt, int_ops)
     raised = {**logit_bits(opt, int_ops, bits, residual_stream),  # the log-domain rule too
@@ -226,6 +235,9 @@ def quantize_network(net: Network, samples: Any, *, bits: int = 8, method: str =
     means = {op.inputs[0].v_id: None for op in nearest} or None
     head = head_values(opt)  # a dense head's few values per input: no histogram
     widened: list[int] = []
+    # a detector's score branch: its largest activations are the objects (`score_branch`)
+    scores = score_values(opt) if score_headroom is None or score_headroom > 1.0 else {}
+    scored: list[int] = []
 
     def thresholds() -> dict[int, float]:
         amax = calibrate(opt, data, method, per_value=per_value, runner=runner, means=means,
@@ -236,6 +248,12 @@ def quantize_network(net: Network, samples: Any, *, bits: int = 8, method: str =
                 for vid, a in amax.items()}
         if headroom is None:
             widened[:] = widen_head(amax, head, lambda vid: bits_of(vid) == 8)
+            if scores:  # their calibrated ranges: a second float pass only outside a compile
+                ranges = calibrate(opt, data, "minmax", runner=runner,
+                                   reuse=float_stats("calibration", (net, samples)))
+                scored[:] = widen_scores(amax, scores, ranges, lambda vid: bits_of(vid) == 8,
+                                         SCORE_HEADROOM if score_headroom is None
+                                         else score_headroom)
         # a QDQ model's pairs (xcompile.quant.qdq): the range its author chose, not calibration's
         amax.update({v.v_id: float(v.tags["qdq_amax"]) for op in opt.ops for v in op.outputs
                      if "qdq_amax" in v.tags and v.v_id in amax})
@@ -280,6 +298,9 @@ def quantize_network(net: Network, samples: Any, *, bits: int = 8, method: str =
                                                  1.0 if bits == 8 else INT16_HEADROOM),
                               "input_bits": input_bits, "equalized_pairs": n_eq,
                               "head_headroom": [int(v) for v in widened],
+                              "score_headroom": {"factor": float(
+                                  SCORE_HEADROOM if score_headroom is None else score_headroom),
+                                  "values": [int(v) for v in scored]},
                               "depthwise_equalized": n_dw,
                               "bias_corrected": n_bc, "activation_bias_corrected": n_ab,
                               "concats": concats,
