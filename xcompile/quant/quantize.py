@@ -248,10 +248,14 @@ def quantize_network(net: Network, samples: Any, *, bits: int = 8, method: str =
                 for vid, a in amax.items()}
         if headroom is None:
             widened[:] = widen_head(amax, head, lambda vid: bits_of(vid) == 8)
-            if scores:  # their calibrated ranges: a second float pass only outside a compile
-                ranges = calibrate(opt, data, "minmax", runner=runner,
-                                   reuse=float_stats("calibration", (net, samples)))
-                scored[:] = widen_scores(amax, scores, ranges, lambda vid: bits_of(vid) == 8,
+            if scores:  # their ranges and squared-error thresholds, whatever `method` is
+                # (a compile answers both from its kept histograms; else more float passes)
+                reuse = float_stats("calibration", (net, samples))
+                ranges = calibrate(opt, data, "minmax", runner=runner, reuse=reuse)
+                squared = calibrate(opt, data, "mse", runner=runner, reuse=reuse,
+                                    dtype=np.int8)
+                scored[:] = widen_scores(amax, scores, ranges, squared,
+                                         lambda vid: bits_of(vid) == 8,
                                          SCORE_HEADROOM if score_headroom is None
                                          else score_headroom)
         # a QDQ model's pairs (xcompile.quant.qdq): the range its author chose, not calibration's

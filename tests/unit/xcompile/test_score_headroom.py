@@ -158,3 +158,24 @@ def test_score_headroom_below_one_is_refused(nets):
     _, net, _, _ = nets
     with pytest.raises(QuantizationError, match="score_headroom"):
         quantize_network(net, CALIBRATION[:1], score_headroom=0.5)
+
+
+def test_outlier_aware_thresholds_still_see_the_tail(nets):
+    """The outlier-aware int8 (cubed-error thresholds, the compile's fallback) keeps more of
+    the tail and still clips the held-out objects (measured: 0.984-0.997 read 0.94, 0.64-0.81
+    read 0.60-0.67); the tail is judged against the squared-error threshold whatever chose
+    the threshold, so the same maps are widened and the scores stay within 0.03."""
+    model, net, _, _ = nets
+    sess = ort.InferenceSession(model.SerializeToString())
+    with_rule = quantize_network(net, CALIBRATION, weight_rounding="nearest",
+                                 outlier_aware=True)
+    without = quantize_network(net, CALIBRATION, weight_rounding="nearest",
+                               outlier_aware=True, score_headroom=1.0)
+    names = {v.v_id: v.name.split(":")[0] for op in optimize(net).ops for v in op.outputs}
+    rec = with_rule.tags["quantization"]["score_headroom"]
+    assert sorted(names[v] for v in rec["values"]) == ["k1", "k1a", "scores"]
+    for x in HELD_OUT:
+        want = sess.run(None, {"x": x})[0][0, 4:].max(1)
+        got, old = _host(with_rule, x)[0, 4:].max(1), _host(without, x)[0, 4:].max(1)
+        assert np.abs(got - want).max() <= 0.03, (want, got)
+        assert (want - old).max() >= 0.04, (want, old)
