@@ -522,6 +522,17 @@ def choose_bits(float_net: Any, quantized: Any, quantize: Callable[[dict], Any],
     found = _fewest(len(order), passes, first, max_tries,
                     close=lambda k: worst_at(k) >= min_cosine - PROBE_NOISE,
                     explore=worst_part(before)[1] <= 0.0)
+    if found is None and keep["k"]:
+        # the closest kept: the fewest ops that came as close, to within the probes' noise
+        near = worst_part(keep["parts"])[1] - PROBE_NOISE
+        fewest = min(a.raised for a in result.attempts if a.worst >= near and (
+            keep_short or 1.0 - a.worst <= KEEP_CLOSEST * (1.0 - worst_part(before)[1])))
+        if fewest < keep["k"]:
+            parts = next(a.parts for a in result.attempts if a.raised == fewest)
+            keep.clear()
+            _release()
+            with _stage(f"{fewest} op{'s' if fewest > 1 else ''} in int16, again"):
+                keep.update(k=fewest, net=raised(fewest), parts=parts)
     if found is not None and keep["k"] != found:
         # a count measured earlier became the answer when a miss above the one kept showed
         # that one for noise: quantized again (deterministic), its measurement reused

@@ -553,13 +553,13 @@ def test_a_collapsed_int8_network_spends_the_tries_on_fewer_ops(monkeypatch):
     assert _fewest(14, lambda k: tried.append(k) or False, first=14,
                    close=lambda k: False) is None and tried == [14]
     n = 14
-    cos = {14: 0.86, 7: 0.89, 3: 0.91, 1: 0.90}
+    cos = {14: 0.86, 7: 0.905, 3: 0.91, 1: 0.89}
 
     def net(k):
         return SimpleNamespace(k=k, ops=[], tags={"quantization": {
             "op_bits": {str(i): 16 for i in range(k)}}})
 
-    for int8, kept_k in ((0.0, 3), (0.8, 0)):  # collapsed; not (0.86 leaves 0.14 of 0.2)
+    for int8, kept_k in ((0.8, 0), (0.0, 3)):  # not collapsed (0.86 leaves 0.14 of 0.2); collapsed
         class Probe:
             def __init__(self, *a):
                 pass
@@ -582,3 +582,15 @@ def test_a_collapsed_int8_network_spends_the_tries_on_fewer_ops(monkeypatch):
         want = [14, 7, 3, 1] if int8 == 0.0 else [14]
         assert [a.raised for a in mp.attempts] == want and not mp.reached
         assert kept.k == kept_k and len(mp.op_bits) == kept_k
+    # the fewest ops as close as the closest, within the probes' noise (PROBE_NOISE): 1 op
+    # reading 0.902 is kept where 3 read 0.91 (quantized again: the one kept was 3's)
+    cos[1] = 0.902
+    made: list[int] = []
+    kept, mp = choose_bits(None, net(0), lambda bits: made.append(len(bits)) or
+                           net(len(bits)), [[0]], 0.99)
+    assert kept.k == 1 and made == [14, 7, 3, 1, 1] and mp.after == {"y": 0.902}
+    cos[1] = 0.85
+    made.clear()
+    kept, mp = choose_bits(None, net(0), lambda bits: made.append(len(bits)) or
+                           net(len(bits)), [[0]], 0.99)
+    assert kept.k == 3 and made == [14, 7, 3, 1] and mp.after == {"y": 0.91}
