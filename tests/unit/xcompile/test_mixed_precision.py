@@ -422,7 +422,6 @@ def test_the_network_kept_is_the_count_found_on_noisy_probes(monkeypatch):
     where the count it kept first turned out to be noise, and never more than two alive."""
     import weakref
 
-    import xcompile.quant.calibrate as calibrate_mod
     import xcompile.quant.mixed as mixed_mod
 
     n = 15
@@ -441,25 +440,8 @@ def test_the_network_kept_is_the_count_found_on_noisy_probes(monkeypatch):
         assert sum(r() is not None for r in alive) <= 2  # at most two raised networks
         return q
 
-    class Probe:
-        def __init__(self, *a):
-            pass
-
-        def measure(self, q):
-            return {"y": 0.98 if q.k == 0 else cos[q.k]}
-
-    rows = [SimpleNamespace(op_id=i, name=f"op{i}", alone=0.99, output_loss=0.001)
-            for i in range(n)]
-    monkeypatch.setattr(calibrate_mod, "load_calibration", lambda s, f: s)
-    monkeypatch.setattr(mixed_mod, "Probes", Probe)
-    monkeypatch.setattr(mixed_mod, "accuracy_report",
-                        lambda *a: SimpleNamespace(raisable=lambda skip: rows))
-    monkeypatch.setattr(mixed_mod, "_capped_order",
-                        lambda f, ranked, u, m:
-                        (ranked, [0.005 * (i + 1) for i in range(n)]))
-    monkeypatch.setattr(mixed_mod, "int16_share", lambda f, at16: 0.005 * len(at16))
+    _stub_search(monkeypatch, n, lambda q: {"y": 0.98 if q.k == 0 else cos[q.k]}, 0.005, 0.001)
     monkeypatch.setattr(mixed_mod, "_first_guess", lambda *a: 2)
-    monkeypatch.setattr(mixed_mod, "_release", gc_collect)
 
     kept, mp = choose_bits(None, net(0), lambda bits: net(len(bits)), [[0]], 0.99)
     tried = [a.raised for a in mp.attempts]
@@ -488,6 +470,31 @@ def gc_collect() -> None:
     gc.collect()
 
 
+def _stub_search(monkeypatch, n: int, measure, step: float, output_loss: float) -> None:
+    """`choose_bits` on stand-ins: `n` ranked ops (each `output_loss`), a capped order of all
+    of them at `step` of the MACs an op, probes answering `measure(q)` for a network `q`."""
+    import xcompile.quant.calibrate as calibrate_mod
+    import xcompile.quant.mixed as mixed_mod
+
+    class Probe:
+        def __init__(self, *a):
+            pass
+
+        def measure(self, q):
+            return measure(q)
+
+    rows = [SimpleNamespace(op_id=i, name=f"op{i}", alone=0.99, output_loss=output_loss)
+            for i in range(n)]
+    monkeypatch.setattr(calibrate_mod, "load_calibration", lambda s, f: s)
+    monkeypatch.setattr(mixed_mod, "Probes", Probe)
+    monkeypatch.setattr(mixed_mod, "accuracy_report",
+                        lambda *a: SimpleNamespace(raisable=lambda skip: rows))
+    monkeypatch.setattr(mixed_mod, "_capped_order",
+                        lambda f, ranked, u, m: (ranked, [step * (i + 1) for i in range(n)]))
+    monkeypatch.setattr(mixed_mod, "int16_share", lambda f, at16: step * len(at16))
+    monkeypatch.setattr(mixed_mod, "_release", gc_collect)
+
+
 @pytest.mark.parametrize("best, kept_raise", [(0.97, True), (0.96, True), (0.93, False)])
 def test_a_raise_that_misses_is_kept_where_it_takes_out_most_of_int8s_error(
         monkeypatch, best, kept_raise):
@@ -495,8 +502,6 @@ def test_a_raise_that_misses_is_kept_where_it_takes_out_most_of_int8s_error(
     kept instead of int8 where it leaves at most KEEP_CLOSEST (half) of int8's error on the
     probes (int8 0.90: error 0.10; 0.97 and 0.96 leave 0.03 and 0.04, kept; 0.93 leaves 0.07,
     int8 kept), and the warning says which network was kept."""
-    import xcompile.quant.calibrate as calibrate_mod
-    import xcompile.quant.mixed as mixed_mod
 
     assert KEEP_CLOSEST == 0.5
     n = 6
@@ -506,24 +511,7 @@ def test_a_raise_that_misses_is_kept_where_it_takes_out_most_of_int8s_error(
         return SimpleNamespace(k=k, ops=[], tags={"quantization": {
             "op_bits": {str(i): 16 for i in range(k)}}})
 
-    class Probe:
-        def __init__(self, *a):
-            pass
-
-        def measure(self, q):
-            return {"y": 0.90 if q.k == 0 else cos[q.k]}
-
-    rows = [SimpleNamespace(op_id=i, name=f"op{i}", alone=0.99, output_loss=0.01)
-            for i in range(n)]
-    monkeypatch.setattr(calibrate_mod, "load_calibration", lambda s, f: s)
-    monkeypatch.setattr(mixed_mod, "Probes", Probe)
-    monkeypatch.setattr(mixed_mod, "accuracy_report",
-                        lambda *a: SimpleNamespace(raisable=lambda skip: rows))
-    monkeypatch.setattr(mixed_mod, "_capped_order",
-                        lambda f, ranked, u, m:
-                        (ranked, [0.01 * (i + 1) for i in range(n)]))
-    monkeypatch.setattr(mixed_mod, "int16_share", lambda f, at16: 0.01 * len(at16))
-    monkeypatch.setattr(mixed_mod, "_release", gc_collect)
+    _stub_search(monkeypatch, n, lambda q: {"y": 0.90 if q.k == 0 else cos[q.k]}, 0.01, 0.01)
     kept, mp = choose_bits(None, net(0), lambda bits: net(len(bits)), [[0]], 0.99)
     assert not mp.reached and n in [a.raised for a in mp.attempts]
     if kept_raise:
@@ -544,7 +532,6 @@ def test_the_closest_kept_is_near_the_target_and_the_fewest_as_close(monkeypatch
     and 2 of 6 pages, with 15 and 24 of 127 HardOps in int16): int8 is kept (CLOSEST_MISS).
     Near it, of the counts measured, the fewest within PROBE_NOISE of the closest is kept:
     7, 14, 3 and 10 raised read 0.984, 0.986, 0.983, 0.981; 3 is quantized again and kept."""
-    import xcompile.quant.calibrate as calibrate_mod
     import xcompile.quant.mixed as mixed_mod
 
     assert CLOSEST_MISS == 0.05
@@ -560,23 +547,8 @@ def test_the_closest_kept_is_near_the_target_and_the_fewest_as_close(monkeypatch
 
     int8 = {"y": 0.0}
 
-    class Probe:
-        def __init__(self, *a):
-            pass
-
-        def measure(self, q):
-            return dict(int8) if q.k == 0 else {"y": cos[q.k]}
-
-    rows = [SimpleNamespace(op_id=i, name=f"op{i}", alone=0.99, output_loss=0.01)
-            for i in range(n)]
-    monkeypatch.setattr(calibrate_mod, "load_calibration", lambda s, f: s)
-    monkeypatch.setattr(mixed_mod, "Probes", Probe)
-    monkeypatch.setattr(mixed_mod, "accuracy_report",
-                        lambda *a: SimpleNamespace(raisable=lambda skip: rows))
-    monkeypatch.setattr(mixed_mod, "_capped_order",
-                        lambda f, ranked, u, m: (ranked, [0.005 * (i + 1) for i in range(n)]))
-    monkeypatch.setattr(mixed_mod, "int16_share", lambda f, at16: 0.005 * len(at16))
-    monkeypatch.setattr(mixed_mod, "_release", gc_collect)
+    _stub_search(monkeypatch, n, lambda q: dict(int8) if q.k == 0 else {"y": cos[q.k]}, 0.005,
+                 0.01)
     cos.update({k: 0.85 for k in range(1, n + 1)})
     kept, mp = choose_bits(None, net(0), net, [[0]], 0.99)
     assert kept.k == 0 and mp.op_bits == {} and "the int8 network is kept" in mp.warning
