@@ -132,10 +132,20 @@ def _outlier_aware(optimized: Any, samples: Any, opts: dict[str, Any], runner: R
                                  weight_rounding=rounding) for rounding in ("gptq", "nearest")}
 
 
+def _take_raise(mixed: MixedPrecision, found: MixedPrecision) -> None:
+    """`mixed` (the first search's record) takes the raise a search from the outlier-aware
+    int8 found: its ops, what ranked them, its cosines, cost and warning."""
+    mixed.op_bits, mixed.names, mixed.after = found.op_bits, found.names, found.after
+    mixed.sensitivity = getattr(found, "sensitivity", {})
+    mixed.share_after, mixed.int16_ops = found.share_after, found.int16_ops
+    mixed.warning = found.warning
+
+
 def raise_from_outlier_aware(optimized: Any, kept: Any, mixed: MixedPrecision,
                              quantize: Any, samples: Any, min_cosine: float, *,
                              max_int16: float = DEFAULT_MAX_INT16, op_bits: Any = None,
-                             runner: Runner | None = None) -> tuple[Any, MixedPrecision]:
+                             runner: Runner | None = None, probes: Probes | None = None
+                             ) -> tuple[Any, MixedPrecision]:
     """When the search (`choose_bits`) kept the int8 network with outlier-aware thresholds
     (`kept`, made by `quantize`, `op_bits -> network`) and it still misses `min_cosine`: the
     same search again from it, its layers ranked on it and raised with its thresholds and
@@ -148,14 +158,12 @@ def raise_from_outlier_aware(optimized: Any, kept: Any, mixed: MixedPrecision,
     updated: the raise, its cosines and attempts (after the first search's), and the warning
     (None once the target is reached). The caller holds no other reference to `kept`."""
     again, found = choose_bits(optimized, kept, quantize, samples, min_cosine,
-                               max_int16=max_int16, op_bits=op_bits, runner=runner)
+                               max_int16=max_int16, op_bits=op_bits, runner=runner,
+                               probes=probes)
     del kept
     mixed.attempts.extend(found.attempts)
     if found.op_bits:  # a raise reached the target (or came closest, with a larger cap)
-        mixed.op_bits, mixed.names, mixed.after = found.op_bits, found.names, found.after
-        mixed.sensitivity = getattr(found, "sensitivity", {})  # what ranked them
-        mixed.share_after, mixed.int16_ops = found.share_after, found.int16_ops
-        mixed.warning = found.warning
+        _take_raise(mixed, found)
     elif found.warning:
         mixed.warning = (f"{mixed.warning}; raising from the outlier-aware thresholds: "
                          f"{found.warning}")
@@ -165,7 +173,8 @@ def raise_from_outlier_aware(optimized: Any, kept: Any, mixed: MixedPrecision,
 def search_from_outlier_aware(optimized: Any, kept: Any, mixed: MixedPrecision,
                               quantize: Any, samples: Any, min_cosine: float, *,
                               max_int16: float = DEFAULT_MAX_INT16, op_bits: Any = None,
-                              runner: Runner | None = None) -> tuple[Any, MixedPrecision, bool]:
+                              runner: Runner | None = None, probes: Probes | None = None
+                              ) -> tuple[Any, MixedPrecision, bool]:
     """When the search (`choose_bits`) missed `min_cosine` and kept a network other than the
     int8 one with outlier-aware thresholds, which it measured within `OUTLIER_AWARE_MARGIN`
     of the kept one (`quantize`, `op_bits -> network`, makes it): the same search again from
@@ -179,7 +188,8 @@ def search_from_outlier_aware(optimized: Any, kept: Any, mixed: MixedPrecision,
     whether the raise from the outlier-aware int8 was kept. The caller holds no other
     reference to `kept`."""
     again, found = choose_bits(optimized, quantize(op_bits), quantize, samples, min_cosine,
-                               max_int16=max_int16, op_bits=op_bits, runner=runner)
+                               max_int16=max_int16, op_bits=op_bits, runner=runner,
+                               probes=probes)
     mixed.attempts.extend(found.attempts)
     if not found.op_bits or worst_part(found.after)[1] <= worst_part(mixed.after)[1]:
         del again
@@ -187,10 +197,8 @@ def search_from_outlier_aware(optimized: Any, kept: Any, mixed: MixedPrecision,
                          f"reaches {worst_part(found.after)[1]:.4f}: not kept")
         return kept, mixed, False
     del kept
-    mixed.op_bits, mixed.names, mixed.after = found.op_bits, found.names, found.after
-    mixed.sensitivity = getattr(found, "sensitivity", {})
-    mixed.share_after, mixed.int16_ops = found.share_after, found.int16_ops
-    mixed.outlier_aware_kept, mixed.warning = True, found.warning
+    _take_raise(mixed, found)
+    mixed.outlier_aware_kept = True
     return again, mixed, True
 
 
@@ -256,20 +264,25 @@ def quantize_stage(optimized: Any, samples: Any, opts: dict[str, Any], runner: R
     # choose_bits holds the only reference: it drops the int8 network once it keeps another
     with reuse_float_statistics():  # the search's quantizations share GPTQ's statistics
         alternatives = _outlier_aware(optimized, samples, opts, runner)
+        # one set of probes, their float outputs computed once, for every search and rule
+        probes = Probes(optimized, samples, runner)
         quantized, mixed = choose_bits(optimized, watch(quantize(user_bits)), search, samples,
                                        min_cos, max_int16=max_int16, op_bits=user_bits,
-                                       runner=runner, outlier_aware=alternatives)
+                                       runner=runner, outlier_aware=alternatives,
+                                       probes=probes)
         from_oa = mixed.outlier_aware_kept and not mixed.reached
         if from_oa:
             quantized, mixed = raise_from_outlier_aware(
                 optimized, quantized, mixed, alternatives[mixed.outlier_aware_variant],
-                samples, min_cos, max_int16=max_int16, op_bits=user_bits, runner=runner)
+                samples, min_cos, max_int16=max_int16, op_bits=user_bits, runner=runner,
+                probes=probes)
         elif not mixed.reached and mixed.outlier_aware_variant is not None:
             quantized, mixed, from_oa = search_from_outlier_aware(
                 optimized, quantized, mixed, alternatives[mixed.outlier_aware_variant],
-                samples, min_cos, max_int16=max_int16, op_bits=user_bits, runner=runner)
+                samples, min_cos, max_int16=max_int16, op_bits=user_bits, runner=runner,
+                probes=probes)
         quantized = _measure_rules(optimized, quantized, mixed, samples, opts, runner,
-                                   user_bits, min_cos)
+                                   user_bits, min_cos, probes)
     tag = mixed.to_tag()
     if from_oa:
         tag["outlier_aware"]["raise_from"] = True
@@ -295,26 +308,24 @@ def quantize_stage(optimized: Any, samples: Any, opts: dict[str, Any], runner: R
 
 def _measure_rules(optimized: Any, quantized: Any, mixed: MixedPrecision, samples: Any,
                    opts: dict[str, Any], runner: Runner | None, user_bits: Any,
-                   min_cos: float) -> Any:
+                   min_cos: float, probes: Probes) -> Any:
     """The kept network, or the same quantized without a 16-bit rule that measures as well
     without (`xcompile.quant.widening`): Concats stored in 16 bits for far branches
     (`widen_concats`), then the residual stream (`residual_stream`); each time the same
     op_bits (the user's and the search's), thresholds and weight rounding, and the rules
-    dropped before. `mixed` is updated to the network kept; the records go to
-    `tags["quantization"]["measured_rules"]`. The caller holds no other reference to
-    `quantized`."""
+    dropped before, measured on the search's `probes`. `mixed` is updated to the network
+    kept; the records go to `tags["quantization"]["measured_rules"]`. The caller holds no
+    other reference to `quantized`."""
     kw: dict[str, Any] = {}
     if mixed.outlier_aware_kept:
         kw.update(outlier_aware=True, weight_rounding=mixed.outlier_aware_variant)
     raised = {**(user_bits or {}), **mixed.op_bits}
-    probes: Probes | None = None
     measured: dict[str, dict] = {}
     for rule, names_of, flag in (("concat", widened_concats, "widen_concats"),
                                  ("stream", stream_ops, "residual_stream")):
         names = names_of(quantized)
         if not names:
             continue
-        probes = probes or Probes(optimized, samples, runner)
         narrow = _quantizer(optimized, samples, opts, runner, **kw, **{flag: False})
         quantized, rec = measure_without(probes, quantized, lambda q=narrow: q(raised),
                                          min_cos, rule, names)

@@ -418,7 +418,8 @@ def choose_bits(float_net: Any, quantized: Any, quantize: Callable[[dict], Any],
                 samples: list, min_cosine: float, *, max_int16: float = DEFAULT_MAX_INT16,
                 op_bits: dict | None = None, runner: Any = None, max_tries: int = MAX_TRIES,
                 keep_short: bool | None = None,
-                outlier_aware: dict[str, Callable[[dict], Any]] | None = None
+                outlier_aware: dict[str, Callable[[dict], Any]] | None = None,
+                probes: Probes | None = None
                 ) -> tuple[Any, MixedPrecision]:
     """The network to keep and what was measured: `quantized` (the int8 network made with the
     user's `op_bits`) when its worst part reaches `min_cosine` or when no raise within the cap
@@ -432,6 +433,9 @@ def choose_bits(float_net: Any, quantized: Any, quantize: Callable[[dict], Any],
     should hold no other reference to `quantized`: it is dropped as soon as a better network
     to keep exists, so at most two quantized networks are alive at once (a vgg19's are 0.35
     GB each).
+
+    `probes`: the `Probes` of `float_net` and `samples` where the caller has them (a compile
+    measures several searches and rules on one set: the float outputs are computed once).
 
     `outlier_aware`: {label: `op_bits -> network`} quantizing int8 with outlier-aware
     thresholds (`quantize_network(outlier_aware=True)`; the labels name their weight
@@ -448,7 +452,7 @@ def choose_bits(float_net: Any, quantized: Any, quantize: Callable[[dict], Any],
         keep_short = max_int16 > DEFAULT_MAX_INT16
     data = load_calibration(samples, float_net)
     with _stage("measure the int8 network on the calibration samples and variants"):
-        probe = Probes(float_net, data, runner)
+        probe = probes if probes is not None else Probes(float_net, data, runner)
         before = probe.measure(quantized)
     user_ids = {int(k): 16 for k in quantized.tags["quantization"].get("op_bits", {})}
     at16 = {int(k) for k in quantized.tags["quantization"].get("op_bits", {})}
