@@ -407,6 +407,14 @@ def _sum_units(x, out, n, lo, hi):
         out[i] = x[i * 5:(i + 1) * 5].sum()
 
 
+def _wait_for(cond, seconds: float) -> None:
+    """Poll `cond` until it holds or `seconds` pass (a busy machine runs the pool late); the
+    caller asserts it."""
+    deadline = time.perf_counter() + seconds
+    while not cond() and time.perf_counter() < deadline:
+        time.sleep(0.001)
+
+
 def test_pool_threads_watch_for_the_next_call_then_sleep(monkeypatch):
     """After a cut call a pool thread spins for `SPIN_S` (a runnable task the free-core count
     leaves out), then sleeps on its lock; either way the next cut call gets it."""
@@ -421,13 +429,9 @@ def test_pool_threads_watch_for_the_next_call_then_sleep(monkeypatch):
         out = np.zeros(4)
         split(np.arange(20.0), out, 4)
         assert out.tolist() == [10.0, 35.0, 60.0, 85.0]
-        deadline = time.perf_counter() + 5  # a busy machine may run it late
-        while not pool._crew.spinning[0] and time.perf_counter() < deadline:
-            time.sleep(0.001)
+        _wait_for(lambda: pool._crew.spinning[0], 5)  # a busy machine may run it late
         assert pool._crew.spinning[0] and pool._crew.spinners() == 1
-    deadline = time.perf_counter() + 10
-    while not pool._crew.sleeping[0] and time.perf_counter() < deadline:
-        time.sleep(0.01)
+    _wait_for(lambda: pool._crew.sleeping[0], 10)
     assert pool._crew.sleeping[0] and pool._crew.spinners() == 0
     out = np.zeros(4)
     split(np.arange(20.0), out, 4)
@@ -448,14 +452,10 @@ def test_the_end_of_a_run_sends_the_spinners_to_sleep(monkeypatch, dev):
         out = np.zeros(4)
         split(np.arange(20.0), out, 4)
         assert out.tolist() == [10.0, 35.0, 60.0, 85.0]
-        deadline = time.perf_counter() + 5
-        while not pool._crew.spinning[0] and time.perf_counter() < deadline:
-            time.sleep(0.001)
+        _wait_for(lambda: pool._crew.spinning[0], 5)
         assert pool._crew.spinners() == 1
         pool.rest()
-        deadline = time.perf_counter() + 5
-        while not pool._crew.sleeping[0] and time.perf_counter() < deadline:
-            time.sleep(0.001)
+        _wait_for(lambda: pool._crew.sleeping[0], 5)
         assert pool._crew.sleeping[0] and pool._crew.spinners() == 0
     # a chip run ends with it: a layer on the chip, then nobody spins
     hw = Harness(dev)
@@ -465,9 +465,7 @@ def test_the_end_of_a_run_sends_the_spinners_to_sleep(monkeypatch, dev):
     x = rng.integers(-128, 128, (4, 4, 8)).astype(np.int8)
     fo = hw.fmap_out(4, 4, 8)
     hw.run([asm.Copy(hw.fmap_in(x), fo)])
-    deadline = time.perf_counter() + 5
-    while not pool._crew.sleeping[0] and time.perf_counter() < deadline:
-        time.sleep(0.001)
+    _wait_for(lambda: pool._crew.sleeping[0], 5)
     assert pool._crew.spinners() == 0
 
 
@@ -521,17 +519,13 @@ def test_pool_threads_a_call_leaves_out_sleep(monkeypatch):
     x = np.arange(40.0)
     split(x, np.zeros(8), 8)  # timed inline
     split(x, np.zeros(8), 8)  # cut for 4 threads: the three pool threads spin after it
-    deadline = time.perf_counter() + 5
-    while pool._crew.spinners() < 3 and time.perf_counter() < deadline:
-        time.sleep(0.001)
+    _wait_for(lambda: pool._crew.spinners() >= 3, 5)
     assert pool._crew.spinners() == 3
     monkeypatch.setattr(pool, "free_cores", lambda: 2)
     out = np.zeros(8)
     split(x, out, 8)  # cut for 2: pool threads 1 and 2 go to sleep
     assert out.tolist() == [x[5 * i:5 * i + 5].sum() for i in range(8)]
-    deadline = time.perf_counter() + 5
-    while not all(pool._crew.sleeping[1:]) and time.perf_counter() < deadline:
-        time.sleep(0.001)
+    _wait_for(lambda: all(pool._crew.sleeping[1:]), 5)
     assert pool._crew.sleeping[1:] == [True, True]
 
 
