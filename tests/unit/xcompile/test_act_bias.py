@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import onnxruntime as ort
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from conv_graph import ConvGraph
 
 from xcompile.frontend.onnx_import import import_onnx
 from xcompile.passes import optimize
@@ -21,49 +21,24 @@ from xcompile.quant.report import cosine
 
 
 def _model():
-    r = np.random.default_rng(3)
-    inits, nodes = [], []
-
-    def const(name, a):
-        inits.append(numpy_helper.from_array(np.asarray(a, np.float32), name))
-        return name
-
-    def conv(x, cin, cout, k, name, groups=1, stride=1, gain=None, bias=0.0):
-        w = r.normal(0, np.sqrt(2 / (cin // groups * k * k)), (cout, cin // groups, k, k))
-        if gain is not None:  # folded BatchNorms: output channels far apart in range
-            w *= gain.reshape(-1, 1, 1, 1)
-        b = r.normal(bias, 0.5, cout)
-        nodes.append(helper.make_node("Conv", [x, const(name + ".w", w), const(name + ".b", b)],
-                                      [name], pads=[k // 2] * 4, group=groups,
-                                      strides=[stride, stride]))
-        return name
+    g = ConvGraph(3, bias_std=0.5, name_nodes=False)
 
     def hardswish_lab(x, name):
         """x * clip(x + 3, 0, 6) / 6, then PP-LCNetV3's affine block 0.6 * h - 0.5."""
-        nodes.append(helper.make_node("Add", [x, const(name + ".3", 3.0)], [name + ".a"]))
-        nodes.append(helper.make_node("Clip", [name + ".a", const(name + ".lo", 0.0),
-                                               const(name + ".hi", 6.0)], [name + ".c"]))
-        nodes.append(helper.make_node("Mul", [x, name + ".c"], [name + ".m"]))
-        nodes.append(helper.make_node("Div", [name + ".m", const(name + ".6", 6.0)],
-                                      [name + ".h"]))
-        nodes.append(helper.make_node("Mul", [name + ".h", const(name + ".s", 0.6)],
-                                      [name + ".l"]))
-        nodes.append(helper.make_node("Add", [name + ".l", const(name + ".t", -0.5)], [name]))
-        return name
+        h = g.hardswish(x, name + ".h")
+        lab = g.node("Mul", [h, g.const(name + ".s", 0.6)], [name + ".l"])
+        return g.node("Add", [lab, g.const(name + ".t", -0.5)], [name])
 
-    gains = np.exp(r.uniform(np.log(0.3), np.log(15.0), 16))
-    x = conv("x", 3, 16, 3, "stem", stride=2)
+    gains = np.exp(g.rng.uniform(np.log(0.3), np.log(15.0), 16))
+    x = g.conv("x", 3, 16, 3, "stem", stride=2)
     x = hardswish_lab(x, "act0")
-    x = conv(x, 16, 16, 1, "pw0", gain=gains, bias=-1.0)
+    x = g.conv(x, 16, 16, 1, "pw0", gain=gains, bias=-1.0)
     x = hardswish_lab(x, "act1")
-    x = conv(x, 16, 16, 3, "dw1", groups=16)
-    x = conv(x, 16, 24, 1, "pw1")
+    x = g.conv(x, 16, 16, 3, "dw1", groups=16)
+    x = g.conv(x, 16, 24, 1, "pw1")
     x = hardswish_lab(x, "act2")
-    conv(x, 24, 8, 3, "y")
-    vi = [helper.make_tensor_value_info(n, TensorProto.FLOAT, s)
-          for n, s in (("x", [1, 3, 32, 32]), ("y", [1, 8, 16, 16]))]
-    g = helper.make_graph(nodes, "lcnet_stem", vi[:1], vi[1:], inits)
-    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    g.conv(x, 24, 8, 3, "y")
+    return g.model("lcnet_stem", {"x": [1, 3, 32, 32]}, {"y": [1, 8, 16, 16]}, opset=13)
 
 
 def _images(n, seed):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import onnxruntime as ort
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from conv_graph import ConvGraph
 
 from xcompile.frontend.onnx_import import import_onnx
 from xcompile.passes import optimize
@@ -21,31 +21,13 @@ from xcompile.runner import HostRunner
 
 
 def _model():
-    r = np.random.default_rng(11)
-    inits, nodes = [], []
-
-    def const(name, a):
-        inits.append(numpy_helper.from_array(np.asarray(a, np.float32), name))
-        return name
-
-    def conv(x, cin, cout, k, name, groups=1, gain=None):
-        w = r.normal(0, np.sqrt(2 / (cin // groups * k * k)), (cout, cin // groups, k, k))
-        if gain is not None:
-            w *= gain.reshape(-1, 1, 1, 1)
-        nodes.append(helper.make_node("Conv", [x, const(name + ".w", w),
-                                               const(name + ".b", r.normal(0, 0.2, cout))],
-                                      [name], pads=[k // 2] * 4, group=groups, name=name))
-        return name
-
-    x = conv("x", 3, 16, 3, "stem")
-    nodes.append(helper.make_node("Relu", [x], ["r"]))
-    x = conv("r", 16, 16, 1, "pw", gain=np.geomspace(0.1, 8.0, 16))  # folded BatchNorms
-    x = conv(x, 16, 16, 3, "dw", groups=16)
-    conv(x, 16, 8, 1, "y")
-    vi = [helper.make_tensor_value_info(n, TensorProto.FLOAT, s)
-          for n, s in (("x", [1, 3, 16, 16]), ("y", [1, 8, 16, 16]))]
-    g = helper.make_graph(nodes, "dw_pair", vi[:1], vi[1:], inits)
-    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    g = ConvGraph(11)
+    x = g.conv("x", 3, 16, 3, "stem")
+    g.node("Relu", [x], ["r"])
+    x = g.conv("r", 16, 16, 1, "pw", gain=np.geomspace(0.1, 8.0, 16))  # folded BatchNorms
+    x = g.conv(x, 16, 16, 3, "dw", groups=16)
+    g.conv(x, 16, 8, 1, "y")
+    return g.model("dw_pair", {"x": [1, 3, 16, 16]}, {"y": [1, 8, 16, 16]})
 
 
 def _images(n, seed):

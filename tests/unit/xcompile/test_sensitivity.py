@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from conv_graph import ConvGraph
 
 import xcompile.quant.report as report_mod
 from xcompile.frontend.onnx_import import import_onnx
@@ -21,31 +21,13 @@ from xcompile.runner import HostRunner
 
 def _model():
     """conv (channels 40x apart) -> HardSwish -> depthwise conv -> conv -> Sigmoid."""
-    r = np.random.default_rng(5)
-    inits, nodes = [], []
-
-    def const(name, a):
-        inits.append(numpy_helper.from_array(np.asarray(a, np.float32), name))
-        return name
-
-    def conv(x, cin, cout, k, name, groups=1, gain=None):
-        w = r.normal(0, np.sqrt(2 / (cin // groups * k * k)), (cout, cin // groups, k, k))
-        if gain is not None:
-            w *= gain.reshape(-1, 1, 1, 1)
-        nodes.append(helper.make_node("Conv", [x, const(name + ".w", w),
-                                               const(name + ".b", r.normal(0, 0.3, cout))],
-                                      [name], pads=[k // 2] * 4, group=groups))
-        return name
-
-    x = conv("x", 3, 12, 3, "stem", gain=np.geomspace(0.25, 10.0, 12))
-    nodes.append(helper.make_node("HardSwish", [x], ["hs"]))
-    x = conv("hs", 12, 12, 3, "dw", groups=12)
-    x = conv(x, 12, 4, 1, "head")
-    nodes.append(helper.make_node("Sigmoid", [x], ["y"]))
-    vi = [helper.make_tensor_value_info(n, TensorProto.FLOAT, s)
-          for n, s in (("x", [1, 3, 16, 16]), ("y", [1, 4, 16, 16]))]
-    g = helper.make_graph(nodes, "sens", vi[:1], vi[1:], inits)
-    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    g = ConvGraph(5, bias_std=0.3, name_nodes=False)
+    x = g.conv("x", 3, 12, 3, "stem", gain=np.geomspace(0.25, 10.0, 12))
+    g.node("HardSwish", [x], ["hs"])
+    x = g.conv("hs", 12, 12, 3, "dw", groups=12)
+    x = g.conv(x, 12, 4, 1, "head")
+    g.node("Sigmoid", [x], ["y"])
+    return g.model("sens", {"x": [1, 3, 16, 16]}, {"y": [1, 4, 16, 16]})
 
 
 def _images(n, seed):
