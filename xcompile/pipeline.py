@@ -27,6 +27,7 @@ from xcompile.cycles import CyclesUnavailable, cycles_device_url, forward_cycles
 from xcompile.passes import optimize
 from xcompile.quant.calibrate import load_calibration
 from xcompile.quant.int16_reasons import explain, hardop_record, summary_lines
+from xcompile.quant.layers import layer_counts
 from xcompile.quant.mixed import (
     DEFAULT_MAX_INT16,
     MixedPrecision,
@@ -284,6 +285,8 @@ def quantize_stage(optimized: Any, samples: Any, opts: dict[str, Any], runner: R
         quantized = _measure_rules(optimized, quantized, mixed, samples, opts, runner,
                                    user_bits, min_cos, probes)
     tag = mixed.to_tag()
+    tag["int16_layers"], tag["layers"] = layer_counts(
+        optimized, {int(k) for k in quantized.tags["quantization"].get("op_bits", {})})
     if from_oa:
         tag["outlier_aware"]["raise_from"] = True
     quantized.tags["quantization"]["mixed_precision"] = tag

@@ -118,7 +118,9 @@ def mixed_precision_lines(mp: dict[str, Any]) -> list[str]:
         lines.append(f"  int16 layers: {', '.join(raised)}")
     lines.append(f"  int16 cost: {mp['int16_mac_share']:.1%} of MACs (int8 network "
                  f"{mp['int16_mac_share_before']:.1%}), {mp['int16_ops']} of "
-                 f"{mp['integer_ops']} integer ops in int16")
+                 f"{mp['integer_ops']} integer ops in int16"
+                 + (f", {mp['int16_layers']} of {mp['layers']} layers (HardOps) holding "
+                    f"16-bit values" if "layers" in mp else ""))
     if raised:
         lines.append(raise_cycles_line(mp))
     return lines  # the warning, when the cap missed the target, the pipeline logs itself

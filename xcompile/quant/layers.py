@@ -19,7 +19,7 @@ import math
 from collections.abc import Collection
 from typing import Any
 
-__all__ = ["layer_of", "wide_layers"]
+__all__ = ["layer_counts", "layer_of", "wide_layers"]
 
 
 def _joins_writer(op: Any) -> Any | None:
@@ -57,3 +57,12 @@ def wide_layers(net: Any, layer: dict[int, int], at16: Collection[int]) -> set[i
             if w is not None and w.op_id in layer:
                 out.add(layer[w.op_id])
     return out
+
+
+def layer_counts(net: Any, at16: Collection[int]) -> tuple[int, int]:
+    """(layers holding a 16-bit value, layers) of `net` (the optimized float network) when
+    the ops `at16` compute at 16 bits: what the compile reports beside the MAC share."""
+    from .capability import integer_ops
+
+    layer = layer_of(net, integer_ops(net))
+    return len(wide_layers(net, layer, at16)), len(set(layer.values()))

@@ -17,6 +17,7 @@ from onnx import TensorProto, helper, numpy_helper
 from xcompile.frontend import import_onnx
 from xcompile.passes import optimize
 from xcompile.pipeline import DEFAULTS, compile_model, file_stem
+from xcompile.quant.layers import layer_counts
 from xcompile.quant.mixed import (
     CLOSEST_MISS,
     KEEP_CLOSEST,
@@ -102,6 +103,9 @@ def test_the_fewest_sensitive_layers_are_raised_and_the_quantizer_agrees(tmp_pat
     at16 = {int(k) for k in best.tags["quantization"]["op_bits"]}
     assert at16 == planned_int16(opt, mp.op_bits)  # the share is counted as quantized
     assert mp.share_after == pytest.approx(int16_share(opt, at16)) and 0 < mp.share_after <= 0.1
+    # of 4 layers (the output Transpose in conv_c's pass), conv_c's reads 16 bits and conv_b's
+    # writes them: 2, the budget's floor
+    assert layer_counts(opt, at16) == (2, 4) and op_budget(opt, 0.1) == 2
     assert 1 in [a.raised for a in mp.attempts] and len(mp.attempts) <= MAX_TRIES
     tag = mp.to_tag()
     assert tag["raised"] == ["conv_c"] and tag["cosine_after"]["y"] >= 0.99
@@ -298,7 +302,7 @@ def test_compile_warns_naming_the_worst_part_and_records_it(tmp_path, caplog, ca
                  "--method", "minmax"]) == 0
     out = capsys.readouterr().out
     assert "1 layer raised to int16" in out and "int16 layers: conv_c" in out
-    assert "of MACs" in out
+    assert "of MACs" in out and "2 of 4 layers (HardOps) holding 16-bit values" in out
 
 
 @pytest.mark.parametrize("name,stem", [("Model from PaddlePaddle.", "Model_from_PaddlePaddle"),
