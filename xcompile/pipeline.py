@@ -40,6 +40,7 @@ from xcompile.quant.probes import Probes
 from xcompile.quant.qdq import import_qdq
 from xcompile.quant.quantize import quantize_network, reuse_float_statistics
 from xcompile.quant.report import accuracy_report
+from xcompile.quant.score_calibration import recalibrate_scores, score_heads
 from xcompile.quant.widening import measure_without, stream_ops, widened_concats
 from xcompile.runner import Runner
 from xir.errors import XirError
@@ -110,26 +111,30 @@ def _op_bits(spec: Any) -> dict[str, int] | None:
 
 
 def _quantizer(optimized: Any, samples: Any, opts: dict[str, Any], runner: Runner | None,
-               **kw: Any) -> Any:
+               probes: Probes | None = None, **kw: Any) -> Any:
     """`op_bits -> quantized network` with `opts`' bits, method, input bits and equalisation
-    (`kw`: more of `quantize_network`'s options)."""
+    (`kw`: more of `quantize_network`'s options), its score heads recalibrated on `probes`
+    (`xcompile.quant.score_calibration`) where given."""
 
     def quantize(op_bits: Any) -> Any:
-        return quantize_network(optimized, samples, bits=int(opts["bits"]),
-                                method=opts["method"], input_bits=opts.get("input_bits"),
-                                op_bits=op_bits, runner=runner,
-                                equalize=opts.get("equalize"), **kw)
+        q = quantize_network(optimized, samples, bits=int(opts["bits"]),
+                             method=opts["method"], input_bits=opts.get("input_bits"),
+                             op_bits=op_bits, runner=runner,
+                             equalize=opts.get("equalize"), **kw)
+        if probes is not None:
+            recalibrate_scores(q, probes)
+        return q
 
     return quantize
 
 
-def _outlier_aware(optimized: Any, samples: Any, opts: dict[str, Any], runner: Runner | None
-                   ) -> dict[str, Any]:
+def _outlier_aware(optimized: Any, samples: Any, opts: dict[str, Any], runner: Runner | None,
+                   probes: Probes) -> dict[str, Any]:
     """The int8 quantizers the mixed-precision search falls back on when it misses: outlier-
     aware thresholds with GPTQ weights and with nearest ones (bias-corrected; GPTQ minimises
     the same squared error over every position that clipped a detector's objects: ddddocr's
     0.967 -> 0.986 on its probes, where the ViT block needs GPTQ: 0.963 against 0.941)."""
-    return {rounding: _quantizer(optimized, samples, opts, runner, outlier_aware=True,
+    return {rounding: _quantizer(optimized, samples, opts, runner, probes, outlier_aware=True,
                                  weight_rounding=rounding) for rounding in ("gptq", "nearest")}
 
 
@@ -252,21 +257,25 @@ def quantize_stage(optimized: Any, samples: Any, opts: dict[str, Any], runner: R
     `tags["quantization"]["mixed_precision"]`. With `keep_int8`, the int8 network is written
     where it says before the first raise is quantized."""
 
-    quantize = _quantizer(optimized, samples, opts, runner)
     user_bits = _op_bits(opts.get("op_bits"))
     min_cos = float(opts.get("min_cosine") or 0.0)
     max_int16 = parse_share(opts.get("max_int16", DEFAULTS["max_int16"]))
     if min_cos <= 0.0 or int(opts["bits"]) != 8:
-        quantized = quantize(user_bits)
+        quantized = _quantizer(optimized, samples, opts, runner)(user_bits)
+        if score_heads(quantized):
+            recalibrate_scores(quantized, Probes(optimized, samples, runner,
+                                                 what="score calibration"))
         _explain_int16(quantized, None, name)
         return quantized
-    search, watch = (quantize, _same) if keep_int8 is None else \
-        (keep_int8.wrap(quantize), keep_int8.watch)
     # choose_bits holds the only reference: it drops the int8 network once it keeps another
     with reuse_float_statistics():  # the search's quantizations share GPTQ's statistics
-        alternatives = _outlier_aware(optimized, samples, opts, runner)
-        # one set of probes, their float outputs computed once, for every search and rule
+        # one set of probes, their float outputs computed once, for every search and rule,
+        # and every network's score heads recalibrated on them
         probes = Probes(optimized, samples, runner)
+        quantize = _quantizer(optimized, samples, opts, runner, probes)
+        search, watch = (quantize, _same) if keep_int8 is None else \
+            (keep_int8.wrap(quantize), keep_int8.watch)
+        alternatives = _outlier_aware(optimized, samples, opts, runner, probes)
         quantized, mixed = choose_bits(optimized, watch(quantize(user_bits)), search, samples,
                                        min_cos, max_int16=max_int16, op_bits=user_bits,
                                        runner=runner, outlier_aware=alternatives,
@@ -329,7 +338,7 @@ def _measure_rules(optimized: Any, quantized: Any, mixed: MixedPrecision, sample
         names = names_of(quantized)
         if not names:
             continue
-        narrow = _quantizer(optimized, samples, opts, runner, **kw, **{flag: False})
+        narrow = _quantizer(optimized, samples, opts, runner, probes, **kw, **{flag: False})
         quantized, rec = measure_without(probes, quantized, lambda q=narrow: q(raised),
                                          min_cos, rule, names)
         measured[rule] = rec

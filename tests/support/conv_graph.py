@@ -23,8 +23,8 @@ class ConvGraph:
         self.inits: list[onnx.TensorProto] = []
         self.nodes: list[onnx.NodeProto] = []
 
-    def const(self, name: str, a) -> str:
-        self.inits.append(numpy_helper.from_array(np.asarray(a, np.float32), name))
+    def const(self, name: str, a, dtype: type = np.float32) -> str:
+        self.inits.append(numpy_helper.from_array(np.asarray(a, dtype), name))
         return name
 
     def node(self, op_type: str, inputs: list[str], outputs: list[str], **attrs) -> str:

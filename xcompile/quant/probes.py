@@ -78,9 +78,12 @@ class Probes:
                                    what=f"{what}, float")
         self.parts = output_parts(float_net, reference=self.reference[0])
 
-    def measure(self, quantized: Any) -> dict[str, float]:
+    def outputs(self, quantized: Any) -> list[list[np.ndarray]]:
+        """`quantized`'s outputs on the probe samples, per sample."""
         from .calibrate import run_float
 
-        got = run_float(quantized, self.data, lambda v, a: None, self.runner,
-                        what=f"{self.what}, integer")
-        return part_cosines(quantized, self.reference, got, self.parts)
+        return run_float(quantized, self.data, lambda v, a: None, self.runner,
+                         what=f"{self.what}, integer")
+
+    def measure(self, quantized: Any) -> dict[str, float]:
+        return part_cosines(quantized, self.reference, self.outputs(quantized), self.parts)

@@ -1,0 +1,137 @@
+"""Score logits recalibrated per class after quantization (`xcompile.quant.score_calibration`,
+docs/quantization.md section 8): a PicoDet head as paddle2onnx writes it (a convolution whose
+output is Split into class logits and a box distribution, a Sigmoid on the classes, Reshape and
+Transpose to [1, anchors, classes]) found in the quantized network, per-class lines fitted
+from the integer logits to the float ones, and folded into the convolution's weight scales and
+bias so that the integer network computes the line."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conv_graph import ConvGraph
+
+from xcompile.frontend.onnx_import import import_onnx
+from xcompile.passes import optimize
+from xcompile.quant.probes import Probes
+from xcompile.quant.quantize import quantize_network
+from xcompile.quant.score_calibration import (
+    ALPHA_RANGE,
+    MIN_ANCHORS,
+    fit_heads,
+    fold_lines,
+    recalibrate_scores,
+    score_heads,
+)
+from xcompile.runner import HostRunner
+
+CLASSES, BINS, HW = 6, 8, 8
+
+
+def _model():
+    g = ConvGraph(21, bias=-1.0)
+    x = g.conv("x", 3, 16, 3, "stem")
+    g.node("Relu", [x], ["r"])
+    x = g.conv("r", 16, CLASSES + BINS, 1, "head")
+    g.node("Split", [x, g.const("sections", [CLASSES, BINS], np.int64)], ["cls", "reg"],
+           axis=1)
+    g.node("Sigmoid", ["cls"], ["p"])
+    g.node("Reshape", ["p", g.const("s1", [1, CLASSES, HW * HW], np.int64)], ["pr"])
+    g.node("Transpose", ["pr"], ["scores"], perm=[0, 2, 1])
+    g.node("Reshape", ["reg", g.const("s2", [1, BINS, HW * HW], np.int64)], ["rr"])
+    g.node("Transpose", ["rr"], ["dist"], perm=[0, 2, 1])
+    return g.model("picodet_head", {"x": [1, 3, HW, HW]},
+                   {"scores": [1, HW * HW, CLASSES], "dist": [1, HW * HW, BINS]})
+
+
+def _images(n, seed):
+    r = np.random.default_rng(seed)
+    return [r.uniform(-1, 1, (1, 3, HW, HW)).astype(np.float32) for _ in range(n)]
+
+
+@pytest.fixture(scope="module")
+def case():
+    net = import_onnx(_model())
+    cal = _images(6, 0)
+    return optimize(net), quantize_network(net, cal), cal
+
+
+def _logit(p):
+    p = np.clip(np.asarray(p, np.float64), 1e-6, 1 - 1e-6)
+    return np.log(p / (1 - p))
+
+
+def test_the_score_head_is_found_through_split_and_reshape(case):
+    _, q, _ = case
+    (head,) = score_heads(q)
+    names = [v.name for v in q.outputs()]
+    assert names[head.output] == "scores" and head.conv.name == "head"
+    assert (head.offset, head.channels) == (0, CLASSES)
+
+
+def test_a_line_is_fitted_per_class_where_enough_anchors_score():
+    """Integer logits that read (z - beta) / alpha for float logits z: the fit returns alpha
+    and beta per channel; a channel with too few scoring anchors, or whose line is out of
+    bounds, stays (1, 0)."""
+    from xcompile.quant.score_calibration import ScoreHead
+
+    r = np.random.default_rng(4)
+    z = r.uniform(-3, 3, (2, 200, 3))
+    alpha, beta = np.array([1.3, 0.8, 1.0]), np.array([0.7, -0.2, 0.0])
+    zq = (z - beta) / alpha
+    zq[:, :, 2] = -8.0  # channel 2 never scores in the integer network
+    zq[:, : MIN_ANCHORS // 4, 2] = 2.0  # scores on too few anchors to fit
+    z[:, : MIN_ANCHORS // 4, 2] = 2.0
+    sig = lambda a: (1 / (1 + np.exp(-a))).astype(np.float32)  # noqa: E731
+    ref = [[sig(z[s][None])] for s in range(2)]
+    got = [[sig(zq[s][None])] for s in range(2)]
+    fits = fit_heads([ScoreHead(0, None, 0, 3)], ref, got)[0]
+    np.testing.assert_allclose(fits[:2, 0], alpha[:2], rtol=1e-3)
+    np.testing.assert_allclose(fits[:2, 1], beta[:2], atol=1e-3)
+    assert tuple(fits[2]) == (1.0, 0.0)
+    far = [[sig((z[s] * 5.0)[None])] for s in range(2)]  # a slope of 5: out of bounds
+    assert 5.0 > ALPHA_RANGE[1]
+    assert (fit_heads([ScoreHead(0, None, 0, 3)], far, ref)[0][:2] == [1.0, 0.0]).all()
+
+
+def test_the_line_folds_into_the_convolution(case):
+    """After folding alpha and beta into the head convolution's class channels the integer
+    network's class logits read alpha * z + beta (to the rounding of its codes, and where the
+    line does not carry them past the output's range); the weight codes and the box channels
+    are untouched."""
+    opt, q, cal = case
+    (head,) = score_heads(q)
+    runner = HostRunner()
+    data = [[x] for x in _images(2, 9)]
+    before = runner.run(q, data, lambda v, a: None)
+    w_codes = np.asarray(head.conv.inputs[1].data).copy()
+    alpha = np.linspace(0.8, 1.4, CLASSES)
+    beta = np.linspace(-0.5, 0.8, CLASSES)
+    fold_lines(head, np.stack([alpha, beta], 1))
+    q.relink()
+    after = runner.run(q, data, lambda v, a: None)
+    np.testing.assert_array_equal(np.asarray(head.conv.inputs[1].data), w_codes)
+    for b, a in zip(before, after):
+        pb, pa = np.asarray(b[0]), np.asarray(a[0])
+        mid = (pb > 0.1) & (pb < 0.9) & (pa > 0.1) & (pa < 0.9)
+        assert mid.sum() > 20
+        want = (alpha * _logit(pb) + beta)[mid]
+        # the rounding of the codes, and the logits the line carries past the output's
+        # calibrated range clip
+        assert np.percentile(np.abs(_logit(pa)[mid] - want), 95) < 0.1
+        np.testing.assert_array_equal(b[1], a[1])  # the box distribution as it was
+
+
+def test_recalibration_is_recorded_and_keeps_a_faithful_head(case):
+    """On probes where the integer head already matches float, the fitted lines stay near
+    (1, 0), the record says so, and the scores do not move away from float."""
+    opt, _, cal = case
+    q = quantize_network(opt, cal)
+    probes = Probes(opt, cal)
+    before = probes.measure(q)
+    rec = recalibrate_scores(q, probes)
+    assert set(rec) == {"scores"} and q.tags["quantization"]["score_calibration"] == rec
+    assert np.allclose(rec["scores"]["alpha"], 1.0, atol=0.15)
+    assert np.allclose(rec["scores"]["beta"], 0.0, atol=0.3)
+    after = probes.measure(q)
+    assert after["scores"] >= before["scores"] - 0.002
