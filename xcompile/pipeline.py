@@ -249,13 +249,15 @@ def quantize_stage(optimized: Any, samples: Any, opts: dict[str, Any], runner: R
     in docs/quantization.md section 10), then automatic mixed precision
     (`xcompile.quant.mixed.choose_bits`) when an output part's cosine is below `min_cosine`:
     the fewest most sensitive layers raised to int16 that reach it, within `max_int16` (share
-    of MACs and of integer ops); where it falls back on the int8 network with outlier-aware
-    thresholds and that misses too, the search again from it (`raise_from_outlier_aware`;
-    `mixed_precision.outlier_aware.raise_from`); where the search missed and did not fall back
-    on it, the search from it too, its raise kept where that search keeps one and it measures
-    better (`search_from_outlier_aware`). What it measured and chose goes to
-    `tags["quantization"]["mixed_precision"]`. With `keep_int8`, the int8 network is written
-    where it says before the first raise is quantized."""
+    of MACs and of layers, `xcompile.quant.layers`); where it falls back on the int8 network
+    with outlier-aware thresholds and that misses too, the search again from it
+    (`raise_from_outlier_aware`; `mixed_precision.outlier_aware.raise_from`); where the search
+    missed and did not fall back on it, the search from it too, its raise kept where that
+    search keeps one and it measures better (`search_from_outlier_aware`). What it measured
+    and chose goes to `tags["quantization"]["mixed_precision"]`. With `keep_int8`, the int8
+    network is written where it says before the first raise is quantized. Every quantized
+    network's score heads are recalibrated per class on the probes
+    (`xcompile.quant.score_calibration`)."""
 
     user_bits = _op_bits(opts.get("op_bits"))
     min_cos = float(opts.get("min_cosine") or 0.0)

