@@ -256,7 +256,7 @@ def quantize_stage(optimized: Any, samples: Any, opts: dict[str, Any], runner: R
     search keeps one and it measures better (`search_from_outlier_aware`). What it measured
     and chose goes to `tags["quantization"]["mixed_precision"]`. With `keep_int8`, the int8
     network is written where it says before the first raise is quantized. Every quantized
-    network's score heads are recalibrated per class on the probes
+    network's score heads are refit (or lined) on the probes
     (`xcompile.quant.score_calibration`)."""
 
     user_bits = _op_bits(opts.get("op_bits"))

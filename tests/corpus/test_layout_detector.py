@@ -58,28 +58,26 @@ STEM_MAPS = {f"p2o.{op}": 16 for op in ("Div.0", "Conv.1", "Div.2", "Conv.3", "D
 #: compiles: the default options, and the default with the stem maps raised by `--op-bits`
 #: (`--min-cosine 0`: the search's probes cannot see what the raise buys, below)
 CONFIGS = {"default": {}, "stem_maps_int16": {"op_bits": STEM_MAPS, "min_cosine": 0.0}}
-#: held-out pages whose detections the stem-maps raise may miss: one. It agreed on all six
-#: until the score logits were recalibrated per class (`xcompile.quant.score_calibration`,
-#: which takes the default compile from 3 to 5 of 6); since, page 12's footer that the float
-#: run scores just below rapid_layout's 0.5 threshold reads 0.61 (as it does with 116 ops in
-#: int16 and no recalibration)
-STEM_PAGES_OFF = 1
-#: known accuracy shortfalls: placement, bit-exactness and the int16 share are asserted first,
-#: then held-out pages whose detections or parts fall short xfail with the figures, and a run
-#: where none does fails until the entry goes (a strict xfail over the whole test would hide a
-#: placement regression)
+#: held-out pages whose detections a compile may miss: none in the default compile (issue 27:
+#: a detector's detections agree with the float run's); one with the stem maps raised by hand
+#: and the search off, whose borderline regions move with every change of the quantizer (page
+#: 12's footer that the float run scores just below 0.5 read 0.61 with the per-class lines;
+#: with the head refit, page 14 loses a text region at 0.64)
+PAGES_OFF = {"default": 0, "stem_maps_int16": 1}
+#: known accuracy shortfalls: placement, bit-exactness, the int16 share and the detections are
+#: asserted first, then held-out pages whose parts fall short of MIN_COSINE xfail with the
+#: figures, and a run where none does fails until the entry goes (a strict xfail over the whole
+#: test would hide a placement regression). The default compile must say it missed the target
 KNOWN = {
-    "default": "int8 collapses a score part on the probes (0.0000) and no raise within the "
-               "cap comes near 0.99: the closest is kept (20-21 ops ranked by block from the "
-               "outlier-aware int8, 9.4-9.6% of the MACs, 12 of 127 HardOps), its score "
-               "logits recalibrated per class; held out (zg330) detections agree on 5 of 6 "
-               "pages (int8: 1, onnxruntime's int8: 0; page 11 loses a text region at 0.65), "
-               "worst part 0.945-0.974: this network's int8 error is spread over all its "
-               "layers (every integer op in int16: 6 of 6, 0.988-0.999; docs/quantization.md "
-               "section 8)",
-    "stem_maps_int16": "detections agree on 5 of 6 held-out pages (page 12: a footer the float "
-                       "run scores below 0.5 reads 0.61); the parts read 0.946-0.983, below "
-                       "0.99 (the neck's depthwise convolutions, 0.97-0.99 each alone)",
+    "default": "int8 collapses a score part on the probes and no raise within the cap comes "
+               "near 0.99: the closest is kept with a warning (21 ops ranked by block from the "
+               "outlier-aware int8, 9.4% of the MACs, 12 of 127 HardOps), its score heads refit "
+               "(xcompile.quant.head_refit); held out (both chips) detections agree on 6 of 6 "
+               "pages (int8: 1, onnxruntime's int8: 0), worst part 0.935-0.981: this "
+               "network's int8 error is spread over all its layers (every integer op in "
+               "int16: 0.988-0.999; docs/quantization.md section 8)",
+    "stem_maps_int16": "worst part 0.957-0.983 held out, below 0.99 (the neck's depthwise "
+                       "convolutions, 0.97-0.99 each alone)",
 }
 
 
@@ -249,8 +247,10 @@ def test_layout_detector_runs_on_the_chip(layout_model, target, config, tmp_path
         lost += [] if found else [f"page {seed}: {line}"]
         if not found or ours < MIN_COSINE:
             short.append(f"page {seed}: worst part {ours:.4f}, {line}; {format_parts(res)}")
-    if config == "stem_maps_int16":  # the raise is what makes the detections agree
-        assert len(lost) <= STEM_PAGES_OFF, "; ".join(lost)
+    assert len(lost) <= PAGES_OFF[config], "; ".join(lost)
+    if config == "default" and short:  # the compile says it missed the target
+        tag = load_stage(written["quantized"]).tags["quantization"]["mixed_precision"]
+        assert not tag["reached"] and tag["worst_after"][1] < MIN_COSINE
     if config in KNOWN:
         assert short, f"the known shortfall is gone; remove KNOWN[{config!r}]"
         pytest.xfail(f"{KNOWN[config]} (now: {'; '.join(short)})")

@@ -12,6 +12,20 @@ import numpy as np
 __all__ = ["Probes", "part_cosines", "probe_samples", "worst_part"]
 
 
+def _real(v: Any, a: np.ndarray) -> np.ndarray:
+    """The real numbers array `a` of value `v` holds (codes dequantized)."""
+    el = v.dtype.element_dtype
+    if not getattr(el, "is_quantized", False):
+        return np.array(a, np.float32)
+    scale = np.asarray(el.scale, np.float32)
+    zero = np.asarray(el.zero_point, np.float32)
+    if el.axis is not None and scale.size > 1:  # per channel along `axis`
+        shape = [1] * np.ndim(a)
+        shape[el.axis] = -1
+        scale, zero = scale.reshape(shape), zero.reshape(shape)
+    return (np.asarray(a, np.float32) - zero) * scale
+
+
 def probe_samples(samples: list[list[np.ndarray]]) -> list[list[np.ndarray]]:
     """The samples, then each once more with its image inputs (4-D) mirrored along the last
     axis, the one before it, or rolled by half the last one (in turn): new inputs with the
@@ -72,6 +86,9 @@ class Probes:
 
         self.runner = runner or default_runner()
         self.what = what
+        self.float_net = float_net
+        #: v_id -> the float network's value on each probe sample (`float_values`)
+        self._float_values: dict[int, list[np.ndarray]] = {}
         data = load_calibration(samples, float_net)
         self.data = probe_samples(data)
         self.reference = run_float(float_net, self.data, lambda v, a: None, self.runner,
@@ -84,6 +101,31 @@ class Probes:
 
         return run_float(quantized, self.data, lambda v, a: None, self.runner,
                          what=f"{self.what}, integer")
+
+    def capture(self, net: Any, v_ids: set[int], what: str = "integer"
+                ) -> tuple[list[list[np.ndarray]], dict[int, list[np.ndarray]]]:
+        """`net`'s outputs on the probe samples, per sample, and the values `v_ids` it
+        computes on each (real numbers: a quantized value's codes times its scale, less its
+        zero point), in one forward per sample."""
+        from .calibrate import run_float
+
+        kept: dict[int, list[np.ndarray]] = {v: [] for v in v_ids}
+
+        def keep(v: Any, a: np.ndarray) -> None:
+            if v.v_id in kept:
+                kept[v.v_id].append(_real(v, a))
+
+        outs = run_float(net, self.data, keep, self.runner, what=f"{self.what}, {what}")
+        return outs, kept
+
+    def float_values(self, v_ids: set[int]) -> dict[int, list[np.ndarray]]:
+        """The float network's values among `v_ids` on each probe sample (one more float
+        forward for those not asked for before); a value the float network does not compute
+        (one the quantizer added) is left out."""
+        missing = set(v_ids) - set(self._float_values)
+        if missing:
+            self._float_values.update(self.capture(self.float_net, missing, "float")[1])
+        return {v: self._float_values[v] for v in v_ids if self._float_values[v]}
 
     def measure(self, quantized: Any) -> dict[str, float]:
         return part_cosines(quantized, self.reference, self.outputs(quantized), self.parts)

@@ -109,3 +109,34 @@ def test_the_figure_is_the_lowest_over_every_probe_sample(tiny):
         spoiled = probes.measure(q)
         assert worst_part(spoiled)[1] < 0.5, k
         assert all(spoiled[p] <= clean[p] for p in clean)
+
+
+def test_captured_values_are_real_numbers_and_the_float_ones_run_once(tiny):
+    """`capture` gives a quantized network's values as real numbers (codes times scale, per
+    channel where the value is), on every probe sample, beside its outputs; `float_values`
+    runs the float network once for the values first asked for and not again."""
+    net, cal, q = tiny
+    runner = _Recording()
+    probes = Probes(net, cal, runner)
+    conv = next(op for op in q.ops if op.op_type == "Conv2d")
+    x, y = conv.feature_inputs()[0], conv.outputs[0]
+    codes = []
+    q_outs = runner.inner.run(q, probes.data, lambda v, a: codes.append(np.array(a))
+                              if v.v_id == y.v_id else None)
+    outs, kept = probes.capture(q, {y.v_id})
+    assert set(kept) == {y.v_id} and len(kept[y.v_id]) == len(probes.data)
+    scale = float(y.dtype.element_dtype.scale[0])
+    for got, c in zip(kept[y.v_id], codes):
+        assert got.dtype == np.float32 and np.issubdtype(c.dtype, np.integer)
+        np.testing.assert_allclose(got, c * scale, rtol=1e-6)
+    for a, b in zip(outs, q_outs):
+        np.testing.assert_array_equal(a[0], b[0])
+    runs = len(runner.seen)
+    # the convolution's input is the quantizer's Cast of the image: not a float value
+    assert x.producer.op_type == "Cast"
+    first = probes.float_values({x.v_id, y.v_id})
+    assert len(runner.seen) == runs + 1 and runner.seen[-1][0] is net
+    assert set(first) == {y.v_id}
+    again = probes.float_values({y.v_id})
+    assert len(runner.seen) == runs + 1 and again[y.v_id] is first[y.v_id]
+    assert first[y.v_id][0].dtype == np.float32 and first[y.v_id][0].shape == tuple(y.shape)

@@ -1,9 +1,11 @@
-"""Score logits recalibrated per class after quantization (`xcompile.quant.score_calibration`,
-docs/quantization.md section 8): a PicoDet head as paddle2onnx writes it (a convolution whose
-output is Split into class logits and a box distribution, a Sigmoid on the classes, Reshape and
-Transpose to [1, anchors, classes]) found in the quantized network, per-class lines fitted
-from the integer logits to the float ones, and folded into the convolution's weight scales and
-bias so that the integer network computes the line."""
+"""Score logits recalibrated after quantization (`xcompile.quant.score_calibration`,
+`xcompile.quant.head_refit`, docs/quantization.md section 8): a PicoDet head as paddle2onnx
+writes it (a convolution whose output is Split into class logits and a box distribution, a
+Sigmoid on the classes, Reshape and Transpose to [1, anchors, classes]) found in the quantized
+network; a pointwise head's class channels refit by weighted least squares from the integer
+network's input to the float logits and quantized again; any other head's per-class lines
+fitted from the integer logits to the float ones and folded into the convolution's weight
+scales and bias so that the integer network computes the line."""
 
 from __future__ import annotations
 
@@ -28,11 +30,11 @@ from xcompile.runner import HostRunner
 CLASSES, BINS, HW = 6, 8, 8
 
 
-def _model():
+def _model(head_kernel=1):
     g = ConvGraph(21, bias=-1.0)
     x = g.conv("x", 3, 16, 3, "stem")
     g.node("Relu", [x], ["r"])
-    x = g.conv("r", 16, CLASSES + BINS, 1, "head")
+    x = g.conv("r", 16, CLASSES + BINS, head_kernel, "head")
     g.node("Split", [x, g.const("sections", [CLASSES, BINS], np.int64)], ["cls", "reg"],
            axis=1)
     g.node("Sigmoid", ["cls"], ["p"])
@@ -54,6 +56,13 @@ def case():
     net = import_onnx(_model())
     cal = _images(6, 0)
     return optimize(net), quantize_network(net, cal), cal
+
+
+@pytest.fixture(scope="module")
+def case3x3():
+    net = optimize(import_onnx(_model(head_kernel=3)))
+    cal = _images(6, 0)
+    return net, cal
 
 
 def _logit(p):
@@ -122,10 +131,94 @@ def test_the_line_folds_into_the_convolution(case):
         np.testing.assert_array_equal(b[1], a[1])  # the box distribution as it was
 
 
-def test_recalibration_is_recorded_and_keeps_a_faithful_head(case):
-    """On probes where the integer head already matches float, the fitted lines stay near
-    (1, 0), the record says so, and the scores do not move away from float."""
+def test_the_refit_brings_a_pointwise_heads_logits_to_the_float_ones(case):
+    """Inputs whose float logits follow other weights than the quantized head's: after the
+    refit the integer head's class logits (codes times scales) on new inputs of the same kind
+    follow them to int8's rounding, far closer than before; the weights stay int8 codes, and the
+    box channels' codes and scales are untouched."""
+    from xcompile.quant.head_refit import pointwise, refit_head
+
+    _, q, _ = case
+    (head,) = score_heads(q)
+    assert pointwise(head.conv)
+    w, b = head.conv.inputs[1], head.conv.inputs[2]
+    r = np.random.default_rng(7)
+    cin = int(w.shape[2])
+    real_w = np.asarray(w.data, np.float64).reshape(cin, -1) * w.dtype.element_dtype.scale
+    real_b = np.asarray(b.data, np.float64) * b.dtype.element_dtype.scale
+    true_w = real_w[:, :CLASSES] * r.uniform(0.6, 1.5, (cin, CLASSES))
+    true_b = real_b[:CLASSES] + r.uniform(-1, 1, CLASSES)
+
+    def sample(n):
+        x = r.uniform(0, 2, (n, 1, HW, HW, cin))
+        t = np.concatenate([x @ true_w + true_b, np.zeros(x.shape[:-1] + (BINS,))], -1)
+        return list(x), list(t)
+
+    x, t = sample(8)
+    box_codes, box_scale = np.asarray(w.data)[..., CLASSES:].copy(), \
+        w.dtype.element_dtype.scale[CLASSES:].copy()
+
+    def logits(xs):
+        ww, bb = head.conv.inputs[1], head.conv.inputs[2]
+        real = np.asarray(ww.data, np.float64).reshape(cin, -1) * ww.dtype.element_dtype.scale
+        return np.concatenate(xs) @ real[:, :CLASSES] + \
+            (np.asarray(bb.data, np.float64) * bb.dtype.element_dtype.scale)[:CLASSES]
+
+    xn, tn = sample(4)
+    want = np.concatenate(tn)[..., :CLASSES]
+    before = np.abs(logits(xn) - want).mean()
+    rec = refit_head(head, x, t)
+    after = np.abs(logits(xn) - want).mean()
+    assert rec["error_after"] < rec["error_before"] / 10
+    assert after < before / 10 and after < 0.05
+    el = head.conv.inputs[1].dtype.element_dtype
+    assert (el.storage, el.axis) == (w.dtype.element_dtype.storage, w.dtype.element_dtype.axis)
+    assert np.asarray(head.conv.inputs[1].data).dtype == np.int8
+    np.testing.assert_array_equal(np.asarray(head.conv.inputs[1].data)[..., CLASSES:], box_codes)
+    np.testing.assert_array_equal(head.conv.inputs[1].dtype.element_dtype.scale[CLASSES:],
+                                  box_scale)
+
+
+def test_the_refit_leaves_a_head_without_scoring_anchors():
+    """Probes on which no class scores above `FIT_FROM` in either network: nothing to fit the
+    threshold's side of the logits on, the head stays as it is."""
+    from xcompile.quant.head_refit import refit_head, with_scale
+
+    net = import_onnx(_model())
+    q = quantize_network(net, _images(6, 0))
+    (head,) = score_heads(q)
+    w, b = head.conv.inputs[1], head.conv.inputs[2]
+    cin = int(w.shape[2])
+    # every class logit -12 on the zero inputs below, in the integer head too
+    el = b.dtype.element_dtype
+    head.conv.inputs[2] = with_scale(b, el.scale, np.rint(-12.0 / el.scale).astype(np.int32))
+    x = [np.zeros((1, HW, HW, cin))] * 2
+    t = [np.full((1, HW, HW, CLASSES + BINS), -12.0)] * 2
+    codes = np.asarray(w.data).copy()
+    assert refit_head(head, x, t) is None
+    np.testing.assert_array_equal(np.asarray(head.conv.inputs[1].data), codes)
+
+
+def test_recalibration_refits_a_pointwise_head_and_keeps_a_faithful_one(case):
+    """On probes where the integer head already matches float, the pointwise head is refit
+    (recorded with its errors, which do not grow) and the scores do not move away from
+    float."""
     opt, _, cal = case
+    q = quantize_network(opt, cal)
+    probes = Probes(opt, cal)
+    before = probes.measure(q)
+    rec = recalibrate_scores(q, probes)
+    assert set(rec) == {"scores"} and q.tags["quantization"]["score_calibration"] == rec
+    fit = rec["scores"]["refit"]
+    assert fit["anchors"] >= 20 and fit["error_after"] <= fit["error_before"]
+    after = probes.measure(q)
+    assert after["scores"] >= before["scores"] - 0.002
+
+
+def test_recalibration_folds_lines_into_a_head_that_is_not_pointwise(case3x3):
+    """A 3x3 head convolution is not refit: its per-class lines are fitted and folded, near
+    (1, 0) where the integer head already matches float."""
+    opt, cal = case3x3
     q = quantize_network(opt, cal)
     probes = Probes(opt, cal)
     before = probes.measure(q)
