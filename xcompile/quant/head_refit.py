@@ -30,7 +30,8 @@ import numpy as np
 from xir.types import QuantizedType, TensorType
 from xir.values import Params
 
-__all__ = ["BACKGROUND", "FIT_FROM", "RIDGE", "pointwise", "refit_head", "with_scale"]
+__all__ = ["BACKGROUND", "FIT_FROM", "RIDGE", "HeadRefit", "pointwise", "refit_head",
+           "with_scale"]
 
 #: the anchors weighed fully: some class scored above this by either network
 FIT_FROM = 0.02
@@ -44,6 +45,8 @@ BACKGROUND = 0.01
 RIDGE = 0.01
 #: fewer fully weighed anchors than this over the probes: the head is left as it is
 MIN_ANCHORS = 20
+#: positions per chunk of the normal equations' accumulation
+CHUNK = 1 << 14
 
 
 def pointwise(conv: Any) -> bool:
@@ -73,52 +76,93 @@ def _codes(real: np.ndarray, scale: np.ndarray, numpy_dtype: Any) -> np.ndarray:
     return np.clip(np.rint(real / scale), info.min, info.max).astype(numpy_dtype)
 
 
+class HeadRefit:
+    """The weighted normal equations of one head's refit (`head`: a
+    `score_calibration.ScoreHead` on a `pointwise` convolution), accumulated one probe sample
+    at a time (`add`) in chunks of `CHUNK` positions, so that a head over a large map costs a
+    (channels + 1)-square matrix, not its samples; `apply` solves them into the convolution."""
+
+    def __init__(self, head: Any) -> None:
+        self.head = head
+        w, b = head.conv.inputs[1], head.conv.inputs[2]
+        self.sel = slice(head.offset, head.offset + head.channels)
+        self.cin = int(w.shape[2])
+        self.w_scale = np.asarray(w.dtype.element_dtype.scale, np.float64) * np.ones(
+            int(w.shape[3]))
+        self.b_scale = np.asarray(b.dtype.element_dtype.scale, np.float64) * np.ones(
+            int(w.shape[3]))
+        self.codes = np.asarray(w.data).reshape(self.cin, -1)
+        bias = np.asarray(b.data, np.float64).reshape(-1) * self.b_scale
+        #: the quantized weights and bias of the channels, one row per input channel + bias
+        self.start = np.vstack([self.codes[:, self.sel] * self.w_scale[self.sel],
+                                bias[None, self.sel]])
+        n = self.cin + 1
+        self.gram = np.zeros((n, n))
+        self.rhs = np.zeros((n, head.channels))
+        self.tt = np.zeros(head.channels)
+        self.weight = 0.0
+        self.anchors = 0
+
+    def add(self, x: np.ndarray, t: np.ndarray) -> None:
+        """One probe sample: `x` the integer network's real input to the convolution, `t`
+        the float network's output of it (every channel; channels on the last axis)."""
+        x = np.asarray(x).reshape(-1, self.cin)
+        t = np.asarray(t).reshape(-1, np.shape(t)[-1])[:, self.sel]
+        for i in range(0, len(x), CHUNK):
+            x1 = np.hstack([x[i:i + CHUNK].astype(np.float64),
+                            np.ones((len(x[i:i + CHUNK]), 1))])
+            tc = t[i:i + CHUNK].astype(np.float64)
+            fg = (_sigmoid(tc).max(1) > FIT_FROM) | (_sigmoid(x1 @ self.start).max(1) > FIT_FROM)
+            w = np.where(fg, 1.0, BACKGROUND)
+            a = x1 * np.sqrt(w)[:, None]
+            self.gram += a.T @ a
+            self.rhs += a.T @ (tc * np.sqrt(w)[:, None])
+            self.tt += w @ (tc * tc)
+            self.weight += float(w.sum())
+            self.anchors += int(fg.sum())
+
+    def _error(self, p: np.ndarray) -> float:
+        """The weighted mean squared error of the logits with weights and bias `p`."""
+        sse = np.einsum("ic,ij,jc->", p, self.gram, p) - 2 * np.sum(p * self.rhs) + self.tt.sum()
+        return float(sse / max(self.weight, 1e-12) / self.head.channels)
+
+    def apply(self) -> dict[str, float] | None:
+        """Solve and write the refit channels into the convolution (in place); the weighted
+        squared error of the logits before and after and the anchors weighed fully, or None
+        (nothing written) where fewer than `MIN_ANCHORS` were."""
+        if self.anchors < MIN_ANCHORS:
+            return None
+        conv, sel, cin = self.head.conv, self.sel, self.cin
+        w, b = conv.inputs[1], conv.inputs[2]
+        w_el, b_el = w.dtype.element_dtype, b.dtype.element_dtype
+        ridge = RIDGE * np.trace(self.gram) / len(self.gram)
+        fitted = np.linalg.solve(self.gram + ridge * np.eye(len(self.gram)),
+                                 self.rhs + ridge * self.start)
+        # quantized again per output channel: the weights at their new range, the bias at
+        # the scale that keeps its ratio to the weights' (the input's scale)
+        # (from the convolution as it is now: another head may have refit other channels)
+        qmax = np.iinfo(w_el.numpy_dtype).max
+        new_w_scale = np.asarray(w_el.scale, np.float64) * np.ones(len(self.w_scale))
+        new_b_scale = np.asarray(b_el.scale, np.float64) * np.ones(len(self.b_scale))
+        amax = np.abs(fitted[:cin]).max(0)
+        new_w_scale[sel] = np.where(amax > 0, amax / qmax, self.w_scale[sel])
+        new_b_scale[sel] = self.b_scale[sel] * new_w_scale[sel] / self.w_scale[sel]
+        codes = np.asarray(w.data).reshape(cin, -1).copy()
+        codes[:, sel] = _codes(fitted[:cin], new_w_scale[sel], w_el.numpy_dtype)
+        bias = np.asarray(b.data).reshape(-1).copy()
+        bias[sel] = _codes(fitted[cin], new_b_scale[sel], b_el.numpy_dtype)
+        conv.inputs[1] = with_scale(w, new_w_scale, codes.reshape(np.shape(w.data)))
+        conv.inputs[2] = with_scale(b, new_b_scale, bias.reshape(np.shape(b.data)))
+        got = np.vstack([codes[:, sel] * new_w_scale[sel], (bias[sel] * new_b_scale[sel])[None]])
+        return {"error_before": round(self._error(self.start), 6),
+                "error_after": round(self._error(got), 6), "anchors": self.anchors}
+
+
 def refit_head(head: Any, inputs: list[np.ndarray], targets: list[np.ndarray]
                ) -> dict[str, float] | None:
-    """Refit `head.conv`'s channels `head.offset` to `head.offset + head.channels` (a
-    `score_calibration.ScoreHead` on a `pointwise` convolution, in place) from `inputs` (the
-    integer network's real input to it, per probe sample) to `targets` (the float network's
-    output of it, per probe sample). Returns the weighted squared error of the logits before
-    and after and the anchors weighed fully, or None where fewer than `MIN_ANCHORS` are."""
-    conv = head.conv
-    w, b = conv.inputs[1], conv.inputs[2]
-    sel = slice(head.offset, head.offset + head.channels)
-    cin = int(w.shape[2])
-    x = np.concatenate([np.asarray(a, np.float64).reshape(-1, cin) for a in inputs])
-    t = np.concatenate([np.asarray(a, np.float64).reshape(-1, a.shape[-1])[:, sel]
-                        for a in targets])
-    w_el, b_el = w.dtype.element_dtype, b.dtype.element_dtype
-    w_scale = np.asarray(w_el.scale, np.float64) * np.ones(int(w.shape[3]))
-    b_scale = np.asarray(b_el.scale, np.float64) * np.ones(int(w.shape[3]))
-    codes = np.asarray(w.data).reshape(cin, -1)
-    start = np.vstack([codes[:, sel] * w_scale[sel],
-                       (np.asarray(b.data, np.float64).reshape(-1) * b_scale)[None, sel]])
-    x1 = np.hstack([x, np.ones((len(x), 1))])
-    z0 = x1 @ start
-    fg = (_sigmoid(t).max(1) > FIT_FROM) | (_sigmoid(z0).max(1) > FIT_FROM)
-    if fg.sum() < MIN_ANCHORS:
-        return None
-    weight = np.where(fg, 1.0, BACKGROUND)
-    a = x1 * np.sqrt(weight)[:, None]
-    gram = a.T @ a
-    ridge = RIDGE * np.trace(gram) / len(gram)
-    fitted = np.linalg.solve(gram + ridge * np.eye(len(gram)),
-                             a.T @ (t * np.sqrt(weight)[:, None]) + ridge * start)
-    # quantized again per output channel: the weights at their new range, the bias at the
-    # scale that keeps its ratio to the weights' (the input's scale)
-    qmax = np.iinfo(w_el.numpy_dtype).max
-    new_w_scale, new_b_scale = w_scale.copy(), b_scale.copy()
-    amax = np.abs(fitted[:cin]).max(0)
-    new_w_scale[sel] = np.where(amax > 0, amax / qmax, w_scale[sel])
-    new_b_scale[sel] = b_scale[sel] * new_w_scale[sel] / w_scale[sel]
-    new_codes = codes.copy()
-    new_codes[:, sel] = _codes(fitted[:cin], new_w_scale[sel], w_el.numpy_dtype)
-    bias = np.asarray(b.data).reshape(-1).copy()
-    bias[sel] = _codes(fitted[cin], new_b_scale[sel], b_el.numpy_dtype)
-    conv.inputs[1] = with_scale(w, new_w_scale, new_codes.reshape(np.shape(w.data)))
-    conv.inputs[2] = with_scale(b, new_b_scale, bias.reshape(np.shape(b.data)))
-    got = x1 @ np.vstack([new_codes[:, sel] * new_w_scale[sel],
-                          (bias[sel] * new_b_scale[sel])[None]])
-    err = lambda z: float(np.sum(weight[:, None] * (z - t) ** 2) / weight.sum())  # noqa: E731
-    return {"error_before": round(err(z0), 6), "error_after": round(err(got), 6),
-            "anchors": int(fg.sum())}
+    """`HeadRefit` of `head` over the probe samples' `inputs` (the integer network's real
+    input to its convolution) and `targets` (the float network's output of it), applied."""
+    refit = HeadRefit(head)
+    for x, t in zip(inputs, targets):
+        refit.add(x, t)
+    return refit.apply()

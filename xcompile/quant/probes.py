@@ -102,18 +102,25 @@ class Probes:
         return run_float(quantized, self.data, lambda v, a: None, self.runner,
                          what=f"{self.what}, integer")
 
-    def capture(self, net: Any, v_ids: set[int], what: str = "integer"
+    def capture(self, net: Any, v_ids: set[int], what: str = "integer", each: Any = None
                 ) -> tuple[list[list[np.ndarray]], dict[int, list[np.ndarray]]]:
         """`net`'s outputs on the probe samples, per sample, and the values `v_ids` it
         computes on each (real numbers: a quantized value's codes times its scale, less its
-        zero point), in one forward per sample."""
+        zero point), in one forward per sample. With `each`, the values are handed to
+        `each(v_id, sample_index, array)` as they come and not kept."""
         from .calibrate import run_float
 
         kept: dict[int, list[np.ndarray]] = {v: [] for v in v_ids}
+        seen = dict.fromkeys(v_ids, 0)
 
         def keep(v: Any, a: np.ndarray) -> None:
-            if v.v_id in kept:
+            if v.v_id not in kept:
+                return
+            if each is None:
                 kept[v.v_id].append(_real(v, a))
+            else:
+                each(v.v_id, seen[v.v_id], _real(v, a))
+            seen[v.v_id] += 1
 
         outs = run_float(net, self.data, keep, self.runner, what=f"{self.what}, {what}")
         return outs, kept

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from .head_refit import pointwise, refit_head, with_scale
+from .head_refit import HeadRefit, pointwise, with_scale
 
 __all__ = ["ScoreHead", "fit_heads", "fold_lines", "recalibrate_scores", "score_heads"]
 
@@ -155,14 +155,22 @@ def recalibrate_scores(qnet: Any, probes: Any) -> dict | None:
                                    if pointwise(h.conv)})
     refit = [h for h in heads if h.conv.outputs[0].v_id in targets]
     lined = [h for h in heads if h not in refit]
-    got, inputs = probes.capture(qnet, {h.conv.feature_inputs()[0].v_id for h in refit})
+    # the normal equations accumulate as the integer forward goes: nothing per sample kept
+    by_input: dict[int, list[HeadRefit]] = {}
+    for h in refit:
+        by_input.setdefault(h.conv.feature_inputs()[0].v_id, []).append(HeadRefit(h))
+
+    def accumulate(v_id: int, k: int, x: np.ndarray) -> None:
+        for r in by_input[v_id]:
+            r.add(x, targets[r.head.conv.outputs[0].v_id][k])
+
+    got, _ = probes.capture(qnet, set(by_input), each=accumulate)
     names = [v.name for v in qnet.outputs()]
     record: dict[str, Any] = {}
-    for h in refit:
-        done = refit_head(h, inputs[h.conv.feature_inputs()[0].v_id],
-                          targets[h.conv.outputs[0].v_id])
+    for r in (r for rs in by_input.values() for r in rs):
+        done = r.apply()
         if done is not None:
-            record[names[h.output]] = {"refit": done}
+            record[names[r.head.output]] = {"refit": done}
     fits = fit_heads(lined, probes.reference, got)
     for h in lined:
         fold_lines(h, fits[h.output])

@@ -228,3 +228,37 @@ def test_recalibration_folds_lines_into_a_head_that_is_not_pointwise(case3x3):
     assert np.allclose(rec["scores"]["beta"], 0.0, atol=0.3)
     after = probes.measure(q)
     assert after["scores"] >= before["scores"] - 0.002
+
+
+def test_refits_in_chunks_and_of_two_heads_on_one_convolution_both_stay(monkeypatch):
+    """The normal equations accumulated in chunks of 7 positions solve to the same codes as
+    in one; two heads on one convolution (its class channels 0-2 and 3-5), refit one after
+    the other, each keep their refit channels, and the box channels stay."""
+    from xcompile.quant import head_refit
+    from xcompile.quant.score_calibration import ScoreHead
+
+    def refit(chunk, halves):
+        monkeypatch.setattr(head_refit, "CHUNK", chunk)
+        q = quantize_network(import_onnx(_model()), _images(6, 0))
+        (head,) = score_heads(q)
+        cin = int(head.conv.inputs[1].shape[2])
+        r = np.random.default_rng(3)
+        x = [r.uniform(0, 2, (1, HW, HW, cin)) for _ in range(4)]
+        t = [np.concatenate([a @ r.normal(0, 0.5, (cin, CLASSES)) - 1.0,
+                             np.zeros((1, HW, HW, BINS))], -1) for a in x]
+        box = np.asarray(head.conv.inputs[1].data)[..., CLASSES:].copy()
+        heads = [ScoreHead(0, head.conv, 0, 3), ScoreHead(0, head.conv, 3, 3)] if halves \
+            else [head]
+        fits = [head_refit.HeadRefit(h) for h in heads]
+        for f in fits:
+            for a, b in zip(x, t):
+                f.add(a, b)
+        assert all(f.apply() is not None for f in fits)
+        np.testing.assert_array_equal(np.asarray(head.conv.inputs[1].data)[..., CLASSES:], box)
+        return np.asarray(head.conv.inputs[1].data).copy()
+
+    whole = refit(1 << 14, False)
+    np.testing.assert_array_equal(refit(7, False), whole)
+    halves = refit(1 << 14, True)
+    # each half was solved on its own channels: the same as the whole to the rounding
+    assert np.abs(halves[..., :CLASSES].astype(int) - whole[..., :CLASSES]).max() <= 1
