@@ -91,10 +91,10 @@ class HeadRefit:
             int(w.shape[3]))
         self.b_scale = np.asarray(b.dtype.element_dtype.scale, np.float64) * np.ones(
             int(w.shape[3]))
-        self.codes = np.asarray(w.data).reshape(self.cin, -1)
+        codes = np.asarray(w.data).reshape(self.cin, -1)
         bias = np.asarray(b.data, np.float64).reshape(-1) * self.b_scale
         #: the quantized weights and bias of the channels, one row per input channel + bias
-        self.start = np.vstack([self.codes[:, self.sel] * self.w_scale[self.sel],
+        self.start = np.vstack([codes[:, self.sel] * self.w_scale[self.sel],
                                 bias[None, self.sel]])
         n = self.cin + 1
         self.gram = np.zeros((n, n))
