@@ -34,6 +34,12 @@ CHIPS = {"zg330": ("ZG330", "ZG"), "buyi": ("Buyi", "BY")}
 #: calibration pages (seed 0) and held-out ones (seeds the calibration does not draw)
 CALIBRATION = 8
 HELD_OUT = (11, 12, 13, 14, 15, 16)
+#: more held-out pages for the default compile, whose detections must agree on three in four
+#: (the head refit: 20 of 24; the per-class lines on the same raise 20, neither 10). The pages
+#: it misses lose a region the float run scores 0.63-0.83: the backbone's int8 error, which
+#: no head correction reaches (docs/quantization.md section 8)
+MORE_PAGES = tuple(range(17, 41))
+MORE_AGREE = 0.75
 #: the network's compute ops, every one of which must run inside a HardOp
 #: (the squeeze-excite gates' ReLU and hard-sigmoid fold into their convolutions)
 CHIP_OPS = {"Conv2d", "Hardswish", "Sigmoid", "Multiply", "Add", "AvgPool2d", "Upsample",
@@ -248,6 +254,18 @@ def test_layout_detector_runs_on_the_chip(layout_model, target, config, tmp_path
         if not found or ours < MIN_COSINE:
             short.append(f"page {seed}: worst part {ours:.4f}, {line}; {format_parts(res)}")
     assert len(lost) <= PAGES_OFF[config], "; ".join(lost)
+    if config == "default":
+        more = []
+        for seed in MORE_PAGES:
+            x = pages(1, seed)[0]
+            want = sess.run(None, {INPUT: x})
+            got = [np.asarray(g).reshape(w.shape)
+                   for g, w in zip(_reference(written["adapted"], x), want)]
+            found, line = agree(want, got, PAGE_HW)
+            more += [] if found else [f"page {seed}: {line}"]
+        agreed = len(MORE_PAGES) - len(more)
+        print(f"layout {target}: detections agree on {agreed} of {len(MORE_PAGES)} more pages")
+        assert agreed >= MORE_AGREE * len(MORE_PAGES), "; ".join(more)
     if config == "default" and short:  # the compile says it missed the target
         tag = load_stage(written["quantized"]).tags["quantization"]["mixed_precision"]
         assert not tag["reached"] and tag["worst_after"][1] < MIN_COSINE
