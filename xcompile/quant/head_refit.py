@@ -109,8 +109,8 @@ class HeadRefit:
         x = np.asarray(x).reshape(-1, self.cin)
         t = np.asarray(t).reshape(-1, np.shape(t)[-1])[:, self.sel]
         for i in range(0, len(x), CHUNK):
-            x1 = np.hstack([x[i:i + CHUNK].astype(np.float64),
-                            np.ones((len(x[i:i + CHUNK]), 1))])
+            xc = x[i:i + CHUNK].astype(np.float64)
+            x1 = np.hstack([xc, np.ones((len(xc), 1))])
             tc = t[i:i + CHUNK].astype(np.float64)
             fg = (_sigmoid(tc).max(1) > FIT_FROM) | (_sigmoid(x1 @ self.start).max(1) > FIT_FROM)
             w = np.where(fg, 1.0, BACKGROUND)
@@ -139,8 +139,8 @@ class HeadRefit:
         fitted = np.linalg.solve(self.gram + ridge * np.eye(len(self.gram)),
                                  self.rhs + ridge * self.start)
         # quantized again per output channel: the weights at their new range, the bias at
-        # the scale that keeps its ratio to the weights' (the input's scale)
-        # (from the convolution as it is now: another head may have refit other channels)
+        # the scale that keeps its ratio to the weights' (the input's scale); the other
+        # channels as the convolution holds them now (another head may have refit some)
         qmax = np.iinfo(w_el.numpy_dtype).max
         new_w_scale = np.asarray(w_el.scale, np.float64) * np.ones(len(self.w_scale))
         new_b_scale = np.asarray(b_el.scale, np.float64) * np.ones(len(self.b_scale))

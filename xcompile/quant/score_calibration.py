@@ -143,11 +143,10 @@ def fold_lines(head: ScoreHead, ab: np.ndarray) -> None:
 def recalibrate_scores(qnet: Any, probes: Any) -> dict | None:
     """Each `score_heads` output of `qnet` (in place) brought back to the float network's
     logits on `probes` (`xcompile.quant.probes.Probes`): a pointwise convolution's class
-    channels refit (`head_refit.refit_head`) where the float network computes its output,
-    any other's per-class line fitted and folded
-    (`fit_heads`, `fold_lines`). Returns what was done ({output name: {"refit": errors} or
-    {"alpha": [...], "beta": [...]}}, also in `tags["quantization"]["score_calibration"]`),
-    None where `qnet` has no such head."""
+    channels refit (`head_refit.HeadRefit`) where the float network computes its output, any
+    other's per-class line fitted and folded (`fit_heads`, `fold_lines`). Returns what was
+    done ({output name: {"refit": errors} or {"alpha": [...], "beta": [...]}}, also in
+    `tags["quantization"]["score_calibration"]`), None where `qnet` has no such head."""
     heads = score_heads(qnet)
     if not heads:
         return None
