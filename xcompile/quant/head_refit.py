@@ -16,8 +16,8 @@ How: per head, the rows are every anchor of every probe sample. Anchors that any
 above `FIT_FROM` in the float or the integer network weigh 1; the background, which the sigmoid
 flattens, weighs `BACKGROUND`, so that the least squares spend the weights' freedom where a score
 can cross a threshold. A ridge (`RIDGE`) holds the solution near the quantized weights. The
-result is quantized again per output channel (nearest codes at the new scale, the bias at the
-scale that keeps its ratio to the weights'), so every backend derives the same requantization
+result is quantized again per output channel as the quantizer quantizes weights and biases,
+so every backend derives the same requantization
 from the scales and the chips stay bit-exact with the integer reference.
 """
 
@@ -27,8 +27,11 @@ from typing import Any
 
 import numpy as np
 
+from xir.quant.fixed_point import quantize, quantize_bias
 from xir.types import QuantizedType, TensorType
 from xir.values import Params
+
+from .observers import weight_scales
 
 __all__ = ["BACKGROUND", "FIT_FROM", "RIDGE", "HeadRefit", "pointwise", "refit_head",
            "with_scale"]
@@ -63,17 +66,17 @@ def _sigmoid(z: np.ndarray) -> np.ndarray:
     return 1.0 / (1.0 + np.exp(-np.clip(z, -60, 60)))
 
 
+def _per_channel(v: Any, n: int) -> np.ndarray:
+    """Params `v`'s scale, one per each of its `n` output channels."""
+    return np.asarray(v.dtype.element_dtype.scale, np.float64) * np.ones(n)
+
+
 def with_scale(v: Any, scale: np.ndarray, codes: np.ndarray) -> Params:
     """Params `v` holding `codes` at per-channel `scale` (its storage, zero points, axis)."""
     el = v.dtype.element_dtype
     dtype = TensorType(QuantizedType(el.storage, scale, el.zero_point, el.axis), v.shape,
                        v.dtype.layout)
     return Params(v.v_id, dtype, codes, v.name, v.mtype, dict(v.tags))
-
-
-def _codes(real: np.ndarray, scale: np.ndarray, numpy_dtype: Any) -> np.ndarray:
-    info = np.iinfo(numpy_dtype)
-    return np.clip(np.rint(real / scale), info.min, info.max).astype(numpy_dtype)
 
 
 class HeadRefit:
@@ -87,14 +90,11 @@ class HeadRefit:
         w, b = head.conv.inputs[1], head.conv.inputs[2]
         self.sel = slice(head.offset, head.offset + head.channels)
         self.cin = int(w.shape[2])
-        self.w_scale = np.asarray(w.dtype.element_dtype.scale, np.float64) * np.ones(
-            int(w.shape[3]))
-        self.b_scale = np.asarray(b.dtype.element_dtype.scale, np.float64) * np.ones(
-            int(w.shape[3]))
-        codes = np.asarray(w.data).reshape(self.cin, -1)
-        bias = np.asarray(b.data, np.float64).reshape(-1) * self.b_scale
+        n = int(w.shape[3])
+        codes = np.asarray(w.data).reshape(self.cin, n)
+        bias = np.asarray(b.data, np.float64).reshape(-1) * _per_channel(b, n)
         #: the quantized weights and bias of the channels, one row per input channel + bias
-        self.start = np.vstack([codes[:, self.sel] * self.w_scale[self.sel],
+        self.start = np.vstack([codes[:, self.sel] * _per_channel(w, n)[self.sel],
                                 bias[None, self.sel]])
         n = self.cin + 1
         self.gram = np.zeros((n, n))
@@ -138,19 +138,19 @@ class HeadRefit:
         ridge = RIDGE * np.trace(self.gram) / len(self.gram)
         fitted = np.linalg.solve(self.gram + ridge * np.eye(len(self.gram)),
                                  self.rhs + ridge * self.start)
-        # quantized again per output channel: the weights at their new range, the bias at
-        # the scale that keeps its ratio to the weights' (the input's scale); the other
-        # channels as the convolution holds them now (another head may have refit some)
-        qmax = np.iinfo(w_el.numpy_dtype).max
-        new_w_scale = np.asarray(w_el.scale, np.float64) * np.ones(len(self.w_scale))
-        new_b_scale = np.asarray(b_el.scale, np.float64) * np.ones(len(self.b_scale))
-        amax = np.abs(fitted[:cin]).max(0)
-        new_w_scale[sel] = np.where(amax > 0, amax / qmax, self.w_scale[sel])
-        new_b_scale[sel] = self.b_scale[sel] * new_w_scale[sel] / self.w_scale[sel]
+        # quantized again per output channel as the quantizer quantizes (`weights.integer_
+        # inputs`): the weights at their new range, the bias at the input's scale times
+        # theirs; the other channels as the convolution holds them now (another head may
+        # have refit some)
+        s_w = weight_scales(fitted[:cin], -1, w_el.numpy_dtype)
+        s_in = float(conv.feature_inputs()[0].dtype.element_dtype.scale[0])
+        n = int(w.shape[3])
+        new_w_scale, new_b_scale = _per_channel(w, n), _per_channel(b, n)
+        new_w_scale[sel], new_b_scale[sel] = s_w, s_in * s_w
         codes = np.asarray(w.data).reshape(cin, -1).copy()
-        codes[:, sel] = _codes(fitted[:cin], new_w_scale[sel], w_el.numpy_dtype)
+        codes[:, sel] = quantize(fitted[:cin], s_w, w_el.numpy_dtype, 1, narrow_range=True)
         bias = np.asarray(b.data).reshape(-1).copy()
-        bias[sel] = _codes(fitted[cin], new_b_scale[sel], b_el.numpy_dtype)
+        bias[sel] = quantize_bias(fitted[cin], s_in, s_w, b_el.numpy_dtype)
         conv.inputs[1] = with_scale(w, new_w_scale, codes.reshape(np.shape(w.data)))
         conv.inputs[2] = with_scale(b, new_b_scale, bias.reshape(np.shape(b.data)))
         got = np.vstack([codes[:, sel] * new_w_scale[sel], (bias[sel] * new_b_scale[sel])[None]])

@@ -97,10 +97,7 @@ class Probes:
 
     def outputs(self, quantized: Any) -> list[list[np.ndarray]]:
         """`quantized`'s outputs on the probe samples, per sample."""
-        from .calibrate import run_float
-
-        return run_float(quantized, self.data, lambda v, a: None, self.runner,
-                         what=f"{self.what}, integer")
+        return self.capture(quantized, set())[0]
 
     def capture(self, net: Any, v_ids: set[int], what: str = "integer", each: Any = None
                 ) -> tuple[list[list[np.ndarray]], dict[int, list[np.ndarray]]]:

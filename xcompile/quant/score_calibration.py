@@ -24,6 +24,8 @@ from typing import Any
 
 import numpy as np
 
+from xir.quant.fixed_point import quantize
+
 from .head_refit import HeadRefit, pointwise, with_scale
 
 __all__ = ["ScoreHead", "fit_heads", "fold_lines", "recalibrate_scores", "score_heads"]
@@ -133,9 +135,7 @@ def fold_lines(head: ScoreHead, ab: np.ndarray) -> None:
     w_scale = w.dtype.element_dtype.scale * alpha
     b_scale = b.dtype.element_dtype.scale * alpha
     real = np.asarray(b.data, np.float64).reshape(-1) * b.dtype.element_dtype.scale
-    codes = np.rint((alpha * real + beta) / b_scale)
-    info = np.iinfo(b.dtype.element_dtype.numpy_dtype)
-    codes = np.clip(codes, info.min, info.max).astype(b.dtype.element_dtype.numpy_dtype)
+    codes = quantize(alpha * real + beta, b_scale, b.dtype.element_dtype.numpy_dtype, 0)
     conv.inputs[1] = with_scale(w, w_scale, np.asarray(w.data))
     conv.inputs[2] = with_scale(b, b_scale, codes.reshape(np.shape(b.data)))
 
